@@ -1,0 +1,43 @@
+# karpy — two commands do everything on a fresh machine:
+#   make demo   builds what is missing, starts a local cluster (real control plane + KWOK + moto) and karpy,
+#               applies a NodePool, an EC2NodeClass and a Deployment, and prints nodes appearing/disappearing.
+#   make test   builds what is missing and runs lint, type checks, unit, integration and e2e tests.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: all venv controlplane lint test test-fast demo clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# Kubernetes control plane, etcd and KWOK built from Go modules, cached in ~/.cache/karpy-testbin.
+controlplane:
+	bash e2e/cluster/build.sh >/dev/null
+
+lint: venv
+	$(VENV)/bin/ruff check karpy tests e2e benchmarks
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+test: venv controlplane lint
+	$(PY) -m pytest -p no:cacheprovider -q -ra --durations=15
+
+# Unit tests only: no control plane, no moto.
+test-fast: venv
+	$(PY) -m pytest -p no:cacheprovider -q tests/unit tests/scheduling
+
+demo: venv controlplane
+	$(PY) -m e2e.demo
+
+clean:
+	rm -rf $(VENV) .e2e-run .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""End-to-end scenarios and the local cluster they run on."""

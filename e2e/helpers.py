@@ -1,0 +1,199 @@
+"""What the e2e scenarios and the demo share: apply manifests, run karpy as a process, wait for conditions.
+
+Manifests are applied with server-side apply (``kubectl apply --server-side`` semantics), through karpy's
+own raw client, so the tests exercise exactly the objects a Karpenter user would apply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from karpy.kube.client import KubeClient
+from karpy.kube.errors import ApiError
+from karpy.kube.resources import Resource
+
+ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
+APPLY_PATCH = "application/apply-patch+yaml"
+
+KINDS: dict[str, Resource] = {
+    "Namespace": Resource("", "v1", "namespaces", "Namespace", False),
+    "ServiceAccount": Resource("", "v1", "serviceaccounts", "ServiceAccount", True),
+    "Service": Resource("", "v1", "services", "Service", True),
+    "ConfigMap": Resource("", "v1", "configmaps", "ConfigMap", True),
+    "Pod": Resource("", "v1", "pods", "Pod", True),
+    "Deployment": Resource("apps", "v1", "deployments", "Deployment", True),
+    "DaemonSet": Resource("apps", "v1", "daemonsets", "DaemonSet", True),
+    "PodDisruptionBudget": Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True),
+    "ClusterRole": Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
+    "ClusterRoleBinding": Resource(
+        "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False
+    ),
+    "Role": Resource("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
+    "RoleBinding": Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
+    "CustomResourceDefinition": Resource(
+        "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
+    ),
+    "NodePool": Resource("karpenter.sh", "v1", "nodepools", "NodePool", False),
+    "NodeClaim": Resource("karpenter.sh", "v1", "nodeclaims", "NodeClaim", False),
+    "EC2NodeClass": Resource("karpenter.k8s.aws", "v1", "ec2nodeclasses", "EC2NodeClass", False),
+}
+
+
+def load_documents(*paths: str | Path) -> list[dict[str, Any]]:
+    """Every YAML document in ``paths`` (files or directories, sorted), skipping empty ones and kustomizations."""
+    docs: list[dict[str, Any]] = []
+    for path in paths:
+        p = Path(path)
+        files = sorted(p.glob("*.yaml")) if p.is_dir() else [p]
+        for f in files:
+            if f.name == "kustomization.yaml":
+                continue
+            docs.extend(d for d in yaml.safe_load_all(f.read_text()) if d)
+    return docs
+
+
+async def apply(client: KubeClient, docs: Iterable[Mapping[str, Any]], *, namespace: str = "default") -> None:
+    """Server-side apply each document (field manager ``karpy-e2e``, conflicts forced)."""
+    for doc in docs:
+        res = KINDS[doc["kind"]]
+        ns = (doc.get("metadata") or {}).get("namespace") or (namespace if res.namespaced else None)
+        name = doc["metadata"]["name"]
+        await client.request(
+            "PATCH",
+            res.path(ns, name),
+            body=dict(doc),
+            content_type=APPLY_PATCH,
+            query={"fieldManager": "karpy-e2e", "force": "true"},
+        )
+        if doc["kind"] == "CustomResourceDefinition":
+            await wait_for(lambda n=name: _crd_established(client, n), timeout=30, what=f"CRD {name} established")
+
+
+async def _crd_established(client: KubeClient, name: str) -> bool:
+    crd = await client.get(KINDS["CustomResourceDefinition"], name)
+    return any(
+        c.get("type") == "Established" and c.get("status") == "True"
+        for c in (crd.get("status") or {}).get("conditions") or []
+    )
+
+
+async def scale(client: KubeClient, name: str, replicas: int, namespace: str = "default") -> None:
+    """Set a Deployment's replicas."""
+    await client.merge_patch(KINDS["Deployment"], name, {"spec": {"replicas": replicas}}, namespace)
+
+
+async def wait_for(check: Callable[[], Awaitable[T]], *, timeout: float, what: str, interval: float = 0.5) -> T:
+    """Poll ``check`` until it returns something truthy; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = await check()
+            if last:
+                return last
+        except ApiError as err:
+            last = err
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+        await asyncio.sleep(interval)
+
+
+async def service_account_kubeconfig(client: KubeClient, server: str, namespace: str, name: str, path: Path) -> Path:
+    """A kubeconfig authenticating as a ServiceAccount (TokenRequest API), so karpy runs with its own RBAC."""
+    sa = KINDS["ServiceAccount"]
+    token = await client.request(
+        "POST",
+        sa.path(namespace, name, "token"),
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}},
+    )
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+        "users": [{"name": name, "user": {"token": token["status"]["token"]}}],
+        "contexts": [{"name": "local", "context": {"cluster": "local", "user": name}}],
+        "current-context": "local",
+    }
+    path.write_text(yaml.safe_dump(config))  # noqa: ASYNC240 - a small local file
+    return path
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class KarpyProcess:
+    """karpy (``python -m karpy run``) as a child process with JSON logs captured to a file."""
+
+    def __init__(self, env: Mapping[str, str], log_path: Path) -> None:
+        self.env = {**os.environ, **env}
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        """Start (appending to the same log)."""
+        self.starts += 1
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "karpy", "run"],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+
+    def kill(self) -> None:
+        """SIGKILL: a crash in the middle of whatever karpy was doing."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 10 s."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    @property
+    def alive(self) -> bool:
+        """The process is running."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def logs(self) -> list[dict[str, Any]]:
+        """Every JSON log line so far (non-JSON lines are returned as {"raw": line})."""
+        out = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                out.append({"raw": line})
+        return out
+
+    def tail(self, n: int = 40) -> str:
+        """The last ``n`` log lines, for failure messages."""
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        return ""

@@ -1,0 +1,1 @@
+"""Karpenter v1 API surface: well-known labels, annotations, taints, finalizers, conditions (pure)."""

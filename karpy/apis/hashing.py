@@ -1,0 +1,40 @@
+"""Drift hashes (Karpenter A13): a stable 64-bit hash of the spec fields whose change means drift."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+
+def stable_hash(value: Any) -> str:
+    """Decimal string of the first 8 bytes of SHA-256 over canonical JSON (sorted keys, no spaces).
+
+    Karpenter uses hashstructure/FNV; the values differ from Karpenter's, but only karpy compares them.
+    """
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return str(int.from_bytes(hashlib.sha256(canonical.encode()).digest()[:8], "big"))
+
+
+def nodepool_hash(nodepool: Mapping[str, Any]) -> str:
+    """Hash of ``spec.template`` without ``spec.template.spec.requirements`` (requirements drift separately)."""
+    template = dict((nodepool.get("spec") or {}).get("template") or {})
+    spec = dict(template.get("spec") or {})
+    spec.pop("requirements", None)
+    template["spec"] = spec
+    return stable_hash(template)
+
+
+def nodeclass_hash(nodeclass: Mapping[str, Any]) -> str:
+    """Hash of the EC2NodeClass spec minus the selector terms that drift through resolved status instead."""
+    spec = dict(nodeclass.get("spec") or {})
+    for key in (
+        "subnetSelectorTerms",
+        "securityGroupSelectorTerms",
+        "amiSelectorTerms",
+        "capacityReservationSelectorTerms",
+        "amiFamily",
+    ):
+        spec.pop(key, None)
+    return stable_hash(spec)

@@ -1,0 +1,27 @@
+"""The cloud behind a protocol: instance types, offerings, launch and termination, typed errors."""
+
+from karpy.cloudprovider.types import (
+    CloudInstance,
+    CloudProvider,
+    CloudProviderError,
+    InstanceType,
+    InsufficientCapacityError,
+    LaunchRequest,
+    LaunchResult,
+    NodeClaimNotFoundError,
+    NodeClassNotReadyError,
+    Offering,
+)
+
+__all__ = [
+    "CloudInstance",
+    "CloudProvider",
+    "CloudProviderError",
+    "InstanceType",
+    "InsufficientCapacityError",
+    "LaunchRequest",
+    "LaunchResult",
+    "NodeClaimNotFoundError",
+    "NodeClassNotReadyError",
+    "Offering",
+]

@@ -1,0 +1,200 @@
+"""The contract between karpy's controllers and a cloud (Karpenter: ``cloudprovider.CloudProvider``).
+
+Controllers never talk to AWS directly: they call a :class:`CloudProvider`. Its obligations:
+
+* ``get_instance_types`` returns every instance type a NodeClass can launch, with allocatable-relevant
+  capacity and overhead and one :class:`Offering` per (zone, capacity type); unavailable offerings (ICE
+  cache, unknown price) are returned with ``available=False`` rather than dropped, so the scheduler can
+  explain why a pod did not fit.
+* ``create`` launches exactly one instance for a NodeClaim or raises a typed error; it never leaves an
+  instance behind when it raises, and the instance carries tags that map it back to the NodeClaim so a
+  restart can find it (``list``) instead of launching again.
+* ``delete`` terminates and raises :class:`NodeClaimNotFoundError` once the instance is gone (so the
+  terminator knows it may release its finalizer).
+
+All resource amounts are canonical integers (:mod:`karpy.apis.quantity`); prices are USD per hour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+import attrs
+
+
+class CloudProviderError(Exception):
+    """Base class of the cloud provider's typed errors."""
+
+
+class InsufficientCapacityError(CloudProviderError):
+    """No offering could be launched (EC2 ICE codes, or nothing left after the launch-time filters).
+
+    Karpenter deletes the NodeClaim and re-plans on the next batch without the failed offerings.
+    """
+
+
+class NodeClaimNotFoundError(CloudProviderError):
+    """The instance behind a providerID no longer exists (terminated or never launched)."""
+
+
+class NodeClassNotReadyError(CloudProviderError):
+    """The NodeClaim's EC2NodeClass is missing or not Ready (subnets, security groups or AMIs unresolved)."""
+
+
+@attrs.frozen(slots=True)
+class Offering:
+    """Where and how an instance type can be bought: one zone, one capacity type, one price.
+
+    ``price`` is USD per hour. ``available`` is False when the offering is ICE-cached, has no known
+    price, or its zone is outside the NodeClass subnets (Karpenter: ``Offering.Available``).
+    """
+
+    zone: str
+    capacity_type: str
+    price: float
+    available: bool = True
+    zone_id: str = ""
+
+
+@attrs.frozen(slots=True)
+class InstanceType:
+    """An instance type as the scheduler sees it.
+
+    Attributes:
+        name: EC2 instance type name, e.g. ``m5.large``.
+        labels: the single-valued well-known labels of this type (``node.kubernetes.io/instance-type``,
+            ``kubernetes.io/arch``, ``kubernetes.io/os``, ``karpenter.k8s.aws/instance-*``). Zone and
+            capacity type are not here: they come from ``offerings``.
+        capacity: canonical resources of the node (cpu millicores = vCPUs*1000, memory bytes after the
+            VM overhead, pods, ephemeral-storage bytes, extended resources such as ``nvidia.com/gpu``).
+        overhead: kube-reserved + system-reserved + eviction threshold, canonical units.
+        offerings: one per (zone, capacity type).
+    """
+
+    name: str
+    labels: Mapping[str, str]
+    capacity: Mapping[str, int]
+    overhead: Mapping[str, int]
+    offerings: tuple[Offering, ...]
+
+    @property
+    def allocatable(self) -> dict[str, int]:
+        """Capacity minus overhead, floored at zero (Karpenter: ``InstanceType.Allocatable``)."""
+        return {k: max(0, v - self.overhead.get(k, 0)) for k, v in self.capacity.items()}
+
+    def cheapest_available_price(self) -> float | None:
+        """Lowest price among available offerings, USD/hour; None when nothing is available."""
+        prices = [o.price for o in self.offerings if o.available]
+        return min(prices) if prices else None
+
+
+@attrs.frozen(slots=True)
+class LaunchRequest:
+    """What the NodeClaim lifecycle asks the cloud to launch.
+
+    Attributes:
+        nodeclaim_name: ``metadata.name`` of the NodeClaim (tagged on the instance as
+            ``karpenter.sh/nodeclaim`` so a restart can adopt an instance instead of launching again).
+        nodepool_name: the owning NodePool (tag ``karpenter.sh/nodepool``).
+        nodeclass: the EC2NodeClass object as JSON (``metadata``, ``spec``, ``status``), status resolved.
+        requirements: NodeClaim ``spec.requirements`` as JSON (``key``, ``operator``, ``values``,
+            ``minValues``); narrow the instance types, zones and capacity types that may be launched.
+        instance_types: the candidate types, cheapest first (already filtered by the scheduler).
+        labels: labels the Node must register with (passed to kubelet ``--node-labels``).
+        taints: NodeClaim ``spec.taints`` + ``spec.startupTaints`` as JSON; the launch adds
+            ``karpenter.sh/unregistered:NoExecute`` (kubelet ``--register-with-taints``).
+        kubelet: the EC2NodeClass ``spec.kubelet`` block (maxPods, kubeReserved, …), may be empty.
+    """
+
+    nodeclaim_name: str
+    nodepool_name: str
+    nodeclass: Mapping[str, Any]
+    requirements: Sequence[Mapping[str, Any]]
+    instance_types: Sequence[InstanceType]
+    labels: Mapping[str, str]
+    taints: Sequence[Mapping[str, str]]
+    kubelet: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(slots=True)
+class LaunchResult:
+    """What was launched: written to the NodeClaim status and labels (Karpenter: ``instanceToNodeClaim``).
+
+    ``provider_id`` is ``aws:///<zone>/<instance-id>``; ``capacity``/``allocatable`` are canonical;
+    ``labels`` are the instance type's labels plus zone, zone-id and capacity type.
+    """
+
+    provider_id: str
+    instance_id: str
+    instance_type: str
+    zone: str
+    capacity_type: str
+    image_id: str
+    capacity: Mapping[str, int]
+    allocatable: Mapping[str, int]
+    labels: Mapping[str, str]
+
+
+@attrs.frozen(slots=True)
+class CloudInstance:
+    """An instance the cloud reports as owned by this cluster (for restart adoption and garbage collection).
+
+    ``tags`` are the EC2 tags; ``state`` the EC2 state name (pending, running, shutting-down, …);
+    ``launch_time`` is timezone-aware UTC.
+    """
+
+    instance_id: str
+    provider_id: str
+    instance_type: str
+    zone: str
+    capacity_type: str
+    state: str
+    image_id: str
+    launch_time: datetime
+    tags: Mapping[str, str]
+    subnet_id: str = ""
+    security_group_ids: tuple[str, ...] = ()
+
+
+class CloudProvider(Protocol):
+    """What karpy needs from a cloud; AWS implements it in :mod:`karpy.aws.cloudprovider`."""
+
+    async def get_instance_types(self, nodeclass: Mapping[str, Any]) -> list[InstanceType]:
+        """Instance types launchable under ``nodeclass`` (EC2NodeClass JSON with resolved status).
+
+        Raises:
+            NodeClassNotReadyError: the NodeClass status has no subnets.
+        """
+        ...
+
+    async def create(self, request: LaunchRequest) -> LaunchResult:
+        """Launch one instance for a NodeClaim; idempotent by NodeClaim name (adopts a tagged instance).
+
+        Raises:
+            InsufficientCapacityError: no offering could be launched; nothing was left running.
+            NodeClassNotReadyError: the NodeClass cannot be used yet.
+            CloudProviderError: any other failure (retried by the caller with backoff).
+        """
+        ...
+
+    async def delete(self, provider_id: str) -> None:
+        """Terminate the instance behind ``provider_id`` unless it is already shutting down.
+
+        Raises:
+            NodeClaimNotFoundError: the instance is terminated or unknown (termination is complete).
+        """
+        ...
+
+    async def get(self, provider_id: str) -> CloudInstance:
+        """The instance behind ``provider_id``.
+
+        Raises:
+            NodeClaimNotFoundError: it is terminated or unknown.
+        """
+        ...
+
+    async def list(self) -> list[CloudInstance]:
+        """Every non-terminated instance carrying this cluster's karpy ownership tags."""
+        ...

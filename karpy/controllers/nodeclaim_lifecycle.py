@@ -1,0 +1,320 @@
+"""NodeClaim lifecycle: launch → registration → initialization, and the liveness timeouts.
+
+Karpenter core ``nodeclaim/lifecycle`` (§4 of the behaviour reference, C10–C13):
+
+* **Launch**: resolve the EC2NodeClass, ask the cloud provider for one instance among the NodeClaim's
+  instance types, write ``status.providerID``/``imageID``/``capacity``/``allocatable``, the instance's labels
+  and ``Launched=True``. ICE or a NodeClass that is not Ready deletes the NodeClaim (the next batch re-plans);
+  any other error sets ``Launched=Unknown`` and retries with backoff. The cloud provider adopts an instance
+  already tagged with this NodeClaim's name, so a restart between launch and the status write never launches
+  twice.
+* **Registration**: the Node with the same providerID gets the NodeClaim's labels, ``karpenter.sh/registered``,
+  the termination finalizer and an ownerReference; ``karpenter.sh/unregistered`` is removed;
+  ``status.nodeName`` and ``Registered=True`` are set.
+* **Initialization**: Node Ready, startup and ephemeral taints gone, requested extended resources present →
+  ``karpenter.sh/initialized=true``, ``Initialized=True``, ``Ready=True``.
+* **Liveness**: not launched 5 min after creation, or not registered 15 min after launch → delete.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from karpy.apis import labels as wk
+from karpy.apis.quantity import QuantityError, format_resource_list, parse_resource_list
+from karpy.cloudprovider.types import (
+    CloudProvider,
+    InsufficientCapacityError,
+    LaunchRequest,
+    LaunchResult,
+    NodeClassNotReadyError,
+)
+from karpy.controllers.conditions import set_condition
+from karpy.controllers.provisioner import EPHEMERAL_TAINT_KEYS
+from karpy.kube.client import KubeClient
+from karpy.kube.errors import ApiError
+from karpy.kube.events import NORMAL, WARNING, EventRecorder
+from karpy.kube.resources import NODECLAIMS, NODES
+from karpy.runtime.controller import Result
+from karpy.state.cluster import ClusterState, condition, condition_true, deleting
+from karpy.state.views import NodeInfo, parse_time, taints, taints_json
+
+log = structlog.get_logger("karpy.nodeclaim.lifecycle")
+JSON = dict[str, Any]
+LAUNCH_TTL = 300.0
+REGISTRATION_TTL = 900.0
+
+
+class NodeClaimLifecycle:
+    """Keyed by NodeClaim name."""
+
+    name = "nodeclaim.lifecycle"
+
+    def __init__(
+        self,
+        client: KubeClient,
+        state: ClusterState,
+        cloud: CloudProvider,
+        events: EventRecorder,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.state = state
+        self.cloud = cloud
+        self.events = events
+        self.clock = clock
+
+    async def reconcile(self, key: str) -> Result:
+        """One step of the lifecycle for NodeClaim ``key``."""
+        claim = self.state.nodeclaims.get(key)
+        if claim is None or deleting(claim):
+            return Result()
+        if not condition_true(claim, wk.COND_LAUNCHED):
+            return await self._launch(claim)
+        if not condition_true(claim, wk.COND_REGISTERED):
+            return await self._register(claim)
+        if not condition_true(claim, wk.COND_INITIALIZED):
+            return await self._initialize(claim)
+        return Result()
+
+    # Launch -------------------------------------------------------------------------------------------
+
+    async def _launch(self, claim: JSON) -> Result:
+        name = claim["metadata"]["name"]
+        age = self.clock() - parse_time(claim["metadata"].get("creationTimestamp"))
+        if age > LAUNCH_TTL:
+            return await self._delete(claim, "launch_timeout", f"not launched within {int(LAUNCH_TTL)}s")
+        spec = claim.get("spec") or {}
+        class_name = (spec.get("nodeClassRef") or {}).get("name", "")
+        nodeclass = self.state.nodeclasses.get(class_name)
+        if nodeclass is None or not condition_true(nodeclass, wk.COND_READY):
+            return await self._delete(
+                claim, "nodeclass_not_ready", f"EC2NodeClass {class_name!r} not found or not ready"
+            )
+        try:
+            request = await self._launch_request(claim, nodeclass)
+            result = await self.cloud.create(request)
+        except InsufficientCapacityError as err:
+            self.events.publish(claim, WARNING, "InsufficientCapacityError", f"NodeClaim {name}: {err}")
+            return await self._delete(claim, "insufficient_capacity", str(err))
+        except NodeClassNotReadyError as err:
+            return await self._delete(claim, "nodeclass_not_ready", str(err))
+        except Exception as err:
+            await self._patch_conditions(claim, wk.COND_LAUNCHED, "Unknown", "LaunchFailed", str(err)[:300])
+            raise
+        await self._record_launch(claim, result)
+        return Result(requeue_after=REGISTRATION_TTL)
+
+    async def _launch_request(self, claim: JSON, nodeclass: JSON) -> LaunchRequest:
+        spec = claim.get("spec") or {}
+        requirements = spec.get("requirements") or []
+        allowed: list[str] | None = None
+        for req in requirements:
+            if req.get("key") == wk.LABEL_INSTANCE_TYPE and req.get("operator") == "In":
+                allowed = list(req.get("values") or [])
+        catalogue = {it.name: it for it in await self.cloud.get_instance_types(nodeclass)}
+        if allowed is None:
+            instance_types = list(catalogue.values())
+        else:
+            instance_types = [catalogue[n] for n in allowed if n in catalogue]
+        meta = claim["metadata"]
+        return LaunchRequest(
+            nodeclaim_name=meta["name"],
+            nodepool_name=(meta.get("labels") or {}).get(wk.LABEL_NODEPOOL, ""),
+            nodeclass=nodeclass,
+            requirements=requirements,
+            instance_types=instance_types,
+            labels=dict(meta.get("labels") or {}),
+            taints=list(spec.get("taints") or []) + list(spec.get("startupTaints") or []),
+            kubelet=(nodeclass.get("spec") or {}).get("kubelet") or {},
+        )
+
+    async def _record_launch(self, claim: JSON, result: LaunchResult) -> None:
+        name = claim["metadata"]["name"]
+        conditions = set_condition(
+            (claim.get("status") or {}).get("conditions") or [],
+            wk.COND_LAUNCHED,
+            "True",
+            "Launched",
+            "",
+            claim["metadata"].get("generation"),
+        )
+        status = {
+            "providerID": result.provider_id,
+            "imageID": result.image_id,
+            "capacity": format_resource_list(dict(result.capacity)),
+            "allocatable": format_resource_list(dict(result.allocatable)),
+            "conditions": conditions,
+        }
+        updated = await self.client.merge_patch(NODECLAIMS, name, {"status": status}, subresource="status")
+        self.state.apply("NodeClaim", "MODIFIED", updated)
+        labels = {k: v for k, v in result.labels.items() if (updated["metadata"].get("labels") or {}).get(k) != v}
+        if labels:
+            updated = await self.client.merge_patch(NODECLAIMS, name, {"metadata": {"labels": labels}})
+            self.state.apply("NodeClaim", "MODIFIED", updated)
+        log.info(
+            "launched nodeclaim",
+            nodeclaim=name,
+            provider_id=result.provider_id,
+            instance_type=result.instance_type,
+            zone=result.zone,
+            capacity_type=result.capacity_type,
+        )
+        self.events.publish(updated, NORMAL, "Launched", f"Launched {result.instance_type} in {result.zone}")
+
+    # Registration -------------------------------------------------------------------------------------
+
+    async def _register(self, claim: JSON) -> Result:
+        node = self.state.node_for_nodeclaim(claim)
+        if node is None:
+            launched = condition(claim, wk.COND_LAUNCHED) or {}
+            since = self.clock() - parse_time(str(launched.get("lastTransitionTime") or ""))
+            if since > REGISTRATION_TTL:
+                return await self._delete(
+                    claim, "registration_timeout", f"node not registered within {int(REGISTRATION_TTL)}s"
+                )
+            return Result(requeue_after=REGISTRATION_TTL - since + 1)
+        await self._sync_node(claim, node)
+        conditions = set_condition(
+            (claim.get("status") or {}).get("conditions") or [],
+            wk.COND_REGISTERED,
+            "True",
+            "Registered",
+            "",
+            claim["metadata"].get("generation"),
+        )
+        updated = await self.client.merge_patch(
+            NODECLAIMS,
+            claim["metadata"]["name"],
+            {"status": {"nodeName": node.name, "conditions": conditions}},
+            subresource="status",
+        )
+        self.state.apply("NodeClaim", "MODIFIED", updated)
+        log.info("registered nodeclaim", nodeclaim=claim["metadata"]["name"], node=node.name)
+        return await self._initialize(updated)
+
+    async def _sync_node(self, claim: JSON, node: NodeInfo) -> None:
+        """Labels, taints, finalizer and ownerReference onto the Node; drop the unregistered taint."""
+        meta = claim["metadata"]
+        labels = {**(meta.get("labels") or {}), wk.LABEL_REGISTERED: "true"}
+        spec = claim.get("spec") or {}
+        wanted = list(taints(spec.get("taints"))) + list(taints(spec.get("startupTaints")))
+        kept = [t for t in node.taints if t.key != wk.TAINT_UNREGISTERED_KEY]
+        merged = kept + [t for t in wanted if all((t.key, t.effect) != (k.key, k.effect) for k in kept)]
+        finalizers = list(node.finalizers)
+        if wk.FINALIZER_TERMINATION not in finalizers:
+            finalizers.append(wk.FINALIZER_TERMINATION)
+        patch = {
+            "metadata": {
+                "labels": labels,
+                "finalizers": finalizers,
+                "ownerReferences": [
+                    {
+                        "apiVersion": f"{wk.GROUP}/{wk.VERSION}",
+                        "kind": "NodeClaim",
+                        "name": meta["name"],
+                        "uid": meta.get("uid", ""),
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+                "resourceVersion": node.resource_version,
+            },
+            "spec": {"taints": taints_json(merged) or None},
+        }
+        updated = await self.client.merge_patch(NODES, node.name, patch)
+        self.state.apply("Node", "MODIFIED", updated)
+
+    # Initialization -----------------------------------------------------------------------------------
+
+    async def _initialize(self, claim: JSON) -> Result:
+        node = self.state.node_for_nodeclaim(claim)
+        if node is None:
+            return Result(requeue_after=5.0)
+        waiting = initialization_blocker(claim, node)
+        if waiting:
+            return Result(requeue_after=2.0)
+        if node.labels.get(wk.LABEL_INITIALIZED) != "true":
+            updated_node = await self.client.merge_patch(
+                NODES, node.name, {"metadata": {"labels": {wk.LABEL_INITIALIZED: "true"}}}
+            )
+            self.state.apply("Node", "MODIFIED", updated_node)
+        generation = claim["metadata"].get("generation")
+        conditions = set_condition(
+            (claim.get("status") or {}).get("conditions") or [],
+            wk.COND_INITIALIZED,
+            "True",
+            "Initialized",
+            "",
+            generation,
+        )
+        conditions = set_condition(conditions, wk.COND_READY, "True", "Ready", "", generation)
+        updated = await self.client.merge_patch(
+            NODECLAIMS,
+            claim["metadata"]["name"],
+            {"status": {"conditions": conditions}},
+            subresource="status",
+        )
+        self.state.apply("NodeClaim", "MODIFIED", updated)
+        log.info("initialized nodeclaim", nodeclaim=claim["metadata"]["name"], node=node.name)
+        return Result()
+
+    # Helpers ------------------------------------------------------------------------------------------
+
+    async def _patch_conditions(self, claim: JSON, type_: str, status: str, reason: str, message: str) -> None:
+        conditions = set_condition(
+            (claim.get("status") or {}).get("conditions") or [],
+            type_,
+            status,
+            reason,
+            message,
+            claim["metadata"].get("generation"),
+        )
+        try:
+            updated = await self.client.merge_patch(
+                NODECLAIMS,
+                claim["metadata"]["name"],
+                {"status": {"conditions": conditions}},
+                subresource="status",
+            )
+            self.state.apply("NodeClaim", "MODIFIED", updated)
+        except ApiError as err:
+            log.debug("condition not written", error=str(err))
+
+    async def _delete(self, claim: JSON, reason: str, message: str) -> Result:
+        name = claim["metadata"]["name"]
+        log.info("deleting nodeclaim", nodeclaim=name, reason=reason, message=message)
+        try:
+            await self.client.delete(NODECLAIMS, name)
+        except ApiError as err:
+            if not err.not_found:
+                raise
+        return Result()
+
+
+def initialization_blocker(claim: JSON, node: NodeInfo) -> str:
+    """Why ``node`` is not initialized yet ("" when it is): Karpenter ``initialization.go``."""
+    if not node.ready:
+        return "node not ready"
+    startup = {(t.key, t.effect) for t in taints((claim.get("spec") or {}).get("startupTaints"))}
+    for t in node.taints:
+        if (t.key, t.effect) in startup:
+            return f"startup taint {t.key} present"
+        if t.key in EPHEMERAL_TAINT_KEYS or t.key.startswith("readiness.k8s.io/"):
+            return f"ephemeral taint {t.key} present"
+    try:
+        requested = parse_resource_list(((claim.get("spec") or {}).get("resources") or {}).get("requests"))
+    except QuantityError:
+        requested = {}
+    for resource, amount in requested.items():
+        if (
+            amount > 0
+            and resource not in ("cpu", "memory", "pods", "ephemeral-storage")
+            and node.allocatable.get(resource, 0) <= 0
+        ):
+            return f"extended resource {resource} not registered"
+    return ""

@@ -1,0 +1,134 @@
+"""EC2NodeClass status: resolved subnets, security groups, AMIs, instance profile and the Ready condition.
+
+Karpenter AWS ``controllers/nodeclass``: ``Ready`` = AMIsReady ∧ SubnetsReady ∧ SecurityGroupsReady ∧
+InstanceProfileReady ∧ ValidationSucceeded. Re-resolved every ``SUBNET_REFRESH_INTERVAL`` so new subnets or
+AMIs are picked up. The resolution itself lives behind the cloud provider (``resolve_nodeclass``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import structlog
+
+from karpy.apis import labels as wk
+from karpy.apis.hashing import nodeclass_hash
+from karpy.controllers.conditions import same_conditions, set_condition
+from karpy.kube.client import KubeClient
+from karpy.kube.errors import ApiError
+from karpy.kube.events import WARNING, EventRecorder
+from karpy.kube.resources import EC2NODECLASSES
+from karpy.runtime.controller import Result
+from karpy.state.cluster import ClusterState, deleting
+
+log = structlog.get_logger("karpy.nodeclass")
+JSON = dict[str, Any]
+SUB_CONDITIONS = (
+    wk.COND_SUBNETS_READY,
+    wk.COND_SECURITY_GROUPS_READY,
+    wk.COND_AMIS_READY,
+    wk.COND_INSTANCE_PROFILE_READY,
+)
+
+
+class NodeClassResolver(Protocol):
+    """Resolves an EC2NodeClass (the AWS cloud provider implements it)."""
+
+    async def resolve_nodeclass(self, nodeclass: Mapping[str, Any]) -> Any:
+        """Returns an object with ``status`` (dict) and ``conditions`` (list of condition dicts with
+        type, status, reason, message)."""
+        ...
+
+
+class NodeClassStatusReconciler:
+    """Keyed by EC2NodeClass name."""
+
+    name = "ec2nodeclass.status"
+
+    def __init__(
+        self,
+        client: KubeClient,
+        state: ClusterState,
+        resolver: NodeClassResolver,
+        events: EventRecorder,
+        *,
+        refresh_interval: float = 60.0,
+    ) -> None:
+        self.client = client
+        self.state = state
+        self.resolver = resolver
+        self.events = events
+        self.refresh_interval = refresh_interval
+
+    async def reconcile(self, key: str) -> Result:
+        """Resolve and write status when it changed; requeue for the periodic refresh."""
+        nodeclass = self.state.nodeclasses.get(key)
+        if nodeclass is None or deleting(nodeclass):
+            return Result()
+        await self._ensure_hash(nodeclass)
+        resolution = await self.resolver.resolve_nodeclass(nodeclass)
+        generation = (nodeclass.get("metadata") or {}).get("generation")
+        old_status = dict(nodeclass.get("status") or {})
+        conditions = list(old_status.get("conditions") or [])
+        failing = []
+        for c in resolution.conditions:
+            conditions = set_condition(
+                conditions, c["type"], c["status"], c["reason"], c.get("message", ""), generation
+            )
+            if c["status"] != "True":
+                failing.append(c)
+        conditions = set_condition(
+            conditions, wk.COND_VALIDATION_SUCCEEDED, "True", "ValidationSucceeded", "", generation
+        )
+        if failing:
+            first = failing[0]
+            conditions = set_condition(
+                conditions, wk.COND_READY, "False", first["reason"], first.get("message", ""), generation
+            )
+        else:
+            conditions = set_condition(conditions, wk.COND_READY, "True", "Ready", "", generation)
+        new_status = {**resolution.status, "conditions": conditions}
+        unchanged = same_conditions(conditions, old_status.get("conditions") or []) and all(
+            old_status.get(k) == v for k, v in resolution.status.items()
+        )
+        if not unchanged:
+            try:
+                updated = await self.client.merge_patch(
+                    EC2NODECLASSES, key, {"status": new_status}, subresource="status"
+                )
+            except ApiError as err:
+                if err.not_found:
+                    return Result()
+                raise
+            self.state.apply("EC2NodeClass", "MODIFIED", updated)
+            if failing:
+                log.info("ec2nodeclass not ready", ec2nodeclass=key, reason=failing[0]["reason"])
+                self.events.publish(updated, WARNING, failing[0]["reason"], failing[0].get("message", ""))
+            else:
+                log.info(
+                    "ec2nodeclass ready",
+                    ec2nodeclass=key,
+                    subnets=len(resolution.status.get("subnets") or []),
+                )
+        return Result(requeue_after=self.refresh_interval)
+
+    async def _ensure_hash(self, nodeclass: JSON) -> None:
+        meta = nodeclass.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        want = nodeclass_hash(nodeclass)
+        if (
+            annotations.get(wk.ANNOTATION_NODECLASS_HASH) == want
+            and annotations.get(wk.ANNOTATION_NODECLASS_HASH_VERSION) == wk.NODECLASS_HASH_VERSION
+        ):
+            return
+        patch = {
+            "metadata": {
+                "annotations": {
+                    wk.ANNOTATION_NODECLASS_HASH: want,
+                    wk.ANNOTATION_NODECLASS_HASH_VERSION: wk.NODECLASS_HASH_VERSION,
+                }
+            }
+        }
+        updated = await self.client.merge_patch(EC2NODECLASSES, str(meta.get("name")), patch)
+        self.state.apply("EC2NodeClass", "MODIFIED", updated)

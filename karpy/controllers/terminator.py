@@ -1,0 +1,245 @@
+"""The terminator: the one path that drains a node and terminates its instance (Karpenter E1–E3, E6).
+
+Runs for a NodeClaim with a deletionTimestamp and the ``karpenter.sh/termination`` finalizer:
+
+1. taint the Node ``karpenter.sh/disrupted:NoSchedule`` and label it excluded from load balancers;
+2. evict its pods through the Eviction API (PDBs respected: a 429 is retried with backoff; 404/409 are
+   done), skipping DaemonSet, mirror, terminal pods and pods that tolerate the disrupted taint, and wait
+   until they are gone;
+3. terminate the instance, every 5 s until the cloud says it is gone (``NodeClaimNotFoundError``);
+4. release the Node's finalizer and delete the Node, then release the NodeClaim's finalizer.
+
+A NodeClaim deleted before its launch was recorded may still own an instance (the launch raced the delete):
+the instance is found by its ``karpenter.sh/nodeclaim`` tag and terminated too, so nothing leaks.
+A Node deleted by a user makes the terminator delete its NodeClaim (Karpenter node termination entry point).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from karpy.apis import labels as wk
+from karpy.cloudprovider.types import CloudProvider, NodeClaimNotFoundError
+from karpy.controllers.binder import tolerates
+from karpy.controllers.conditions import set_condition
+from karpy.kube.client import KubeClient
+from karpy.kube.errors import ApiError
+from karpy.kube.events import NORMAL, EventRecorder
+from karpy.kube.resources import NODECLAIMS, NODES, PODS
+from karpy.runtime.controller import Result
+from karpy.scheduling.model import Taint
+from karpy.state.cluster import ClusterState, condition_true, deleting, provider_id
+from karpy.state.views import NodeInfo, PodInfo, taints_json
+
+log = structlog.get_logger("karpy.terminator")
+JSON = dict[str, Any]
+DISRUPTED = Taint(key=wk.TAINT_DISRUPTED_KEY, effect="NoSchedule")
+DRAIN_POLL = 1.0
+TERMINATE_POLL = 5.0
+
+
+def drainable(info: PodInfo) -> bool:
+    """Pods the drain must evict (Karpenter E3): not terminal, not DaemonSet, not mirror, not tolerating
+    the disrupted taint."""
+    return not (info.terminal or info.daemonset or info.mirror or tolerates(info.pod.tolerations, DISRUPTED))
+
+
+class Terminator:
+    """Keyed by NodeClaim name; Node deletions are mapped to their NodeClaim (``node/<name>`` keys)."""
+
+    name = "terminator"
+
+    def __init__(self, client: KubeClient, state: ClusterState, cloud: CloudProvider, events: EventRecorder) -> None:
+        self.client = client
+        self.state = state
+        self.cloud = cloud
+        self.events = events
+        self._evicting: set[str] = set()
+
+    async def reconcile(self, key: str) -> Result:
+        """Advance termination of NodeClaim ``key`` (or handle a Node deletion for ``node/<name>``)."""
+        if key.startswith("node/"):
+            return await self._node_deleted(key.removeprefix("node/"))
+        claim = self.state.nodeclaims.get(key)
+        if claim is None or not deleting(claim):
+            return Result()
+        if wk.FINALIZER_TERMINATION not in (claim["metadata"].get("finalizers") or []):
+            return Result()
+        node = self.state.node_for_nodeclaim(claim)
+        if node is not None:
+            await self._cordon(node)
+            remaining = await self._drain(node)
+            if remaining:
+                return Result(requeue_after=DRAIN_POLL)
+        if not await self._terminate_instance(claim):
+            return Result(requeue_after=TERMINATE_POLL)
+        if node is not None and await self._remove_node(node):
+            return Result(requeue_after=DRAIN_POLL)
+        await self._release(claim)
+        return Result()
+
+    async def _node_deleted(self, node_name: str) -> Result:
+        node = self.state.nodes.get(node_name)
+        if node is None or not node.deleting or wk.FINALIZER_TERMINATION not in node.finalizers:
+            return Result()
+        claim = self.state.nodeclaim_for_node(node)
+        if claim is None:
+            await self._remove_node(node)
+            return Result()
+        if not deleting(claim):
+            log.info("node deleted, deleting its nodeclaim", node=node_name, nodeclaim=claim["metadata"]["name"])
+            try:
+                await self.client.delete(NODECLAIMS, claim["metadata"]["name"])
+            except ApiError as err:
+                if not err.not_found:
+                    raise
+        return Result()
+
+    async def _cordon(self, node: NodeInfo) -> None:
+        if (
+            any(t.key == wk.TAINT_DISRUPTED_KEY for t in node.taints)
+            and node.labels.get(wk.LABEL_EXCLUDE_FROM_LB) == "karpenter"
+        ):
+            return
+        kept = [t for t in node.taints if t.key != wk.TAINT_DISRUPTED_KEY]
+        patch = {
+            "metadata": {
+                "labels": {wk.LABEL_EXCLUDE_FROM_LB: "karpenter"},
+                "resourceVersion": node.resource_version,
+            },
+            "spec": {"taints": taints_json([*kept, DISRUPTED])},
+        }
+        updated = await self.client.merge_patch(NODES, node.name, patch)
+        self.state.apply("Node", "MODIFIED", updated)
+        log.info("tainted node", node=node.name)
+
+    async def _drain(self, node: NodeInfo) -> int:
+        """Evict what must go; returns how many drainable pods are still on the node."""
+        remaining = [p for p in self.state.pods_on(node.name) if drainable(p)]
+        for info in remaining:
+            if info.deleting:
+                continue  # already evicted, waiting for its containers to stop
+            await self._evict(info)
+        return len(remaining)
+
+    async def _evict(self, info: PodInfo) -> None:
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": info.pod.name, "namespace": info.pod.namespace},
+        }
+        try:
+            await self.client.create_subresource(PODS, info.pod.name, "eviction", body, info.pod.namespace)
+        except ApiError as err:
+            if err.not_found or err.conflict:
+                return
+            if err.too_many_requests:
+                log.info("eviction blocked by a PodDisruptionBudget, retrying", pod=info.key)
+                return
+            raise
+        self.events.publish(_pod_ref(info), NORMAL, "Evicted", "Evicted pod: node is being terminated")
+        log.info("evicted pod", pod=info.key, node=info.node_name)
+
+    async def _terminate_instance(self, claim: JSON) -> bool:
+        """True once the instance is gone."""
+        pid = provider_id(claim)
+        if not pid:
+            return await self._terminate_unrecorded(claim)
+        try:
+            await self.cloud.delete(pid)
+        except NodeClaimNotFoundError:
+            return True
+        if not condition_true(claim, wk.COND_INSTANCE_TERMINATING):
+            conditions = set_condition(
+                (claim.get("status") or {}).get("conditions") or [],
+                wk.COND_INSTANCE_TERMINATING,
+                "True",
+                "InstanceTerminating",
+                "",
+            )
+            try:
+                updated = await self.client.merge_patch(
+                    NODECLAIMS,
+                    claim["metadata"]["name"],
+                    {"status": {"conditions": conditions}},
+                    subresource="status",
+                )
+                self.state.apply("NodeClaim", "MODIFIED", updated)
+            except ApiError as err:
+                if not err.not_found:
+                    raise
+            log.info("terminating instance", nodeclaim=claim["metadata"]["name"], provider_id=pid)
+        return False
+
+    async def _terminate_unrecorded(self, claim: JSON) -> bool:
+        name = claim["metadata"]["name"]
+        owned = [i for i in await self.cloud.list() if i.tags.get(wk.TAG_NODECLAIM) == name]
+        for instance in owned:
+            try:
+                await self.cloud.delete(instance.provider_id)
+            except NodeClaimNotFoundError:
+                continue
+            log.info(
+                "terminating instance launched for a deleted nodeclaim",
+                nodeclaim=name,
+                provider_id=instance.provider_id,
+            )
+            return False
+        return True
+
+    async def _remove_node(self, node: NodeInfo) -> bool:
+        """Release the Node's finalizer and delete it; True while it still exists."""
+        current = self.state.nodes.get(node.name)
+        if current is None:
+            return False
+        if wk.FINALIZER_TERMINATION in current.finalizers:
+            finalizers = [f for f in current.finalizers if f != wk.FINALIZER_TERMINATION]
+            try:
+                updated = await self.client.merge_patch(
+                    NODES,
+                    node.name,
+                    {
+                        "metadata": {
+                            "finalizers": finalizers or None,
+                            "resourceVersion": current.resource_version,
+                        }
+                    },
+                )
+                self.state.apply("Node", "MODIFIED", updated)
+            except ApiError as err:
+                if err.not_found:
+                    return False
+                raise
+        if not current.deleting:
+            try:
+                await self.client.delete(NODES, node.name)
+            except ApiError as err:
+                if not err.not_found:
+                    raise
+        return node.name in self.state.nodes
+
+    async def _release(self, claim: JSON) -> None:
+        name = claim["metadata"]["name"]
+        finalizers = [f for f in claim["metadata"].get("finalizers") or [] if f != wk.FINALIZER_TERMINATION]
+        patch = {
+            "metadata": {
+                "finalizers": finalizers or None,
+                "resourceVersion": claim["metadata"].get("resourceVersion"),
+            }
+        }
+        try:
+            await self.client.merge_patch(NODECLAIMS, name, patch)
+        except ApiError as err:
+            if not err.not_found:
+                raise
+        log.info("terminated nodeclaim", nodeclaim=name)
+
+
+def _pod_ref(info: PodInfo) -> JSON:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": info.pod.name, "namespace": info.pod.namespace, "uid": info.pod.uid},
+    }

@@ -1,0 +1,205 @@
+"""A thin JSON client over kubernetes-asyncio's transport.
+
+kubernetes-asyncio gives us authentication (kubeconfig or in-cluster service account), TLS and the aiohttp
+pool; we call its ``ApiClient.call_api`` with ``_preload_content=False`` and parse JSON ourselves, so no
+generated model objects are built on hot paths (a 20,000-pod list stays plain dicts).
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+from karpy.kube.errors import ApiError
+from karpy.kube.resources import Resource
+
+JSON = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+
+class KubeClient:
+    """Raw JSON access to kube-apiserver.
+
+    Build with :meth:`from_environment`; close with :meth:`close`. Every method raises :class:`ApiError` on a
+    non-2xx answer.
+    """
+
+    def __init__(self, api: k8s_client.ApiClient, *, user_agent: str = "karpy") -> None:
+        self._api = api
+        self._api.user_agent = user_agent
+
+    @classmethod
+    async def from_environment(cls, kubeconfig: str | None = None) -> KubeClient:
+        """In-cluster config when running in a pod, else ``kubeconfig`` / ``$KUBECONFIG`` / ``~/.kube/config``."""
+        configuration = k8s_client.Configuration()
+        path = kubeconfig or os.environ.get("KUBECONFIG")
+        if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            await k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
+        return cls(k8s_client.ApiClient(configuration=configuration))
+
+    @property
+    def host(self) -> str:
+        """The apiserver URL."""
+        return str(self._api.configuration.host)
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        await self._api.close()
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: Any = 60.0,
+    ) -> Any:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        return await self._api.call_api(
+            path,
+            method,
+            query_params=list((query or {}).items()) or None,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=timeout,
+        )
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = 60.0,
+    ) -> JSON:
+        """One request; returns the decoded JSON body ({} when empty).
+
+        Raises:
+            ApiError: a non-2xx status.
+        """
+        response = await self._call(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
+        try:
+            text = await response.text()
+        finally:
+            response.release()
+        if response.status >= 300:
+            raise ApiError.from_body(response.status, text)
+        return json.loads(text) if text else {}
+
+    async def stream_lines(self, path: str, query: Mapping[str, Any], *, read_timeout: float) -> AsyncIterator[bytes]:
+        """A streaming GET (watch); yields one JSON line at a time.
+
+        ``read_timeout`` bounds the silence between two lines (bookmarks arrive about every minute), so a
+        dead connection is noticed instead of hanging forever.
+
+        Raises:
+            ApiError: the apiserver refused the watch.
+            asyncio.TimeoutError: no line for ``read_timeout`` seconds.
+        """
+        import aiohttp
+
+        response = await self._call(
+            "GET", path, query=query, timeout=aiohttp.ClientTimeout(total=None, sock_read=read_timeout)
+        )
+        try:
+            if response.status >= 300:
+                raise ApiError.from_body(response.status, await response.text())
+            while True:
+                line = await response.content.readline()
+                if not line:
+                    return
+                if line.strip():
+                    yield line
+        finally:
+            response.release()
+
+    # Convenience verbs -------------------------------------------------------------------------------
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> JSON:
+        """GET one object. Raises :class:`ApiError` (404 when missing)."""
+        return await self.request("GET", res.path(namespace, name))
+
+    async def list(
+        self, res: Resource, namespace: str | None = None, *, query: Mapping[str, Any] | None = None
+    ) -> tuple[builtins.list[JSON], str]:
+        """LIST every object (paginated by 500); returns (items, list resourceVersion)."""
+        items: builtins.list[JSON] = []
+        params: dict[str, Any] = {"limit": 500, **(query or {})}
+        while True:
+            page = await self.request("GET", res.path(namespace), query=params)
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata") or {}
+            cont = meta.get("continue")
+            if not cont:
+                return items, str(meta.get("resourceVersion", ""))
+            params["continue"] = cont
+
+    async def create(self, res: Resource, body: JSON, namespace: str | None = None) -> JSON:
+        """POST an object."""
+        return await self.request("POST", res.path(namespace), body=body)
+
+    async def merge_patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: JSON,
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+    ) -> JSON:
+        """JSON merge patch (RFC 7386); include ``metadata.resourceVersion`` for optimistic concurrency."""
+        return await self.request("PATCH", res.path(namespace, name, subresource), body=patch, content_type=MERGE_PATCH)
+
+    async def json_patch(
+        self,
+        res: Resource,
+        name: str,
+        ops: builtins.list[JSON],
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+    ) -> JSON:
+        """JSON patch (RFC 6902), for list edits guarded by ``test`` operations."""
+        return await self.request("PATCH", res.path(namespace, name, subresource), body=ops, content_type=JSON_PATCH)
+
+    async def replace(self, res: Resource, name: str, body: JSON, namespace: str | None = None) -> JSON:
+        """PUT; the body's resourceVersion makes it fail with 409 on a concurrent write."""
+        return await self.request("PUT", res.path(namespace, name), body=body)
+
+    async def delete(self, res: Resource, name: str, namespace: str | None = None, *, body: JSON | None = None) -> JSON:
+        """DELETE; 404 raised as :class:`ApiError`."""
+        return await self.request("DELETE", res.path(namespace, name), body=body)
+
+    async def create_subresource(
+        self, res: Resource, name: str, subresource: str, body: JSON, namespace: str | None = None
+    ) -> JSON:
+        """POST to a subresource (``binding``, ``eviction``)."""
+        return await self.request("POST", res.path(namespace, name, subresource), body=body)
+
+
+async def ignore_not_found(coro: Any) -> Any:
+    """Await ``coro``; a 404 answer becomes ``None``."""
+    try:
+        return await coro
+    except ApiError as err:
+        if err.not_found:
+            return None
+        raise
+
+
+__all__ = ["JSON", "ApiError", "KubeClient", "ignore_not_found"]

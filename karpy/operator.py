@@ -1,0 +1,207 @@
+"""The composition root: builds clients, cluster state, the cloud provider and every reconciler, and runs them.
+
+Nothing registers itself on import; tests build the same graph with their own pieces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from karpy.apis import labels as wk
+from karpy.aws.cloudprovider import AWSCloudProvider
+from karpy.aws.session import AWSClients
+from karpy.controllers.binder import Binder
+from karpy.controllers.emptiness import Emptiness
+from karpy.controllers.nodeclaim_lifecycle import NodeClaimLifecycle
+from karpy.controllers.nodeclass_status import NodeClassStatusReconciler
+from karpy.controllers.nodepool_status import NodePoolStatusReconciler
+from karpy.controllers.provisioner import Provisioner, nodeclass_name
+from karpy.health import start_probe_server
+from karpy.kube import resources as r
+from karpy.kube.client import KubeClient
+from karpy.kube.events import EventRecorder
+from karpy.kube.watch import Informer
+from karpy.metrics import CLUSTER_STATE_NODE_COUNT, CLUSTER_STATE_SYNCED, serve
+from karpy.runtime.controller import Controller
+from karpy.runtime.supervisor import supervise
+from karpy.settings import Settings
+from karpy.state.cluster import ClusterState, planned_pods
+from karpy.state.views import NodeInfo, PodInfo
+
+log = structlog.get_logger("karpy.operator")
+WATCHED = (r.PODS, r.NODES, r.NODECLAIMS, r.NODEPOOLS, r.EC2NODECLASSES, r.DAEMONSETS)
+
+
+class Operator:
+    """Everything karpy runs, wired together."""
+
+    def __init__(self, settings: Settings, client: KubeClient, cloud: AWSCloudProvider) -> None:
+        self.settings = settings
+        self.client = client
+        self.cloud = cloud
+        self.state = ClusterState()
+        self.events = EventRecorder(client)
+        self.informers = [Informer(client, res, self.state) for res in WATCHED]
+        self.provisioner = Provisioner(
+            client,
+            self.state,
+            cloud,
+            self.events,
+            batch_idle=settings.batch_idle_duration,
+            batch_max=settings.batch_max_duration,
+        )
+        self.lifecycle = Controller(NodeClaimLifecycle(client, self.state, cloud, self.events), workers=8)
+        self.binder = Controller(Binder(client, self.state), workers=4)
+        from karpy.controllers.terminator import Terminator
+
+        self.terminator = Controller(Terminator(client, self.state, cloud, self.events), workers=8)
+        self.nodepool_status = Controller(
+            NodePoolStatusReconciler(client, self.state, self.events), workers=2
+        )
+        self.nodeclass_status = Controller(
+            NodeClassStatusReconciler(
+                client, self.state, cloud, self.events, refresh_interval=settings.subnet_refresh_interval
+            ),
+            workers=2,
+        )
+        self.emptiness = Emptiness(client, self.state, self.events)
+        self.state.subscribe(self._route)
+
+    def _route(self, kind: str, event: str, key: str, old: Any, new: Any) -> None:
+        """Map a state change to the reconcilers that care (the controller-runtime ``Watches`` role)."""
+        if kind == "Pod":
+            self._route_pod(new)
+        elif kind == "Node":
+            self._route_node(key, new or old)
+        elif kind == "NodeClaim":
+            self.lifecycle.enqueue(key)
+            self.binder.enqueue(key)
+            self.terminator.enqueue(key)
+            obj = new or old
+            self.nodepool_status.enqueue((obj["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL, ""))
+            if event == "DELETED":
+                self.provisioner.trigger()  # pods planned onto it need a new home
+        elif kind == "NodePool":
+            self.nodepool_status.enqueue(key)
+            self.provisioner.trigger()
+        elif kind == "EC2NodeClass":
+            self.nodeclass_status.enqueue(key)
+            for name, pool in self.state.nodepools.items():
+                if nodeclass_name(pool) == key:
+                    self.nodepool_status.enqueue(name)
+
+    def _route_pod(self, info: PodInfo | None) -> None:
+        if info is None:
+            return
+        if info.provisionable:
+            self.provisioner.trigger()
+        claim = self.state.planned.get(info.key)
+        if claim:
+            self.binder.enqueue(claim)
+
+    def _route_node(self, key: str, node: NodeInfo | None) -> None:
+        if node is None:
+            return
+        claim = self.state.nodeclaim_for_node(node)
+        if claim is not None:
+            name = claim["metadata"]["name"]
+            self.lifecycle.enqueue(name)
+            self.binder.enqueue(name)
+            self.terminator.enqueue(name)
+        if node.deleting:
+            self.terminator.enqueue(f"node/{key}")
+
+    async def run(self) -> None:
+        """Run every informer, reconciler and loop until cancelled."""
+        tasks: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+            (f"informer/{i.resource.kind}", i.run) for i in self.informers
+        ]
+        tasks += [
+            ("provisioner", self.provisioner.run),
+            ("nodeclaim.lifecycle", self.lifecycle.run),
+            ("binder", self.binder.run),
+            ("terminator", self.terminator.run),
+            ("nodepool.status", self.nodepool_status.run),
+            ("ec2nodeclass.status", self.nodeclass_status.run),
+            ("disruption.emptiness", self.emptiness.run),
+            ("observability", self._observe),
+        ]
+        async with asyncio.TaskGroup() as group:
+            for name, factory in tasks:
+                group.create_task(supervise(name, factory), name=name)
+
+    async def _observe(self) -> None:
+        logged = False
+        while True:
+            CLUSTER_STATE_SYNCED.set(1 if self.state.synced else 0)
+            CLUSTER_STATE_NODE_COUNT.set(len(self.state.nodes))
+            if self.state.synced and not logged:
+                logged = True
+                log.info(
+                    "cluster state synced",
+                    nodes=len(self.state.nodes),
+                    pods=len(self.state.pods),
+                    nodeclaims=len(self.state.nodeclaims),
+                    nodepools=len(self.state.nodepools),
+                    planned=len(self.state.planned),
+                )
+            await asyncio.sleep(5)
+
+
+async def kubernetes_version(client: KubeClient) -> str:
+    """``major.minor`` of the apiserver (drives the EKS AMI alias's SSM path)."""
+    info = await client.request("GET", "/version")
+    minor = "".join(ch for ch in str(info.get("minor", "")) if ch.isdigit())
+    return f"{info.get('major', '1')}.{minor}"
+
+
+async def run(settings: Settings) -> None:
+    """Start karpy and run until SIGTERM/SIGINT."""
+    client = await KubeClient.from_environment()
+    version = await kubernetes_version(client)
+    endpoint = settings.cluster_endpoint or client.host
+    log.info(
+        "starting karpy",
+        cluster=settings.cluster_name,
+        endpoint=endpoint,
+        kubernetes=version,
+        region=settings.aws_region,
+        aws_endpoint=settings.aws_endpoint_url or None,
+    )
+    serve(settings.metrics_port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    async with AWSClients.create(settings.aws_region, settings.aws_endpoint_url or None) as clients:
+        cloud = AWSCloudProvider(
+            clients,
+            cluster_name=settings.cluster_name,
+            cluster_endpoint=endpoint,
+            cluster_ca_bundle=settings.cluster_ca_bundle,
+            region=settings.aws_region,
+            k8s_version=version,
+            vm_memory_overhead_percent=settings.vm_memory_overhead_percent,
+            reserved_enis=settings.reserved_enis,
+            isolated_vpc=settings.isolated_vpc,
+        )
+        operator = Operator(settings, client, cloud)
+        probes = await start_probe_server(settings.health_probe_port, lambda: operator.state.synced)
+        main = asyncio.create_task(operator.run())
+        await asyncio.wait([main, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+        main.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await main
+        await probes.cleanup()
+    await client.close()
+    log.info("karpy stopped")
+
+
+__all__ = ["Operator", "planned_pods", "run"]

@@ -1,0 +1,1 @@
+"""Reconciler contract, work queue with per-key backoff, batcher and supervised tasks."""

@@ -1,0 +1,71 @@
+"""The one reconciler contract, and the loop that drives it from a work queue.
+
+A reconciler is ``async def reconcile(key) -> Result``. It reads cluster state, makes at most a few API calls
+and returns; it never loops or sleeps. ``Result(requeue_after=s)`` asks to be called again; an exception is
+logged and the key retried with per-key backoff. This mirrors controller-runtime's Reconciler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+import attrs
+import structlog
+
+from karpy.runtime.workqueue import WorkQueue
+
+log = structlog.get_logger("karpy.controller")
+
+
+@attrs.frozen
+class Result:
+    """``requeue_after``: seconds until the key is reconciled again (None: only on the next change)."""
+
+    requeue_after: float | None = None
+
+
+class Reconciler(Protocol):
+    """A keyed reconciler (one module per reconciler under :mod:`karpy.controllers`)."""
+
+    name: str
+
+    async def reconcile(self, key: str) -> Result:
+        """Bring ``key`` one step closer to its desired state."""
+        ...
+
+
+class Controller:
+    """Runs ``workers`` concurrent reconcile loops over one queue."""
+
+    def __init__(self, reconciler: Reconciler, *, workers: int = 4, queue: WorkQueue | None = None) -> None:
+        self.reconciler = reconciler
+        self.queue = queue or WorkQueue()
+        self.workers = workers
+        self._log = log.bind(controller=reconciler.name)
+
+    def enqueue(self, key: str) -> None:
+        """Ask for ``key`` to be reconciled."""
+        self.queue.add(key)
+
+    async def run(self) -> None:
+        """Run the workers until cancelled."""
+        await asyncio.gather(*(self._worker() for _ in range(self.workers)))
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self.queue.get()
+            try:
+                result = await self.reconciler.reconcile(key)
+            except asyncio.CancelledError:
+                self.queue.done(key)
+                raise
+            except Exception as err:
+                delay = self.queue.add_rate_limited(key)
+                self._log.warning("reconcile failed", key=key, error=repr(err), retry_in=round(delay, 2))
+                self.queue.done(key)
+                continue
+            self.queue.forget(key)
+            self.queue.done(key)
+            if result.requeue_after is not None:
+                self.queue.add_after(key, result.requeue_after)

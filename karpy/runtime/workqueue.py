@@ -1,0 +1,104 @@
+"""A keyed work queue with de-duplication, delayed adds and per-key exponential backoff.
+
+The client-go workqueue contract: a key is processed by at most one worker at a time; adding a key that is
+queued is a no-op; adding a key that is being processed re-queues it after the current run; failures back
+off per key (``base`` doubling up to ``cap`` seconds) until a success forgets the key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections import deque
+
+
+class WorkQueue:
+    """See the module docstring. All methods must be called from the event loop thread."""
+
+    def __init__(self, *, base_delay: float = 0.1, max_delay: float = 60.0) -> None:
+        self._queue: deque[str] = deque()
+        self._queued: set[str] = set()
+        self._processing: set[str] = set()
+        self._dirty: set[str] = set()
+        self._failures: dict[str, int] = {}
+        self._delayed: list[tuple[float, int, str]] = []
+        self._seq = itertools.count()
+        self._ready = asyncio.Condition()
+        self._timer: asyncio.TimerHandle | None = None
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def add(self, key: str) -> None:
+        """Queue ``key`` now (no-op when already queued; deferred when being processed)."""
+        if key in self._processing:
+            self._dirty.add(key)
+            return
+        if key in self._queued:
+            return
+        self._queued.add(key)
+        self._queue.append(key)
+        self._wake()
+
+    def add_after(self, key: str, delay: float) -> None:
+        """Queue ``key`` after ``delay`` seconds."""
+        if delay <= 0:
+            self.add(key)
+            return
+        loop = asyncio.get_running_loop()
+        heapq.heappush(self._delayed, (loop.time() + delay, next(self._seq), key))
+        self._arm_timer()
+
+    def add_rate_limited(self, key: str) -> float:
+        """Queue ``key`` after its backoff; returns the delay used (seconds)."""
+        n = self._failures.get(key, 0)
+        self._failures[key] = n + 1
+        delay = float(min(self.base_delay * (2**n), self.max_delay))
+        self.add_after(key, delay)
+        return delay
+
+    def forget(self, key: str) -> None:
+        """Reset ``key``'s backoff after a success."""
+        self._failures.pop(key, None)
+
+    async def get(self) -> str:
+        """Wait for the next key and mark it processing; call :meth:`done` afterwards."""
+        async with self._ready:
+            while not self._queue:
+                await self._ready.wait()
+            key = self._queue.popleft()
+            self._queued.discard(key)
+            self._processing.add(key)
+            return key
+
+    def done(self, key: str) -> None:
+        """Finish processing ``key``; re-queue it if it was added meanwhile."""
+        self._processing.discard(key)
+        if key in self._dirty:
+            self._dirty.discard(key)
+            self.add(key)
+
+    def _wake(self) -> None:
+        async def notify() -> None:
+            async with self._ready:
+                self._ready.notify()
+
+        asyncio.get_running_loop().create_task(notify())
+
+    def _arm_timer(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._delayed:
+            self._timer = loop.call_at(self._delayed[0][0], self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        now = asyncio.get_running_loop().time()
+        while self._delayed and self._delayed[0][0] <= now + 1e-3:
+            _, _, key = heapq.heappop(self._delayed)
+            self.add(key)
+        self._arm_timer()

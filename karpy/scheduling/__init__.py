@@ -1,0 +1,1 @@
+"""The provisioning simulation: pure, no I/O, benchmarked. Entry point: :func:`karpy.scheduling.scheduler.solve`."""

@@ -1,0 +1,1 @@
+"""The one in-memory view of the cluster every reconciler reads (plain synchronous mutators, one loop)."""
