@@ -84,7 +84,9 @@ class Operator:
             self.binder.enqueue(key)
             self.terminator.enqueue(key)
             obj = new or old
-            self.nodepool_status.enqueue((obj["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL, ""))
+            pool = (obj["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL)
+            if pool:
+                self.nodepool_status.enqueue(pool)
             if event == "DELETED":
                 self.provisioner.trigger()  # pods planned onto it need a new home
         elif kind == "NodePool":

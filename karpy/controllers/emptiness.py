@@ -22,6 +22,7 @@ from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.events import NORMAL, EventRecorder
 from karpy.kube.resources import NODECLAIMS
+from karpy.metrics import NODECLAIMS_DISRUPTED
 from karpy.settings import parse_duration
 from karpy.state.cluster import ClusterState, condition_true, deleting
 
@@ -108,6 +109,7 @@ class Emptiness:
                         raise
                     continue
                 deleted += 1
+                NODECLAIMS_DISRUPTED.labels(reason="empty", nodepool=pool_name).inc()
                 log.info("disrupting empty node", nodeclaim=name, nodepool=pool_name, reason="Empty")
                 self.events.publish(claim, NORMAL, "DisruptionTerminating", "Disrupting NodeClaim: Empty")
         return deleted

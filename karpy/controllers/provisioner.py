@@ -29,6 +29,7 @@ from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.events import NORMAL, WARNING, EventRecorder
 from karpy.kube.resources import NODECLAIMS
+from karpy.metrics import NODECLAIMS_CREATED, UNSCHEDULABLE_PODS
 from karpy.runtime.batcher import Batcher
 from karpy.scheduling import model
 from karpy.scheduling.scheduler import solve
@@ -148,7 +149,11 @@ class Provisioner:
 
     async def run(self) -> None:
         """Batch, then provision; re-check every 10 s while pods stay pending (Karpenter C1)."""
-        asyncio.get_running_loop().create_task(self._recheck())
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._recheck())
+            group.create_task(self._loop())
+
+    async def _loop(self) -> None:
         while True:
             await self.batcher.wait()
             await self.state.wait_synced()
@@ -315,6 +320,7 @@ class Provisioner:
                 self.events.publish(_pod_ref(pod), WARNING, "FailedScheduling", f"nodeclaim not created: {err.message}")
             return None
         self.state.apply("NodeClaim", "ADDED", created)
+        NODECLAIMS_CREATED.labels(nodepool=plan.nodepool, reason="provisioning").inc()
         name = created["metadata"]["name"]
         log.info(
             "created nodeclaim",
@@ -330,6 +336,7 @@ class Provisioner:
         return created
 
     def _report_errors(self, pending: Sequence[PodInfo], errors: Mapping[str, str]) -> None:
+        UNSCHEDULABLE_PODS.set(len(errors))
         by_key = {p.key: p for p in pending}
         for key, message in errors.items():
             info = by_key.get(key)

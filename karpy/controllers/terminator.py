@@ -28,6 +28,7 @@ from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.events import NORMAL, EventRecorder
 from karpy.kube.resources import NODECLAIMS, NODES, PODS
+from karpy.metrics import NODECLAIMS_TERMINATED
 from karpy.runtime.controller import Result
 from karpy.scheduling.model import Taint
 from karpy.state.cluster import ClusterState, condition_true, deleting, provider_id
@@ -234,6 +235,7 @@ class Terminator:
         except ApiError as err:
             if not err.not_found:
                 raise
+        NODECLAIMS_TERMINATED.labels(nodepool=(claim["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL, "")).inc()
         log.info("terminated nodeclaim", nodeclaim=name)
 
 

@@ -1,0 +1,195 @@
+"""karpy's controllers against the real apiserver and moto, wired as karpy wires them (``Operator``).
+
+Each test runs the operator in-process on the session loop, acts like a user would, and checks the outcome
+in the apiserver and in moto.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from karpy.aws.cloudprovider import AWSCloudProvider
+from karpy.aws.session import AWSClients
+
+from e2e.helpers import apply, wait_for
+from karpy.apis import labels as wk
+from karpy.kube import resources as r
+from karpy.kube.client import KubeClient
+from karpy.operator import Operator, kubernetes_version
+from karpy.settings import from_environment
+
+pytestmark = [pytest.mark.integration]
+
+
+def nodeclass(name: str, cluster: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "karpenter.k8s.aws/v1",
+        "kind": "EC2NodeClass",
+        "metadata": {"name": name},
+        "spec": {
+            "role": f"KarpenterNodeRole-{cluster}",
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
+            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
+        },
+    }
+
+
+def nodepool(name: str, nodeclass_name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "spec": {
+                    "requirements": [
+                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                        {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m"]},
+                    ],
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": nodeclass_name},
+                }
+            },
+            "disruption": {"consolidateAfter": "Never"},
+            **spec,
+        },
+    }
+
+
+def pod(name: str, cpu: str = "500m", memory: str = "256Mi", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": name}},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+            **spec,
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+async def operator(local_cluster: Any, kube: KubeClient) -> AsyncIterator[Operator]:
+    """The operator graph, running in-process against the local cluster and moto."""
+    settings = from_environment(
+        {
+            **local_cluster.aws_env,
+            "CLUSTER_NAME": local_cluster.cluster_name,
+            "BATCH_IDLE_DURATION": "200ms",
+            "BATCH_MAX_DURATION": "2s",
+        }
+    )
+    async with AWSClients.create(settings.aws_region, settings.aws_endpoint_url) as clients:
+        cloud = AWSCloudProvider(
+            clients,
+            cluster_name=settings.cluster_name,
+            cluster_endpoint=local_cluster.server,
+            cluster_ca_bundle="",
+            region=settings.aws_region,
+            k8s_version=await kubernetes_version(kube),
+        )
+        op = Operator(settings, kube, cloud)
+        task = asyncio.create_task(op.run())
+        await asyncio.wait_for(op.state.wait_synced(), 30)
+        try:
+            yield op
+        finally:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+
+async def _condition(kube: KubeClient, res: r.Resource, name: str, type_: str) -> dict[str, Any]:
+    obj = await kube.get(res, name)
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == type_), {})
+
+
+async def test_nodepool_readiness_follows_its_nodeclass(
+    operator: Operator, kube: KubeClient, local_cluster: Any
+) -> None:
+    """Missing EC2NodeClass → Ready=False/NodeClassNotFound + event; once it exists and resolves → Ready=True."""
+    await apply(kube, [nodepool("np-late", "late-class")])
+
+    async def not_found() -> bool:
+        return (await _condition(kube, r.NODEPOOLS, "np-late", "Ready")).get("reason") == "NodeClassNotFound"
+
+    await wait_for(not_found, timeout=20, what="NodeClassNotFound")
+    await apply(kube, [nodeclass("late-class", local_cluster.cluster_name)])
+
+    async def ready() -> bool:
+        return (await _condition(kube, r.NODEPOOLS, "np-late", "Ready")).get("status") == "True"
+
+    await wait_for(ready, timeout=30, what="NodePool Ready once its class resolves")
+    await kube.delete(r.NODEPOOLS, "np-late")
+
+
+async def test_pending_pod_gets_one_nodeclaim_and_is_bound(
+    operator: Operator, kube: KubeClient, local_cluster: Any
+) -> None:
+    """An unschedulable pod yields exactly one NodeClaim; its node registers; karpy binds the pod."""
+    await apply(kube, [nodeclass("it", local_cluster.cluster_name), nodepool("it", "it")])
+    await kube.create(r.PODS, pod("it-one", cpu="1500m", nodeSelector={wk.LABEL_NODEPOOL: "it"}), "default")
+
+    async def bound() -> str:
+        p = await kube.get(r.PODS, "it-one", "default")
+        return str(p["spec"].get("nodeName") or "")
+
+    node_name = await wait_for(bound, timeout=60, what="pod bound")
+    claims = [c for c in (await kube.list(r.NODECLAIMS))[0] if c["metadata"]["labels"][wk.LABEL_NODEPOOL] == "it"]
+    assert len(claims) == 1
+    claim = claims[0]
+    assert claim["status"]["nodeName"] == node_name
+    assert wk.FINALIZER_TERMINATION in claim["metadata"]["finalizers"]
+    node = await kube.get(r.NODES, node_name)
+    assert node["spec"]["providerID"] == claim["status"]["providerID"]
+    assert node["metadata"]["labels"][wk.LABEL_REGISTERED] == "true"
+    assert all(t["key"] != wk.TAINT_UNREGISTERED_KEY for t in node["spec"].get("taints") or [])
+    # A second decision over the same state creates nothing: the pod is planned or bound already.
+    assert await operator.provisioner.provision_once() == []
+
+
+async def test_deleting_a_nodeclaim_drains_through_pdb_and_terminates(operator: Operator, kube: KubeClient) -> None:
+    """Eviction honours a PodDisruptionBudget; the instance is terminated; finalizers are released."""
+    claim = next(c for c in (await kube.list(r.NODECLAIMS))[0] if c["metadata"]["labels"][wk.LABEL_NODEPOOL] == "it")
+    node_name = claim["status"]["nodeName"]
+    await apply(
+        kube,
+        [
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": "it-one", "namespace": "default"},
+                "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "it-one"}}},
+            }
+        ],
+    )
+    await wait_for(lambda: _pdb_observed(kube), timeout=30, what="PDB status")
+    await kube.delete(r.NODECLAIMS, claim["metadata"]["name"])
+
+    async def tainted() -> bool:
+        node = await kube.get(r.NODES, node_name)
+        return any(t["key"] == wk.TAINT_DISRUPTED_KEY for t in node["spec"].get("taints") or [])
+
+    await wait_for(tainted, timeout=20, what="disrupted taint")
+    await asyncio.sleep(3)
+    still = await kube.get(r.PODS, "it-one", "default")
+    assert not still["metadata"].get("deletionTimestamp"), "the PDB must block the eviction"
+    await kube.delete(r.PDBS, "it-one", "default")
+
+    async def gone() -> bool:
+        claims = [c for c in (await kube.list(r.NODECLAIMS))[0] if c["metadata"]["name"] == claim["metadata"]["name"]]
+        return not claims
+
+    await wait_for(gone, timeout=60, what="nodeclaim released")
+    instance = await operator.cloud.list()
+    assert claim["status"]["providerID"] not in {i.provider_id for i in instance}
+
+
+async def _pdb_observed(kube: KubeClient) -> bool:
+    pdb = await kube.get(r.PDBS, "it-one", "default")
+    return (pdb.get("status") or {}).get("observedGeneration") == pdb["metadata"]["generation"]
