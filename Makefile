@@ -25,7 +25,7 @@ controlplane:
 	bash e2e/cluster/build.sh >/dev/null
 
 lint: venv
-	$(VENV)/bin/ruff check karpy tests e2e benchmarks
+	$(VENV)/bin/ruff check karpy tests e2e conftest.py $(wildcard benchmarks)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

@@ -21,24 +21,13 @@ from karpy.kube.errors import ApiError
 from karpy.kube.resources import PODS
 from karpy.metrics import PODS_BOUND
 from karpy.runtime.controller import Result
-from karpy.scheduling.model import Pod, Taint, Toleration
+from karpy.scheduling.model import Pod, Taint
+from karpy.scheduling.taints import tolerates
 from karpy.state.cluster import ClusterState, condition_true, deleting
 from karpy.state.views import NodeInfo
 
 log = structlog.get_logger("karpy.binder")
 JSON = dict[str, Any]
-
-
-def tolerates(tolerations: tuple[Toleration, ...], taint: Taint) -> bool:
-    """Kubernetes ``Toleration.ToleratesTaint``."""
-    for t in tolerations:
-        if t.effect and t.effect != taint.effect:
-            continue
-        if t.operator == "Exists" and (not t.key or t.key == taint.key):
-            return True
-        if t.key == taint.key and t.operator in ("Equal", "") and t.value == taint.value:
-            return True
-    return False
 
 
 def blocking_taint(pod: Pod, node: NodeInfo) -> Taint | None:

@@ -22,7 +22,6 @@ import structlog
 
 from karpy.apis import labels as wk
 from karpy.cloudprovider.types import CloudProvider, NodeClaimNotFoundError
-from karpy.controllers.binder import tolerates
 from karpy.controllers.conditions import set_condition
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
@@ -31,6 +30,7 @@ from karpy.kube.resources import NODECLAIMS, NODES, PODS
 from karpy.metrics import NODECLAIMS_TERMINATED
 from karpy.runtime.controller import Result
 from karpy.scheduling.model import Taint
+from karpy.scheduling.taints import tolerates
 from karpy.state.cluster import ClusterState, condition_true, deleting, provider_id
 from karpy.state.views import NodeInfo, PodInfo, taints_json
 

@@ -1,0 +1,319 @@
+"""Label requirements as value sets: intersection, compatibility and label matching.
+
+Karpenter core ``pkg/scheduling/requirement.go`` / ``requirements.go`` represent every node selector
+requirement as a set of allowed values over one label key, possibly a complement (``NotIn``/``Exists``) and
+possibly bounded by integers (``Gt``/``Lt``). Sets intersect, which is how a NodePool's requirements narrow
+with every pod added to a NodeClaim. karpy follows the same model:
+
+=================  ==========  ==========  ==============
+operator           complement  values      bounds
+=================  ==========  ==========  ==============
+``In [a b]``       False       {a, b}
+``NotIn [a b]``    True        {a, b}
+``Exists``         True        {}
+``DoesNotExist``   False       {}
+``Gt n``           True        {}          greater than n
+``Lt n``           True        {}          less than n
+``Gte n``/``Lte``  as ``Gt n-1`` / ``Lt n+1`` (Karpenter extensions)
+=================  ==========  ==========  ==============
+
+A requirement set (:data:`Reqs`) is a plain ``dict`` from label key to :class:`Req`; the hot path of the
+scheduler keys its caches by :func:`signature`. Label matching against a concrete node (:func:`matches`)
+uses the Kubernetes ``NodeSelectorRequirement`` semantics on the raw requirements instead, because an
+intersection loses the difference between ``NotIn [a]`` (absent label allowed) and ``NotIn [a]`` AND
+``Exists`` (absent label rejected).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from karpy.apis import labels as wk
+from karpy.scheduling.model import DOES_NOT_EXIST, EXISTS, GT, GTE, IN, LT, LTE, NOT_IN, Requirement
+
+Signature = tuple[tuple[str, bool, frozenset[str], int | None, int | None, int | None], ...]
+
+
+class Req:
+    """The allowed values of one label key (Karpenter ``Requirement``); immutable by convention.
+
+    ``gt``/``lt`` are exclusive integer bounds that apply to every allowed value (values that are not
+    integers are then excluded). ``min_values`` is Karpenter's minimum number of distinct values the
+    NodeClaim's instance types must cover (None when unset).
+    """
+
+    __slots__ = ("complement", "gt", "key", "lt", "min_values", "values")
+
+    def __init__(
+        self,
+        key: str,
+        complement: bool,
+        values: frozenset[str] = frozenset(),
+        gt: int | None = None,
+        lt: int | None = None,
+        min_values: int | None = None,
+    ) -> None:
+        self.key = key
+        self.complement = complement
+        self.values = values
+        self.gt = gt
+        self.lt = lt
+        self.min_values = min_values
+
+    @property
+    def sig(self) -> tuple[str, bool, frozenset[str], int | None, int | None, int | None]:
+        """Hashable identity (cache key)."""
+        return (self.key, self.complement, self.values, self.gt, self.lt, self.min_values)
+
+    def _in_bounds(self, value: str) -> bool:
+        if self.gt is None and self.lt is None:
+            return True
+        try:
+            number = int(value)
+        except ValueError:
+            return False
+        return (self.gt is None or number > self.gt) and (self.lt is None or number < self.lt)
+
+    def has(self, value: str) -> bool:
+        """True when ``value`` is allowed (Karpenter ``Requirement.Has``)."""
+        if self.complement:
+            return value not in self.values and self._in_bounds(value)
+        return value in self.values
+
+    def empty(self) -> bool:
+        """True when no value is allowed (Karpenter ``Len() == 0``)."""
+        if self.complement:
+            return self.gt is not None and self.lt is not None and self.gt + 1 >= self.lt
+        return not self.values
+
+    def allows_absent(self) -> bool:
+        """True when a node without this label satisfies it: operator NotIn or DoesNotExist."""
+        return self.operator() in (NOT_IN, DOES_NOT_EXIST)
+
+    def operator(self) -> str:
+        """The Kubernetes operator this set reads as (bounds read as Gt, then Lt)."""
+        if self.complement:
+            if self.values:
+                return NOT_IN
+            if self.gt is not None:
+                return GT
+            if self.lt is not None:
+                return LT
+            return EXISTS
+        return IN if self.values else DOES_NOT_EXIST
+
+    def to_model(self) -> list[Requirement]:
+        """Back to node selector requirements (one per bound when both bounds are set)."""
+        op = self.operator()
+        if op in (IN, NOT_IN):
+            out = [Requirement(self.key, op, tuple(sorted(self.values)), self.min_values)]
+        elif op in (GT, LT):
+            out = []
+            if self.gt is not None:
+                out.append(Requirement(self.key, GT, (str(self.gt),), self.min_values))
+            if self.lt is not None:
+                out.append(Requirement(self.key, LT, (str(self.lt),), None if out else self.min_values))
+        else:
+            out = [Requirement(self.key, op, (), self.min_values)]
+        return out
+
+    def __str__(self) -> str:
+        return " and ".join(_format(r) for r in self.to_model())
+
+    def __repr__(self) -> str:
+        return f"Req({self})"
+
+
+def _format(req: Requirement) -> str:
+    if req.operator in (IN, NOT_IN):
+        return f"{req.key} {req.operator} [{', '.join(req.values)}]"
+    if req.operator in (GT, LT, GTE, LTE):
+        return f"{req.key} {req.operator} {req.values[0] if req.values else ''}"
+    return f"{req.key} {req.operator}"
+
+
+def format_requirement(req: Requirement) -> str:
+    """``key Op [v1, v2]`` as used in explanations."""
+    return _format(req)
+
+
+def _int(values: Sequence[str]) -> int | None:
+    try:
+        return int(values[0]) if values else None
+    except ValueError:
+        return None
+
+
+def from_requirement(req: Requirement) -> Req:
+    """A :class:`Req` from a node selector requirement; legacy keys normalised.
+
+    An unparsable Gt/Lt/Gte/Lte bound allows nothing (Kubernetes: the requirement never matches).
+    """
+    key = wk.NORMALIZED_LABELS.get(req.key, req.key)
+    op = req.operator
+    mv = req.min_values
+    if op == IN:
+        return Req(key, False, frozenset(req.values), min_values=mv)
+    if op == NOT_IN:
+        return Req(key, True, frozenset(req.values), min_values=mv)
+    if op == EXISTS:
+        return Req(key, True, min_values=mv)
+    if op in (GT, GTE, LT, LTE):
+        bound = _int(req.values)
+        if bound is None:
+            return Req(key, False, min_values=mv)
+        if op == GT:
+            return Req(key, True, gt=bound, min_values=mv)
+        if op == GTE:
+            return Req(key, True, gt=bound - 1, min_values=mv)
+        if op == LT:
+            return Req(key, True, lt=bound, min_values=mv)
+        return Req(key, True, lt=bound + 1, min_values=mv)
+    # DoesNotExist, and any unknown operator, allows no value.
+    return Req(key, False, min_values=mv)
+
+
+def _max_opt(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    return a if b is None else max(a, b)
+
+
+def _min_opt(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
+
+
+def intersect(a: Req, b: Req) -> Req:
+    """The values both allow (Karpenter ``Requirement.Intersection``); minValues is the larger one."""
+    gt = _max_opt(a.gt, b.gt)
+    lt = _min_opt(a.lt, b.lt)
+    mv = _max_opt(a.min_values, b.min_values)
+    if gt is not None and lt is not None and gt + 1 >= lt:
+        return Req(a.key, False, min_values=mv)
+    if a.complement and b.complement:
+        return Req(a.key, True, a.values | b.values, gt, lt, mv)
+    if a.complement:
+        values = b.values - a.values
+    elif b.complement:
+        values = a.values - b.values
+    else:
+        values = a.values & b.values
+    out = Req(a.key, False, values, gt, lt, mv)
+    if gt is not None or lt is not None:
+        out.values = frozenset(v for v in values if out._in_bounds(v))
+        out.gt = out.lt = None
+    return out
+
+
+Reqs = dict[str, Req]
+
+
+def build(requirements: Iterable[Requirement]) -> Reqs:
+    """A requirement set; repeated keys intersect (Karpenter ``Requirements.Add``)."""
+    out: Reqs = {}
+    for r in requirements:
+        add(out, from_requirement(r))
+    return out
+
+
+def add(reqs: Reqs, req: Req) -> None:
+    """Intersect ``req`` into ``reqs`` in place."""
+    prev = reqs.get(req.key)
+    reqs[req.key] = req if prev is None else intersect(prev, req)
+
+
+def from_labels(labels: Mapping[str, str]) -> Reqs:
+    """``key In [value]`` per label (Karpenter ``NewLabelRequirements``)."""
+    return {k: Req(k, False, frozenset((v,))) for k, v in labels.items()}
+
+
+def intersect_all(a: Reqs, b: Reqs) -> Reqs:
+    """Key-wise intersection; keys present on one side only are kept as they are."""
+    out = dict(a)
+    for key, req in b.items():
+        prev = out.get(key)
+        out[key] = req if prev is None else intersect(prev, req)
+    return out
+
+
+def signature(reqs: Reqs) -> Signature:
+    """Hashable, order-independent identity of a requirement set (cache key)."""
+    return tuple(sorted(r.sig for r in reqs.values()))
+
+
+def intersects(existing: Reqs, incoming: Reqs) -> str | None:
+    """Why two sets share no value on a common key, or None (Karpenter ``Requirements.Intersects``).
+
+    An empty intersection is tolerated when both sides read NotIn/DoesNotExist: a node without the
+    label satisfies both.
+    """
+    small, large = (existing, incoming) if len(existing) <= len(incoming) else (incoming, existing)
+    for key in small:
+        if key not in large:
+            continue
+        old, new = existing[key], incoming[key]
+        if intersect(old, new).empty():
+            if new.allows_absent() and old.allows_absent():
+                continue
+            return f"requirement {new} is not compatible with {old}"
+    return None
+
+
+def compatible(template: Reqs, pod: Reqs, allow_undefined: frozenset[str] = wk.WELL_KNOWN_LABELS) -> str | None:
+    """Why ``pod`` cannot be satisfied by a node made from ``template``, or None (Karpenter ``Compatible``).
+
+    A pod key the template does not define is allowed when it is well-known (its values come from the
+    instance types and offerings) or when the pod only excludes it (NotIn/DoesNotExist); a custom label
+    the NodePool neither requires nor sets can never appear on the node, so it is incompatible.
+    """
+    for key, req in pod.items():
+        if key in template or key in allow_undefined or req.allows_absent():
+            continue
+        return f'label "{key}" does not have known values (requirement {req})'
+    return intersects(template, pod)
+
+
+def matches_requirement(req: Requirement, labels: Mapping[str, str]) -> bool:
+    """Kubernetes ``NodeSelectorRequirement`` matching against a node's labels."""
+    key = wk.NORMALIZED_LABELS.get(req.key, req.key)
+    value = labels.get(key)
+    op = req.operator
+    if op == IN:
+        return value is not None and value in req.values
+    if op == NOT_IN:
+        return value is None or value not in req.values
+    if op == EXISTS:
+        return value is not None
+    if op == DOES_NOT_EXIST:
+        return value is None
+    if value is None:
+        return False
+    bound = _int(req.values)
+    try:
+        number = int(value)
+    except ValueError:
+        return False
+    if bound is None:
+        return False
+    if op == GT:
+        return number > bound
+    if op == LT:
+        return number < bound
+    if op == GTE:
+        return number >= bound
+    if op == LTE:
+        return number <= bound
+    return False
+
+
+def matches(requirements: Iterable[Requirement], labels: Mapping[str, str]) -> bool:
+    """True when every requirement matches ``labels`` (requirements in a term are ANDed)."""
+    return all(matches_requirement(r, labels) for r in requirements)
+
+
+def format_set(reqs: Reqs, keys: Iterable[str] | None = None) -> str:
+    """``k1 In [a], k2 Exists`` over ``keys`` (all keys when None), sorted by key."""
+    chosen = sorted(reqs if keys is None else (k for k in keys if k in reqs))
+    return ", ".join(str(reqs[k]) for k in chosen)
