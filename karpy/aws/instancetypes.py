@@ -1,0 +1,484 @@
+"""The EC2 instance-type catalogue as the scheduler sees it (Karpenter AWS ``pkg/providers/instancetype``).
+
+Pure part (unit-testable, no I/O): labels, capacity and kubelet overhead of one ``DescribeInstanceTypes``
+entry, following Karpenter's ``types.go``:
+
+* capacity: cpu = vCPUs × 1000 millicores; memory = (MiB − ⌈MiB × VM_MEMORY_OVERHEAD_PERCENT⌉) MiB in bytes;
+  pods = ``kubelet.maxPods`` else the ENI limit ``(ENIs − RESERVED_ENIS) × (IPv4 per ENI − 1) + 2``, capped by
+  ``podsPerCore × vCPUs``; ephemeral-storage = the NodeClass root volume (20Gi default for AL2023); GPUs.
+* overhead: kube-reserved (cpu 6 % of the first core, 1 % of the second, 0.5 % of cores 3–4, 0.25 % of the
+  rest; memory 11MiB × pods + 255MiB; ephemeral-storage 1Gi) or ``kubelet.kubeReserved``, plus
+  ``kubelet.systemReserved``, plus the eviction threshold (``evictionHard``, default memory.available 100Mi,
+  nodefs.available 10 %; the larger of hard and soft per signal).
+
+I/O part: :class:`InstanceTypeProvider` reads DescribeInstanceTypes and DescribeInstanceTypeOfferings (both
+cached 12 h, Karpenter's catalogue refresh), prices (:mod:`karpy.aws.pricing`) and the ICE cache
+(:class:`UnavailableOfferings`), and caches the per-NodeClass result for 5 minutes (Karpenter's resolved
+instance-type cache) keyed on everything it depends on, so a provisioning batch costs no AWS call.
+It deliberately does not learn observed node memory (Karpenter's 60-day capacity cache).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+
+from karpy.apis import labels as wk
+from karpy.apis.quantity import QuantityError, format_canonical, parse_quantity, to_canonical
+from karpy.aws.pricing import PricingProvider
+from karpy.cloudprovider.types import InstanceType, NodeClassNotReadyError, Offering
+
+MiB: Final = 2**20
+GiB: Final = 2**30
+CATALOGUE_TTL: Final = 12 * 3600.0
+RESOLVED_TTL: Final = 300.0
+ICE_TTL: Final = 180.0
+DEFAULT_ROOT_VOLUME: Final = 20 * GiB
+DEFAULT_EVICTION_HARD: Final = {"memory.available": "100Mi", "nodefs.available": "10%"}
+EVICTION_SIGNALS: Final = {"memory.available": wk.RESOURCE_MEMORY, "nodefs.available": wk.RESOURCE_EPHEMERAL_STORAGE}
+ARCHITECTURES: Final = {"x86_64": "amd64", "arm64": "arm64"}
+_NAME = re.compile(r"^([a-z]+)(-[0-9]+tb)?([0-9]+).*\.")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Pure: labels, capacity, overhead
+
+
+def supported(info: Mapping[str, Any]) -> bool:
+    """Karpenter's catalogue filter: HVM and x86_64 or arm64."""
+    if "hvm" not in (info.get("SupportedVirtualizationTypes") or []):
+        return False
+    archs = (info.get("ProcessorInfo") or {}).get("SupportedArchitectures") or []
+    return any(a in ARCHITECTURES for a in archs)
+
+
+def architecture(info: Mapping[str, Any]) -> str:
+    """``amd64`` or ``arm64`` (Kubernetes naming) of an instance type."""
+    for arch in (info.get("ProcessorInfo") or {}).get("SupportedArchitectures") or []:
+        if arch in ARCHITECTURES:
+            return ARCHITECTURES[arch]
+    return "amd64"
+
+
+def instance_type_labels(info: Mapping[str, Any]) -> dict[str, str]:
+    """The single-valued well-known labels of one DescribeInstanceTypes entry (Karpenter ``computeRequirements``).
+
+    Labels whose value is unknown are omitted (Karpenter: ``DoesNotExist``).
+    """
+    name = str(info["InstanceType"])
+    family, _, size = name.partition(".")
+    vcpus = int((info.get("VCpuInfo") or {}).get("DefaultVCpus") or 0)
+    processor = info.get("ProcessorInfo") or {}
+    labels = {
+        wk.LABEL_INSTANCE_TYPE: name,
+        wk.LABEL_ARCH: architecture(info),
+        wk.LABEL_OS: "linux",
+        wk.LABEL_INSTANCE_FAMILY: family,
+        wk.LABEL_INSTANCE_SIZE: size,
+        wk.LABEL_INSTANCE_CPU: str(vcpus),
+        wk.LABEL_INSTANCE_MEMORY: str(int((info.get("MemoryInfo") or {}).get("SizeInMiB") or 0)),
+        wk.LABEL_INSTANCE_HYPERVISOR: str(info.get("Hypervisor") or ""),
+        wk.LABEL_INSTANCE_ENCRYPTION_IN_TRANSIT: str(
+            bool((info.get("NetworkInfo") or {}).get("EncryptionInTransitSupported"))
+        ).lower(),
+    }
+    match = _NAME.match(name)
+    if match:
+        labels[wk.LABEL_INSTANCE_CATEGORY] = match.group(1)
+        labels[wk.LABEL_INSTANCE_GENERATION] = match.group(3)
+    if processor.get("Manufacturer"):
+        labels[wk.LABEL_INSTANCE_CPU_MANUFACTURER] = str(processor["Manufacturer"]).lower()
+    if processor.get("SustainedClockSpeedInGhz"):
+        labels[wk.LABEL_INSTANCE_CPU_SUSTAINED_CLOCK] = str(round(float(processor["SustainedClockSpeedInGhz"]) * 1000))
+    ebs = ((info.get("EbsInfo") or {}).get("EbsOptimizedInfo") or {}).get("MaximumBandwidthInMbps")
+    if ebs:
+        labels[wk.LABEL_INSTANCE_EBS_BANDWIDTH] = str(ebs)
+    cards = (info.get("NetworkInfo") or {}).get("NetworkCards") or []
+    if cards and cards[0].get("BaselineBandwidthInGbps"):
+        labels[wk.LABEL_INSTANCE_NETWORK_BANDWIDTH] = str(round(float(cards[0]["BaselineBandwidthInGbps"]) * 1000))
+    storage = info.get("InstanceStorageInfo") or {}
+    if storage.get("NvmeSupport") in ("required", "supported") and storage.get("TotalSizeInGB"):
+        labels[wk.LABEL_INSTANCE_LOCAL_NVME] = str(storage["TotalSizeInGB"])
+    gpus = (info.get("GpuInfo") or {}).get("Gpus") or []
+    if gpus:
+        gpu = gpus[0]
+        labels[wk.LABEL_INSTANCE_GPU_NAME] = _lower_name(gpu.get("Name"))
+        labels[wk.LABEL_INSTANCE_GPU_MANUFACTURER] = _lower_name(gpu.get("Manufacturer"))
+        labels[wk.LABEL_INSTANCE_GPU_COUNT] = str(int(gpu.get("Count") or 0))
+        labels[wk.LABEL_INSTANCE_GPU_MEMORY] = str(int((gpu.get("MemoryInfo") or {}).get("SizeInMiB") or 0))
+    accelerators = _neuron_devices(info)
+    if accelerators:
+        device = accelerators[0]
+        labels[wk.LABEL_INSTANCE_ACCELERATOR_NAME] = _lower_name(device.get("Name"))
+        labels[wk.LABEL_INSTANCE_ACCELERATOR_MANUFACTURER] = _lower_name(device.get("Manufacturer") or "aws")
+        labels[wk.LABEL_INSTANCE_ACCELERATOR_COUNT] = str(sum(int(d.get("Count") or 0) for d in accelerators))
+    return {k: v for k, v in labels.items() if v != ""}
+
+
+def _lower_name(value: Any) -> str:
+    return str(value or "").lower().replace(" ", "-")
+
+
+def _neuron_devices(info: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    devices = (info.get("NeuronInfo") or {}).get("NeuronDevices") or []
+    if devices:
+        return list(devices)
+    return list((info.get("InferenceAcceleratorInfo") or {}).get("Accelerators") or [])
+
+
+def eni_limited_pods(info: Mapping[str, Any], reserved_enis: int = 0) -> int:
+    """``(ENIs − reserved) × (IPv4 addresses per ENI − 1) + 2`` (VPC CNI without prefix delegation).
+
+    ENIs are those of the default network card (Karpenter ``ENILimitedPods``); at least 0.
+    """
+    network = info.get("NetworkInfo") or {}
+    cards = network.get("NetworkCards") or []
+    index = int(network.get("DefaultNetworkCardIndex") or 0)
+    enis = int(network.get("MaximumNetworkInterfaces") or 0)
+    for card in cards:
+        if int(card.get("NetworkCardIndex") or 0) == index and card.get("MaximumNetworkInterfaces"):
+            enis = int(card["MaximumNetworkInterfaces"])
+    ips = int(network.get("Ipv4AddressesPerInterface") or 0)
+    usable = max(0, enis - reserved_enis)
+    if usable == 0 or ips == 0:
+        return 0
+    return usable * (ips - 1) + 2
+
+
+def max_pods(info: Mapping[str, Any], kubelet: Mapping[str, Any], reserved_enis: int = 0) -> int:
+    """Pods capacity: ``kubelet.maxPods`` or the ENI limit, capped by ``podsPerCore × vCPUs`` when set."""
+    vcpus = int((info.get("VCpuInfo") or {}).get("DefaultVCpus") or 0)
+    pods = int(kubelet["maxPods"]) if kubelet.get("maxPods") is not None else eni_limited_pods(info, reserved_enis)
+    per_core = int(kubelet.get("podsPerCore") or 0)
+    if per_core > 0:
+        pods = min(pods, per_core * vcpus)
+    return pods
+
+
+def root_volume_bytes(nodeclass: Mapping[str, Any]) -> int:
+    """Ephemeral storage in bytes: the ``rootVolume`` (else ``/dev/xvda``) block device of the NodeClass.
+
+    AL2023's default is a 20Gi gp3 root volume at ``/dev/xvda`` (Karpenter ``DefaultEBS``).
+    """
+    mappings = (nodeclass.get("spec") or {}).get("blockDeviceMappings") or []
+    chosen = next((m for m in mappings if m.get("rootVolume")), None)
+    chosen = chosen or next((m for m in mappings if m.get("deviceName") == "/dev/xvda"), None)
+    size = ((chosen or {}).get("ebs") or {}).get("volumeSize")
+    if not size:
+        return DEFAULT_ROOT_VOLUME
+    return to_canonical(wk.RESOURCE_EPHEMERAL_STORAGE, size)
+
+
+def compute_capacity(
+    info: Mapping[str, Any],
+    *,
+    kubelet: Mapping[str, Any],
+    ephemeral_storage: int,
+    vm_memory_overhead_percent: float,
+    reserved_enis: int = 0,
+) -> dict[str, int]:
+    """Node capacity in canonical units (see the module docstring for each rule)."""
+    vcpus = int((info.get("VCpuInfo") or {}).get("DefaultVCpus") or 0)
+    mib = int((info.get("MemoryInfo") or {}).get("SizeInMiB") or 0)
+    memory_mib = mib - math.ceil(mib * vm_memory_overhead_percent)
+    capacity = {
+        wk.RESOURCE_CPU: vcpus * 1000,
+        wk.RESOURCE_MEMORY: memory_mib * MiB,
+        wk.RESOURCE_PODS: max_pods(info, kubelet, reserved_enis),
+        wk.RESOURCE_EPHEMERAL_STORAGE: ephemeral_storage,
+    }
+    for gpu in (info.get("GpuInfo") or {}).get("Gpus") or []:
+        maker = str(gpu.get("Manufacturer") or "").lower()
+        resource = {"nvidia": wk.RESOURCE_NVIDIA_GPU, "amd": wk.RESOURCE_AMD_GPU}.get(maker)
+        if resource:
+            capacity[resource] = capacity.get(resource, 0) + int(gpu.get("Count") or 0)
+    neuron = _neuron_devices(info)
+    if neuron and (info.get("NeuronInfo") or {}).get("NeuronDevices"):
+        capacity[wk.RESOURCE_NEURON] = sum(int(d.get("Count") or 0) for d in neuron)
+        capacity[wk.RESOURCE_NEURON_CORE] = sum(
+            int(d.get("Count") or 0) * int((d.get("CoreInfo") or {}).get("Count") or 0) for d in neuron
+        )
+    # vpc.amazonaws.com/efa is deliberately absent: Karpenter counts it only when EFA interfaces are attached,
+    # and karpy's launch templates attach none.
+    return capacity
+
+
+def default_kube_reserved(cpu_millicores: int, pods: int) -> dict[str, int]:
+    """Karpenter's (and EKS's) kube-reserved: cpu by core tiers, memory 11MiB×pods+255MiB, ephemeral 1Gi."""
+    cpu = 0.0
+    for start, end, share in ((0, 1000, 0.06), (1000, 2000, 0.01), (2000, 4000, 0.005), (4000, 1 << 62, 0.0025)):
+        if cpu_millicores > start:
+            cpu += (min(cpu_millicores, end) - start) * share
+    return {
+        wk.RESOURCE_CPU: int(cpu),
+        wk.RESOURCE_MEMORY: (11 * pods + 255) * MiB,
+        wk.RESOURCE_EPHEMERAL_STORAGE: GiB,
+    }
+
+
+def _resource_map(values: Mapping[str, Any] | None) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, value in (values or {}).items():
+        try:
+            out[name] = to_canonical(name, value)
+        except QuantityError:
+            continue
+    return out
+
+
+def eviction_amount(threshold: str, capacity: int) -> int:
+    """An eviction threshold (``"100Mi"`` or ``"10%"``) as an amount of ``capacity`` (rounded up)."""
+    text = str(threshold).strip()
+    if text.endswith("%"):
+        return math.ceil(capacity * float(text[:-1]) / 100)
+    return math.ceil(parse_quantity(text))
+
+
+@attrs.frozen
+class KubeletResources:
+    """What kubelet reserves on a node, both as canonical amounts and as kubelet-config strings.
+
+    ``kube_reserved``/``system_reserved`` are canonical maps; ``eviction_hard`` maps signals to the strings
+    written to the kubelet config; ``eviction`` is the resolved eviction overhead (canonical).
+    """
+
+    max_pods: int
+    kube_reserved: Mapping[str, int]
+    system_reserved: Mapping[str, int]
+    eviction_hard: Mapping[str, str]
+    eviction: Mapping[str, int]
+
+    @property
+    def overhead(self) -> dict[str, int]:
+        """kube-reserved + system-reserved + eviction threshold per resource."""
+        total: dict[str, int] = {}
+        for part in (self.kube_reserved, self.system_reserved, self.eviction):
+            for k, v in part.items():
+                total[k] = total.get(k, 0) + v
+        return total
+
+
+def kubelet_resources(capacity: Mapping[str, int], kubelet: Mapping[str, Any]) -> KubeletResources:
+    """Reserved resources for a node of ``capacity`` under the NodeClass ``kubelet`` block."""
+    kube = _resource_map(kubelet.get("kubeReserved"))
+    if not kube:
+        kube = default_kube_reserved(capacity.get(wk.RESOURCE_CPU, 0), capacity.get(wk.RESOURCE_PODS, 0))
+    system = _resource_map(kubelet.get("systemReserved"))
+    hard = {**DEFAULT_EVICTION_HARD, **{k: str(v) for k, v in (kubelet.get("evictionHard") or {}).items()}}
+    soft = {k: str(v) for k, v in (kubelet.get("evictionSoft") or {}).items()}
+    eviction: dict[str, int] = {}
+    for signal, resource in EVICTION_SIGNALS.items():
+        amounts = [eviction_amount(t[signal], capacity.get(resource, 0)) for t in (hard, soft) if signal in t]
+        if amounts:
+            eviction[resource] = max(amounts)
+    return KubeletResources(
+        max_pods=capacity.get(wk.RESOURCE_PODS, 0),
+        kube_reserved=kube,
+        system_reserved=system,
+        eviction_hard=hard,
+        eviction=eviction,
+    )
+
+
+def format_reserved(values: Mapping[str, int]) -> dict[str, str]:
+    """Canonical reserved amounts as kubelet-config quantities (``{"cpu": "70m", "memory": "574Mi"}``)."""
+    return {k: format_canonical(k, v) for k, v in sorted(values.items())}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# ICE cache
+
+
+class UnavailableOfferings:
+    """Offerings that recently failed with an insufficient-capacity error (Karpenter ``UnavailableOfferings``).
+
+    Keyed by (capacity type, instance type, zone); an entry expires after 3 minutes (Karpenter's ICE TTL:
+    long enough to stop retrying a dry pool, short enough to come back once capacity returns). ``seq``
+    changes on every mark so dependent caches can key on it.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, ttl: float = ICE_TTL) -> None:
+        self.clock = clock
+        self.ttl = ttl
+        self._until: dict[tuple[str, str, str], float] = {}
+        self.seq = 0
+
+    def mark(self, capacity_type: str, instance_type: str, zone: str) -> None:
+        """Make the offering unavailable for ``ttl`` seconds."""
+        self._until[(capacity_type, instance_type, zone)] = self.clock() + self.ttl
+        self.seq += 1
+
+    def mark_capacity_type(self, capacity_type: str) -> None:
+        """Every offering of ``capacity_type`` (e.g. spot without its service-linked role)."""
+        self.mark(capacity_type, "*", "*")
+
+    def is_unavailable(self, capacity_type: str, instance_type: str, zone: str) -> bool:
+        """True while a mark for this offering (or its whole capacity type) has not expired."""
+        now = self.clock()
+        for key in ((capacity_type, instance_type, zone), (capacity_type, "*", "*")):
+            until = self._until.get(key)
+            if until is not None:
+                if until > now:
+                    return True
+                del self._until[key]
+                self.seq += 1
+        return False
+
+
+# ---------------------------------------------------------------------------------------------------------
+# I/O: catalogue
+
+
+class InstanceTypeProvider:
+    """Builds :class:`InstanceType` lists per NodeClass from cached EC2 data, prices and the ICE cache."""
+
+    def __init__(
+        self,
+        ec2: Any,
+        pricing: PricingProvider,
+        *,
+        region: str,
+        vm_memory_overhead_percent: float,
+        reserved_enis: int,
+        unavailable: UnavailableOfferings,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ec2 = ec2
+        self.pricing = pricing
+        self.region = region
+        self.vm_memory_overhead_percent = vm_memory_overhead_percent
+        self.reserved_enis = reserved_enis
+        self.unavailable = unavailable
+        self.clock = clock
+        self._infos: list[dict[str, Any]] = []
+        self._infos_until = -1.0
+        self._zones: dict[str, frozenset[str]] = {}
+        self._zones_until = -1.0
+        self._resolved: dict[str, tuple[str, float, list[InstanceType]]] = {}
+
+    async def infos(self) -> list[dict[str, Any]]:
+        """Every supported DescribeInstanceTypes entry (cached 12 h)."""
+        if self.clock() < self._infos_until:
+            return self._infos
+        infos: list[dict[str, Any]] = []
+        paginator = self.ec2.get_paginator("describe_instance_types")
+        async for page in paginator.paginate(PaginationConfig={"PageSize": 100}):
+            infos.extend(i for i in page.get("InstanceTypes") or [] if supported(i))
+        self._infos = sorted(infos, key=lambda i: str(i["InstanceType"]))
+        self._infos_until = self.clock() + CATALOGUE_TTL
+        return self._infos
+
+    async def zones(self) -> dict[str, frozenset[str]]:
+        """Instance type → the availability zones that offer it (cached 12 h)."""
+        if self.clock() < self._zones_until:
+            return self._zones
+        zones: dict[str, set[str]] = {}
+        paginator = self.ec2.get_paginator("describe_instance_type_offerings")
+        async for page in paginator.paginate(LocationType="availability-zone"):
+            for offer in page.get("InstanceTypeOfferings") or []:
+                zones.setdefault(str(offer["InstanceType"]), set()).add(str(offer["Location"]))
+        self._zones = {k: frozenset(v) for k, v in zones.items()}
+        self._zones_until = self.clock() + CATALOGUE_TTL
+        return self._zones
+
+    async def list(self, nodeclass: Mapping[str, Any]) -> list[InstanceType]:
+        """Instance types launchable under ``nodeclass`` (status resolved), offerings limited to its subnets' zones.
+
+        Raises:
+            NodeClassNotReadyError: the NodeClass status lists no subnets.
+        """
+        subnets = (nodeclass.get("status") or {}).get("subnets") or []
+        if not subnets:
+            name = (nodeclass.get("metadata") or {}).get("name", "")
+            raise NodeClassNotReadyError(f"EC2NodeClass {name!r} has no resolved subnets")
+        zone_ids = {str(s["zone"]): str(s.get("zoneID") or "") for s in subnets}
+        # Independent reads (each cached on its own TTL): fetch them concurrently on a cold start.
+        infos, zones, on_demand, spot = await asyncio.gather(
+            self.infos(), self.zones(), self.pricing.on_demand_prices(), self.pricing.spot_prices()
+        )
+        spec = nodeclass.get("spec") or {}
+        key = json.dumps(
+            [
+                sorted(zone_ids.items()),
+                spec.get("kubelet"),
+                spec.get("blockDeviceMappings"),
+                self.unavailable.seq,
+                self.pricing.version,
+                self._infos_until,
+                self._zones_until,
+            ],
+            sort_keys=True,
+            default=str,
+        )
+        class_name = str((nodeclass.get("metadata") or {}).get("name", ""))
+        cached = self._resolved.get(class_name)
+        if cached is not None and cached[0] == key and self.clock() < cached[1]:
+            return cached[2]
+        kubelet = spec.get("kubelet") or {}
+        ephemeral = root_volume_bytes(nodeclass)
+        result = []
+        for info in infos:
+            name = str(info["InstanceType"])
+            offered = sorted(zones.get(name, frozenset()) & zone_ids.keys())
+            if not offered:
+                continue
+            result.append(self.build(info, kubelet, ephemeral, offered, zone_ids, on_demand, spot))
+        # One entry per NodeClass (the newest inputs), so the map stays as small as the NodeClass count.
+        self._resolved[class_name] = (key, self.clock() + RESOLVED_TTL, result)
+        return result
+
+    def build(
+        self,
+        info: Mapping[str, Any],
+        kubelet: Mapping[str, Any],
+        ephemeral: int,
+        zones: Sequence[str],
+        zone_ids: Mapping[str, str],
+        on_demand: Mapping[str, float],
+        spot: Mapping[tuple[str, str], float],
+    ) -> InstanceType:
+        """One :class:`InstanceType` with an offering per (zone, capacity type).
+
+        An offering with no known price is kept with ``available=False`` and price 0.0 (Karpenter keeps it
+        unavailable rather than dropping it, so the scheduler can say why nothing fit).
+        """
+        name = str(info["InstanceType"])
+        capacity = compute_capacity(
+            info,
+            kubelet=kubelet,
+            ephemeral_storage=ephemeral,
+            vm_memory_overhead_percent=self.vm_memory_overhead_percent,
+            reserved_enis=self.reserved_enis,
+        )
+        reserved = kubelet_resources(capacity, kubelet)
+        usage = info.get("SupportedUsageClasses") or ["on-demand"]
+        offerings = []
+        for zone in zones:
+            for capacity_type in (wk.CAPACITY_TYPE_ON_DEMAND, wk.CAPACITY_TYPE_SPOT):
+                if capacity_type not in usage:
+                    continue
+                price = on_demand.get(name) if capacity_type == wk.CAPACITY_TYPE_ON_DEMAND else spot.get((name, zone))
+                available = price is not None and not self.unavailable.is_unavailable(capacity_type, name, zone)
+                offerings.append(
+                    Offering(
+                        zone=zone,
+                        capacity_type=capacity_type,
+                        price=float(price or 0.0),
+                        available=available,
+                        zone_id=zone_ids.get(zone, ""),
+                    )
+                )
+        return InstanceType(
+            name=name,
+            labels=instance_type_labels(info),
+            capacity=capacity,
+            overhead=reserved.overhead,
+            offerings=tuple(offerings),
+        )

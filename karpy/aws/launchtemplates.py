@@ -1,0 +1,163 @@
+"""Launch templates: one per (NodeClass, AMI, kubelet resources, capacity type) group (Karpenter AWS
+``pkg/providers/launchtemplate``).
+
+Named ``karpenter.k8s.aws/<hash of the template data>``, so an identical request reuses the template and any
+change (AMI, user data, security groups, profile, block devices, tags) yields a new one. Each holds the AMI,
+the AL2023 nodeadm user data (base64), the security groups, the instance profile, block device mappings
+(default ``/dev/xvda`` 20Gi gp3 encrypted), IMDS options (Karpenter's defaults: tokens required, hop limit 1)
+and the cluster/NodeClass tags. Names already ensured are remembered for 1 minute (Karpenter's LT cache TTL):
+long enough to spare a DescribeLaunchTemplates per launch in a burst, short enough to notice a template
+deleted behind our back. Not done: deleting templates on cache eviction or NodeClass deletion.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+import structlog
+
+from karpy.apis import labels as wk
+from karpy.apis.hashing import stable_hash
+from karpy.apis.quantity import to_canonical
+from karpy.aws.errors import is_already_exists, is_not_found
+
+log = structlog.get_logger("karpy.aws.launchtemplates")
+JSON = dict[str, Any]
+LT_CACHE_TTL: Final = 60.0
+NAME_PREFIX: Final = "karpenter.k8s.aws/"
+DEFAULT_METADATA_OPTIONS: Final = {
+    "HttpEndpoint": "enabled",
+    "HttpProtocolIpv6": "disabled",
+    "HttpPutResponseHopLimit": 1,
+    "HttpTokens": "required",
+    "InstanceMetadataTags": "disabled",
+}
+DEFAULT_BLOCK_DEVICES: Final[list[JSON]] = [
+    {
+        "DeviceName": "/dev/xvda",
+        "Ebs": {"VolumeSize": 20, "VolumeType": "gp3", "Encrypted": True, "DeleteOnTermination": True},
+    }
+]
+
+
+def block_device_mappings(nodeclass: Mapping[str, Any]) -> list[JSON]:
+    """EC2 ``BlockDeviceMappings`` from ``spec.blockDeviceMappings`` (sizes rounded up to whole GiB)."""
+    mappings = (nodeclass.get("spec") or {}).get("blockDeviceMappings") or []
+    if not mappings:
+        return [dict(m, Ebs=dict(m["Ebs"])) for m in DEFAULT_BLOCK_DEVICES]
+    out = []
+    fields = (
+        ("volumeType", "VolumeType"),
+        ("encrypted", "Encrypted"),
+        ("deleteOnTermination", "DeleteOnTermination"),
+        ("iops", "Iops"),
+        ("throughput", "Throughput"),
+        ("kmsKeyID", "KmsKeyId"),
+        ("snapshotID", "SnapshotId"),
+    )
+    for m in mappings:
+        ebs_spec = m.get("ebs") or {}
+        ebs: JSON = {target: ebs_spec[source] for source, target in fields if ebs_spec.get(source) is not None}
+        if ebs_spec.get("volumeSize"):
+            ebs["VolumeSize"] = math.ceil(to_canonical("ephemeral-storage", ebs_spec["volumeSize"]) / 2**30)
+        out.append({"DeviceName": m.get("deviceName", "/dev/xvda"), "Ebs": ebs})
+    return out
+
+
+def metadata_options(nodeclass: Mapping[str, Any]) -> JSON:
+    """IMDS options: Karpenter's defaults overlaid by ``spec.metadataOptions``; instance tags always off."""
+    spec = (nodeclass.get("spec") or {}).get("metadataOptions") or {}
+    names = {
+        "httpEndpoint": "HttpEndpoint",
+        "httpProtocolIPv6": "HttpProtocolIpv6",
+        "httpPutResponseHopLimit": "HttpPutResponseHopLimit",
+        "httpTokens": "HttpTokens",
+    }
+    out = dict(DEFAULT_METADATA_OPTIONS)
+    out.update({names[k]: v for k, v in spec.items() if k in names and v is not None})
+    return out
+
+
+def template_data(
+    nodeclass: Mapping[str, Any],
+    *,
+    image_id: str,
+    user_data: str,
+    tags: Mapping[str, str],
+) -> JSON:
+    """``LaunchTemplateData`` for one group (``user_data`` is the plain text; it is base64-encoded here)."""
+    status = nodeclass.get("status") or {}
+    spec = nodeclass.get("spec") or {}
+    tag_list = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+    data: JSON = {
+        "ImageId": image_id,
+        "UserData": base64.b64encode(user_data.encode()).decode(),
+        "IamInstanceProfile": {"Name": str(status.get("instanceProfile") or "")},
+        "SecurityGroupIds": [g["id"] for g in status.get("securityGroups") or []],
+        "BlockDeviceMappings": block_device_mappings(nodeclass),
+        "MetadataOptions": metadata_options(nodeclass),
+        "Monitoring": {"Enabled": bool(spec.get("detailedMonitoring"))},
+        "TagSpecifications": [{"ResourceType": "network-interface", "Tags": tag_list}],
+    }
+    return data
+
+
+def template_name(cluster_name: str, data: Mapping[str, Any]) -> str:
+    """``karpenter.k8s.aws/<hash>`` of the cluster and the template data (Karpenter's naming scheme)."""
+    return NAME_PREFIX + stable_hash({"cluster": cluster_name, "data": data})
+
+
+class LaunchTemplateProvider:
+    """Ensures launch templates exist; remembers ensured names for :data:`LT_CACHE_TTL` seconds."""
+
+    def __init__(self, ec2: Any, cluster_name: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ec2 = ec2
+        self.cluster_name = cluster_name
+        self.clock = clock
+        self._ensured: dict[str, float] = {}
+
+    def invalidate(self, name: str) -> None:
+        """Forget ``name`` (CreateFleet said it does not exist)."""
+        self._ensured.pop(name, None)
+
+    async def ensure(self, data: Mapping[str, Any], tags: Mapping[str, str]) -> str:
+        """The name of a launch template holding ``data``, created (tagged with ``tags``) when missing."""
+        name = template_name(self.cluster_name, data)
+        if self._ensured.get(name, -1.0) > self.clock():
+            return name
+        try:
+            await self.ec2.describe_launch_templates(LaunchTemplateNames=[name])
+        except Exception as err:
+            if not is_not_found(err):
+                raise
+            await self._create(name, data, tags)
+        self._ensured[name] = self.clock() + LT_CACHE_TTL
+        return name
+
+    async def _create(self, name: str, data: Mapping[str, Any], tags: Mapping[str, str]) -> None:
+        tag_list = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+        try:
+            await self.ec2.create_launch_template(
+                LaunchTemplateName=name,
+                LaunchTemplateData=dict(data),
+                TagSpecifications=[{"ResourceType": "launch-template", "Tags": tag_list}],
+            )
+            log.info("created launch template", launch_template=name, image_id=data.get("ImageId"))
+        except Exception as err:
+            if not is_already_exists(err):
+                raise
+
+    async def delete_all(self, extra_filters: Sequence[Mapping[str, Any]] = ()) -> int:
+        """Delete every launch template tagged for this cluster (and matching ``extra_filters``); returns count."""
+        filters = [{"Name": f"tag:{wk.cluster_tag(self.cluster_name)}", "Values": ["owned"]}, *extra_filters]
+        response = await self.ec2.describe_launch_templates(Filters=filters)
+        count = 0
+        for lt in response.get("LaunchTemplates") or []:
+            await self.ec2.delete_launch_template(LaunchTemplateId=lt["LaunchTemplateId"])
+            self._ensured.pop(lt["LaunchTemplateName"], None)
+            count += 1
+        return count

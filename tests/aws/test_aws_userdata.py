@@ -1,0 +1,106 @@
+"""AL2023 nodeadm user data rendering (pure)."""
+
+from __future__ import annotations
+
+import yaml
+
+from karpy.aws.userdata import NodeAdmInput, custom_parts, format_taint, parse_flags, parse_node_config, render
+
+
+def node_input(**overrides: object) -> NodeAdmInput:
+    values: dict[str, object] = {
+        "cluster_name": "demo",
+        "endpoint": "https://127.0.0.1:6443",
+        "ca_bundle": "Q0E=",
+        "max_pods": 29,
+        "kube_reserved": {"cpu": "70m", "memory": "574Mi", "ephemeral-storage": "1Gi"},
+        "system_reserved": {},
+        "eviction_hard": {"memory.available": "100Mi", "nodefs.available": "10%"},
+        "labels": {"karpenter.sh/nodepool": "default", "team": "a"},
+        "taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}],
+    }
+    values.update(overrides)
+    return NodeAdmInput(**values)  # type: ignore[arg-type]
+
+
+def test_renders_a_mime_document_with_one_nodeconfig_part() -> None:
+    """Boundary ``//``, one application/node.eks.aws part, closing delimiter."""
+    text = render(node_input())
+    assert text.startswith('MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="//"\n')
+    assert text.count("\n--//\n") == 1
+    assert text.rstrip().endswith("--//--")
+    assert [ct for ct, _ in custom_parts(text)] == ["application/node.eks.aws"]
+
+
+def test_nodeconfig_carries_cluster_kubelet_config_and_flags() -> None:
+    """Cluster block, explicit maxPods/kubeReserved/systemReserved/evictionHard, labels and taints as flags."""
+    doc = parse_node_config(render(node_input()))
+    assert doc["apiVersion"] == "node.eks.aws/v1alpha1"
+    assert doc["spec"]["cluster"] == {
+        "name": "demo",
+        "apiServerEndpoint": "https://127.0.0.1:6443",
+        "certificateAuthority": "Q0E=",
+        "cidr": "10.100.0.0/16",
+    }
+    config = doc["spec"]["kubelet"]["config"]
+    assert config["maxPods"] == 29
+    assert config["kubeReserved"] == {"cpu": "70m", "memory": "574Mi", "ephemeral-storage": "1Gi"}
+    assert config["systemReserved"] == {}
+    assert config["evictionHard"] == {"memory.available": "100Mi", "nodefs.available": "10%"}
+    assert config["clusterDNS"] == ["10.100.0.10"]
+    assert doc["spec"]["kubelet"]["flags"] == [
+        "--node-labels=karpenter.sh/nodepool=default,team=a",
+        "--register-with-taints=dedicated=gpu:NoSchedule,karpenter.sh/unregistered:NoExecute",
+    ]
+    labels, taints = parse_flags(doc)
+    assert labels == {"karpenter.sh/nodepool": "default", "team": "a"}
+    assert taints == [
+        {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+        {"key": "karpenter.sh/unregistered", "effect": "NoExecute"},
+    ]
+
+
+def test_unregistered_taint_is_not_duplicated_and_valueless_taints_format() -> None:
+    """A taint without value renders ``key:Effect``; the unregistered taint appears once."""
+    assert format_taint({"key": "a", "effect": "NoExecute"}) == "a:NoExecute"
+    text = render(node_input(taints=[{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]))
+    flags = parse_node_config(text)["spec"]["kubelet"]["flags"]
+    assert flags[-1] == "--register-with-taints=karpenter.sh/unregistered:NoExecute"
+
+
+def test_nodeclass_kubelet_fields_pass_through_and_cluster_dns_wins() -> None:
+    """Keys karpy does not compute are passed through; ``clusterDNS`` from the NodeClass replaces the default."""
+    text = render(node_input(kubelet={"clusterDNS": ["10.0.0.10"], "imageGCHighThresholdPercent": 85, "maxPods": 7}))
+    config = parse_node_config(text)["spec"]["kubelet"]["config"]
+    assert config["clusterDNS"] == ["10.0.0.10"]
+    assert config["imageGCHighThresholdPercent"] == 85
+    assert config["maxPods"] == 29  # the computed value (already derived from kubelet.maxPods by the caller)
+
+
+def test_shell_script_user_data_goes_first() -> None:
+    """A plain shell script becomes a text/x-shellscript part before karpy's NodeConfig."""
+    text = render(node_input(custom_user_data="#!/bin/bash\necho hello\n"))
+    parts = custom_parts(text)
+    assert [ct for ct, _ in parts] == ["text/x-shellscript", "application/node.eks.aws"]
+    assert parts[0][1].strip() == "#!/bin/bash\necho hello"
+
+
+def test_mime_user_data_parts_are_kept_in_order_and_karpy_nodeconfig_is_last() -> None:
+    """The user's MIME parts come first, unchanged; karpy's NodeConfig is the last (winning) one."""
+    user = (
+        'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="BOUNDARY"\n\n'
+        "--BOUNDARY\nContent-Type: application/node.eks.aws\n\n"
+        "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\n"
+        "spec:\n  kubelet:\n    config:\n      shutdownGracePeriod: 30s\n"
+        "--BOUNDARY\nContent-Type: text/x-shellscript\n\n#!/bin/bash\necho hi\n--BOUNDARY--\n"
+    )
+    parts = custom_parts(render(node_input(custom_user_data=user)))
+    assert [ct for ct, _ in parts] == ["application/node.eks.aws", "text/x-shellscript", "application/node.eks.aws"]
+    assert yaml.safe_load(parts[0][1])["spec"]["kubelet"]["config"]["shutdownGracePeriod"] == "30s"
+    assert parse_node_config(render(node_input(custom_user_data=user)))["spec"]["cluster"]["name"] == "demo"
+
+
+def test_bare_nodeconfig_user_data_is_one_part() -> None:
+    """Non-MIME YAML is taken as a NodeConfig part."""
+    user = "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec: {}\n"
+    assert custom_parts(user) == [("application/node.eks.aws", user.strip("\n"))]
