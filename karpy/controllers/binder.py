@@ -23,7 +23,7 @@ from karpy.metrics import PODS_BOUND
 from karpy.runtime.controller import Result
 from karpy.scheduling.model import Pod, Taint
 from karpy.scheduling.taints import tolerates
-from karpy.state.cluster import ClusterState, condition_true, deleting
+from karpy.state.cluster import ClusterState, deleting
 from karpy.state.views import NodeInfo
 
 log = structlog.get_logger("karpy.binder")
@@ -52,10 +52,12 @@ class Binder:
     async def reconcile(self, key: str) -> Result:
         """Bind the NodeClaim's planned, still-unbound pods to its registered Node."""
         claim = self.state.nodeclaims.get(key)
-        if claim is None or deleting(claim) or not condition_true(claim, wk.COND_REGISTERED):
+        if claim is None or deleting(claim):
             return Result()
         node = self.state.node_for_nodeclaim(claim)
-        if node is None or node.deleting:
+        # The lifecycle labels the Node registered in the same patch that turns the unregistered taint into
+        # NoSchedule: from then on a Binding is safe (no NoExecute eviction) and kube-scheduler cannot race it.
+        if node is None or node.deleting or node.labels.get(wk.LABEL_REGISTERED) != "true":
             return Result()
         planned = sorted(k for k, c in self.state.planned.items() if c == key)
         used = add(*(p.pod.requests for p in self.state.pods_on(node.name)))

@@ -10,7 +10,11 @@ Karpenter core ``nodeclaim/lifecycle`` (§4 of the behaviour reference, C10–C1
   twice.
 * **Registration**: the Node with the same providerID gets the NodeClaim's labels, ``karpenter.sh/registered``,
   the termination finalizer and an ownerReference; ``karpenter.sh/unregistered`` is removed;
-  ``status.nodeName`` and ``Registered=True`` are set.
+  ``status.nodeName`` and ``Registered=True`` are set. karpy adds one step Karpenter does not need, because
+  karpy binds its pods itself: the first patch turns ``karpenter.sh/unregistered`` from NoExecute into
+  NoSchedule, so the binder can bind the pods planned onto this NodeClaim (a Binding ignores NoSchedule, and
+  NoExecute would have the taint manager evict them) while kube-scheduler cannot race it onto the new node;
+  the taint is removed once every planned pod is bound or ``BIND_HOLD`` seconds have passed.
 * **Initialization**: Node Ready, startup and ephemeral taints gone, requested extended resources present →
   ``karpenter.sh/initialized=true``, ``Initialized=True``, ``Ready=True``.
 * **Liveness**: not launched 5 min after creation, or not registered 15 min after launch → delete.
@@ -40,6 +44,7 @@ from karpy.kube.errors import ApiError
 from karpy.kube.events import NORMAL, WARNING, EventRecorder
 from karpy.kube.resources import NODECLAIMS, NODES
 from karpy.runtime.controller import Result
+from karpy.scheduling.model import Taint
 from karpy.state.cluster import ClusterState, condition, condition_true, deleting
 from karpy.state.views import NodeInfo, parse_time, taints, taints_json
 
@@ -47,6 +52,10 @@ log = structlog.get_logger("karpy.nodeclaim.lifecycle")
 JSON = dict[str, Any]
 LAUNCH_TTL = 300.0
 REGISTRATION_TTL = 900.0
+# Longest time the unregistered taint is held (as NoSchedule) for karpy's binder; a pod that cannot be bound
+# by then is left to kube-scheduler (seconds since the Node was created).
+BIND_HOLD = 15.0
+BIND_POLL = 0.2
 
 
 class NodeClaimLifecycle:
@@ -179,7 +188,13 @@ class NodeClaimLifecycle:
                     claim, "registration_timeout", f"node not registered within {int(REGISTRATION_TTL)}s"
                 )
             return Result(requeue_after=REGISTRATION_TTL - since + 1)
-        await self._sync_node(claim, node)
+        hold = self._binding_pending(claim, node)
+        if node.labels.get(wk.LABEL_REGISTERED) != "true" or _unregistered_taint(node) != (
+            "NoSchedule" if hold else None
+        ):
+            await self._sync_node(claim, node, hold=hold)
+        if hold:
+            return Result(requeue_after=BIND_POLL)
         conditions = set_condition(
             (claim.get("status") or {}).get("conditions") or [],
             wk.COND_REGISTERED,
@@ -198,13 +213,28 @@ class NodeClaimLifecycle:
         log.info("registered nodeclaim", nodeclaim=claim["metadata"]["name"], node=node.name)
         return await self._initialize(updated)
 
-    async def _sync_node(self, claim: JSON, node: NodeInfo) -> None:
-        """Labels, taints, finalizer and ownerReference onto the Node; drop the unregistered taint."""
+    def _binding_pending(self, claim: JSON, node: NodeInfo) -> bool:
+        """Pods planned onto this NodeClaim still wait for karpy's binder, within ``BIND_HOLD`` of the Node's
+        creation."""
+        if self.clock() - node.created > BIND_HOLD:
+            return False
+        name = claim["metadata"]["name"]
+        for pod_key, claim_name in self.state.planned.items():
+            info = self.state.pods.get(pod_key)
+            if claim_name == name and info is not None and not info.node_name and not info.deleting:
+                return True
+        return False
+
+    async def _sync_node(self, claim: JSON, node: NodeInfo, *, hold: bool = False) -> None:
+        """Labels, taints, finalizer and ownerReference onto the Node; the unregistered taint becomes
+        NoSchedule while ``hold`` (planned pods are being bound) and is dropped otherwise."""
         meta = claim["metadata"]
         labels = {**(meta.get("labels") or {}), wk.LABEL_REGISTERED: "true"}
         spec = claim.get("spec") or {}
         wanted = list(taints(spec.get("taints"))) + list(taints(spec.get("startupTaints")))
         kept = [t for t in node.taints if t.key != wk.TAINT_UNREGISTERED_KEY]
+        if hold:
+            kept.append(Taint(key=wk.TAINT_UNREGISTERED_KEY, effect="NoSchedule"))
         merged = kept + [t for t in wanted if all((t.key, t.effect) != (k.key, k.effect) for k in kept)]
         finalizers = list(node.finalizers)
         if wk.FINALIZER_TERMINATION not in finalizers:
@@ -294,6 +324,11 @@ class NodeClaimLifecycle:
             if not err.not_found:
                 raise
         return Result()
+
+
+def _unregistered_taint(node: NodeInfo) -> str | None:
+    """The effect of the Node's ``karpenter.sh/unregistered`` taint, None when it has none."""
+    return next((t.effect for t in node.taints if t.key == wk.TAINT_UNREGISTERED_KEY), None)
 
 
 def initialization_blocker(claim: JSON, node: NodeInfo) -> str:

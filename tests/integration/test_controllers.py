@@ -12,13 +12,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from karpy.aws.cloudprovider import AWSCloudProvider
-from karpy.aws.session import AWSClients
 
 from e2e.helpers import apply, wait_for
 from karpy.apis import labels as wk
+from karpy.aws.cloudprovider import AWSCloudProvider
+from karpy.aws.session import AWSClients
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
+from karpy.kube.errors import ApiError
 from karpy.operator import Operator, kubernetes_version
 from karpy.settings import from_environment
 
@@ -99,9 +100,30 @@ async def operator(local_cluster: Any, kube: KubeClient) -> AsyncIterator[Operat
         try:
             yield op
         finally:
+            await _remove_everything_made_here(kube)
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
+
+
+async def _remove_everything_made_here(kube: KubeClient) -> None:
+    """Delete this module's NodePools, pods and NodeClaims while the operator still runs (its terminator
+    releases the finalizers), so the cluster shared with later tests is left as it was found."""
+    for name in ("it", "np-late"):
+        with contextlib.suppress(ApiError):
+            await kube.delete(r.NODEPOOLS, name)
+    with contextlib.suppress(ApiError):
+        await kube.delete(r.PODS, "it-one", "default")
+    for claim in (await kube.list(r.NODECLAIMS))[0]:
+        if claim["metadata"]["labels"].get(wk.LABEL_NODEPOOL) in ("it", "np-late"):
+            with contextlib.suppress(ApiError):
+                await kube.delete(r.NODECLAIMS, claim["metadata"]["name"])
+
+    async def gone() -> bool:
+        claims = (await kube.list(r.NODECLAIMS))[0]
+        return not [c for c in claims if c["metadata"]["labels"].get(wk.LABEL_NODEPOOL) in ("it", "np-late")]
+
+    await wait_for(gone, timeout=60, what="integration NodeClaims released")
 
 
 async def _condition(kube: KubeClient, res: r.Resource, name: str, type_: str) -> dict[str, Any]:
