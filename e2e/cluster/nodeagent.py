@@ -1,0 +1,286 @@
+"""The node agent: kubelet and the AWS cloud controller manager for every EC2 instance launched in moto.
+
+Every ``interval`` seconds it lists the instances tagged ``kubernetes.io/cluster/<cluster>`` (any value) and the
+Nodes, then:
+
+- for each pending/running instance without a Node of its providerID, reads the instance's AL2023 nodeadm
+  user data (the ``userData`` attribute; if empty, the launch template version it was launched from) and
+  registers the Node kubelet would (:func:`e2e.cluster.kubelet.build_node`). KWOK (``--manage-all-nodes``) then
+  keeps it Ready and runs the pods bound to it. An instance without nodeadm user data gets no Node (logged once).
+- for each Node whose ``aws:///<zone>/<id>`` instance is shutting-down, terminated or unknown to EC2, deletes
+  the Node, as the cloud node lifecycle controller does (a finalizer on it, e.g. karpy's, holds the deletion).
+
+Restart-safe: a Node already present for a providerID is left alone. Errors are logged and the loop goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from e2e.cluster import kubelet
+from karpy.kube import resources as r
+from karpy.kube.client import KubeClient
+from karpy.kube.errors import ApiError
+
+log = logging.getLogger("e2e.cluster.nodeagent")
+LIVE_STATES = frozenset({"pending", "running"})
+GONE_STATES = frozenset({"shutting-down", "terminated"})
+CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"
+MAX_ATTEMPTS = 20  # registration attempts per instance (10 s at the default interval) before it is ignored
+
+
+def instance_of_provider_id(provider_id: str) -> str | None:
+    """The instance id in ``aws:///<zone>/<instance-id>`` (None for another provider's id)."""
+    if not provider_id.startswith("aws://"):
+        return None
+    last = provider_id.rstrip("/").rsplit("/", 1)[-1]
+    return last if last.startswith("i-") else None
+
+
+class NodeAgent:
+    """Registers and deletes Nodes for one cluster's EC2 instances; see the module docstring.
+
+    ``ec2`` is a boto3 EC2 client (calls run in a worker thread); ``kube`` an admin :class:`KubeClient`.
+    """
+
+    def __init__(
+        self, kube: KubeClient, ec2: Any, cluster_name: str, region: str, *, interval: float = 0.5
+    ) -> None:
+        self.kube = kube
+        self.ec2 = ec2
+        self.cluster_name = cluster_name
+        self.region = region
+        self.interval = interval
+        self._types: dict[str, Mapping[str, Any]] = {}
+        self._zone_ids: dict[str, str] = {}
+        self._failures: dict[str, int] = {}
+        self._ignored: set[str] = set()  # instances without (valid) nodeadm user data, logged once
+        self.registered: dict[str, str] = {}  # instance id -> node name, for the log and tests
+        self.deleted: set[str] = set()
+
+    async def run(self) -> None:
+        """Reconcile forever (until cancelled)."""
+        log.info("node agent started for cluster %s", self.cluster_name)
+        while True:
+            try:
+                await self.sync_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("node agent pass failed; retrying")
+            await asyncio.sleep(self.interval)
+
+    async def sync_once(self) -> None:
+        """One pass: register Nodes for new instances, delete Nodes of terminated ones."""
+        instances = await asyncio.to_thread(self._describe_live_instances)
+        nodes, _ = await self.kube.list(r.NODES)
+        by_instance: dict[str, dict[str, Any]] = {}
+        for node in nodes:
+            iid = instance_of_provider_id((node.get("spec") or {}).get("providerID") or "")
+            if iid:
+                by_instance[iid] = node
+        live = {i["InstanceId"] for i in instances}
+        for inst in instances:
+            iid = inst["InstanceId"]
+            if iid not in by_instance and iid not in self._ignored:
+                try:
+                    await self._register(inst)
+                except Exception:
+                    self._failures[iid] = self._failures.get(iid, 0) + 1
+                    if self._failures[iid] >= MAX_ATTEMPTS:
+                        log.exception("registering a node for %s failed %d times; giving up", iid, MAX_ATTEMPTS)
+                        self._ignored.add(iid)
+                    else:
+                        log.warning("registering a node for %s failed; will retry", iid, exc_info=True)
+        # Nodes whose instance is not (or no longer) a live cluster instance: ask EC2 about just those.
+        suspects = [
+            iid
+            for iid, node in by_instance.items()
+            if iid not in live and not node["metadata"].get("deletionTimestamp")
+        ]
+        if suspects:
+            states = await asyncio.to_thread(self._states_of, suspects)
+            for iid in suspects:
+                state = states.get(iid)
+                if state is None or state in GONE_STATES:
+                    await self._delete(by_instance[iid], iid, state or "gone")
+
+    # -- EC2 -------------------------------------------------------------------------------------
+
+    def _describe_live_instances(self) -> list[dict[str, Any]]:
+        """Pending and running instances tagged ``kubernetes.io/cluster/<cluster>`` (any value)."""
+        out: list[dict[str, Any]] = []
+        pages = self.ec2.get_paginator("describe_instances").paginate(
+            Filters=[
+                {"Name": "tag-key", "Values": [CLUSTER_TAG_PREFIX + self.cluster_name]},
+                {"Name": "instance-state-name", "Values": sorted(LIVE_STATES)},
+            ]
+        )
+        for page in pages:
+            for reservation in page.get("Reservations") or []:
+                out.extend(reservation.get("Instances") or [])
+        return out
+
+    def _states_of(self, instance_ids: list[str]) -> dict[str, str]:
+        """The state of each instance EC2 knows (an unknown id is absent from the answer)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            pages = self.ec2.describe_instances(InstanceIds=instance_ids)
+        except ClientError as err:
+            if "NotFound" not in str(err.response.get("Error", {}).get("Code", "")):
+                raise
+            if len(instance_ids) == 1:
+                return {}
+            out: dict[str, str] = {}
+            for iid in instance_ids:  # one unknown id fails the whole call: ask one by one
+                out.update(self._states_of([iid]))
+            return out
+        return {
+            inst["InstanceId"]: str(inst["State"]["Name"])
+            for reservation in pages.get("Reservations") or []
+            for inst in reservation.get("Instances") or []
+        }
+
+    def _instance_type(self, name: str) -> Mapping[str, Any]:
+        if name not in self._types:
+            self._types[name] = self.ec2.describe_instance_types(InstanceTypes=[name])["InstanceTypes"][0]
+        return self._types[name]
+
+    def _zone_id(self, zone: str) -> str | None:
+        if not self._zone_ids:
+            for z in self.ec2.describe_availability_zones()["AvailabilityZones"]:
+                if z.get("ZoneId"):
+                    self._zone_ids[z["ZoneName"]] = z["ZoneId"]
+        return self._zone_ids.get(zone)
+
+    def _launch_template_data(self, inst: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The LaunchTemplateData the instance was launched from, if it can be found.
+
+        RunInstances with a template tags the instance ``aws:ec2launchtemplate:id/version``; an instance from
+        CreateFleet is found in its fleet's instance list (DescribeFleets), which names the template.
+        """
+        tags = {t["Key"]: t["Value"] for t in inst.get("Tags") or []}
+        spec: dict[str, str] | None = None
+        if "aws:ec2launchtemplate:id" in tags:
+            spec = {"LaunchTemplateId": tags["aws:ec2launchtemplate:id"]}
+            if "aws:ec2launchtemplate:version" in tags:
+                spec["Version"] = tags["aws:ec2launchtemplate:version"]
+        else:
+            spec = self._fleet_template_of(inst["InstanceId"])
+        if not spec:
+            return None
+        kwargs: dict[str, Any] = {k: v for k, v in spec.items() if k in ("LaunchTemplateId", "LaunchTemplateName")}
+        kwargs["Versions"] = [str(spec.get("Version") or "$Default")]
+        versions = self.ec2.describe_launch_template_versions(**kwargs)["LaunchTemplateVersions"]
+        return dict(versions[0]["LaunchTemplateData"]) if versions else None
+
+    def _fleet_template_of(self, instance_id: str) -> dict[str, str] | None:
+        for page in self.ec2.get_paginator("describe_fleets").paginate():
+            for fleet in page.get("Fleets") or []:
+                ids = {i for group in fleet.get("Instances") or [] for i in group.get("InstanceIds") or []}
+                if instance_id in ids:
+                    for config in fleet.get("LaunchTemplateConfigs") or []:
+                        spec = config.get("LaunchTemplateSpecification")
+                        if spec:
+                            return {k: str(v) for k, v in spec.items()}
+        return None
+
+    def _user_data(self, inst: Mapping[str, Any], template: Mapping[str, Any] | None) -> bytes:
+        attr = self.ec2.describe_instance_attribute(InstanceId=inst["InstanceId"], Attribute="userData")
+        value = (attr.get("UserData") or {}).get("Value")
+        if not value and template:
+            value = template.get("UserData")
+        return kubelet.decode_user_data(value)
+
+    def _root_volume_bytes(self, inst: Mapping[str, Any], template: Mapping[str, Any] | None) -> int:
+        """The root filesystem size kubelet would report as ephemeral-storage capacity.
+
+        The launch template's root mapping wins (moto's CreateFleet gives instances a default 8 GiB volume
+        instead of the template's), then the attached root volume, then Karpenter's 20Gi default.
+        """
+        root = inst.get("RootDeviceName")
+        mappings = [m for m in (template or {}).get("BlockDeviceMappings") or [] if "Ebs" in m]
+        chosen = next((m for m in mappings if m.get("DeviceName") == root), mappings[0] if len(mappings) == 1 else None)
+        if chosen and chosen["Ebs"].get("VolumeSize"):
+            return int(chosen["Ebs"]["VolumeSize"]) * 2**30
+        for mapping in inst.get("BlockDeviceMappings") or []:
+            if mapping.get("DeviceName") == root and (mapping.get("Ebs") or {}).get("VolumeId"):
+                volumes = self.ec2.describe_volumes(VolumeIds=[mapping["Ebs"]["VolumeId"]])["Volumes"]
+                if volumes:
+                    return int(volumes[0]["Size"]) * 2**30
+        return kubelet.DEFAULT_STORAGE_BYTES
+
+    def _node_for(self, inst: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The Node kubelet would register for ``inst`` (None: no nodeadm user data)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            template = self._launch_template_data(inst)
+        except ClientError as err:  # e.g. the template was deleted since; the instance attributes still serve
+            log.info("instance %s: launch template not readable (%s)", inst["InstanceId"], err)
+            template = None
+        config = kubelet.parse_user_data(self._user_data(inst, template))
+        if config is None:
+            return None
+        zone = inst["Placement"]["AvailabilityZone"]
+        instance = kubelet.Instance(
+            instance_id=inst["InstanceId"],
+            instance_type=inst["InstanceType"],
+            zone=zone,
+            region=self.region,
+            private_dns_name=inst.get("PrivateDnsName") or f"{inst['InstanceId']}.ec2.internal",
+            private_ip=inst.get("PrivateIpAddress") or "",
+            type_info=self._instance_type(inst["InstanceType"]),
+            zone_id=self._zone_id(zone),
+            storage_bytes=self._root_volume_bytes(inst, template),
+        )
+        return kubelet.build_node(instance, config)
+
+    # -- Kubernetes ------------------------------------------------------------------------------
+
+    async def _register(self, inst: Mapping[str, Any]) -> None:
+        iid = inst["InstanceId"]
+        try:
+            node = await asyncio.to_thread(self._node_for, inst)
+        except kubelet.UserDataError as err:
+            log.warning("instance %s: invalid nodeadm user data (%s); no node registered", iid, err)
+            self._ignored.add(iid)
+            return
+        if node is None:
+            log.info("instance %s has no nodeadm user data; no node registered", iid)
+            self._ignored.add(iid)
+            return
+        name = node["metadata"]["name"]
+        try:
+            await self.kube.create(r.NODES, node)
+        except ApiError as err:
+            if err.status != 409:
+                raise
+            existing = await self.kube.get(r.NODES, name)
+            log.warning(
+                "node %s exists with providerID %s; not registering %s",
+                name, (existing.get("spec") or {}).get("providerID"), iid,
+            )
+            self._ignored.add(iid)
+            return
+        self.registered[iid] = name
+        log.info(
+            "registered node %s for %s (%s, %s) labels=%d taints=%s",
+            name, iid, inst["InstanceType"], inst["Placement"]["AvailabilityZone"],
+            len(node["metadata"]["labels"]), [t["key"] for t in node["spec"].get("taints") or []],
+        )
+
+    async def _delete(self, node: Mapping[str, Any], instance_id: str, state: str) -> None:
+        name = node["metadata"]["name"]
+        try:
+            await self.kube.delete(r.NODES, name)
+        except ApiError as err:
+            if not err.not_found:
+                log.warning("deleting node %s (instance %s %s) failed: %s", name, instance_id, state, err)
+            return
+        self.deleted.add(instance_id)
+        log.info("deleted node %s: instance %s is %s", name, instance_id, state)
