@@ -292,6 +292,62 @@ def format_reserved(values: Mapping[str, int]) -> dict[str, str]:
     return {k: format_canonical(k, v) for k, v in sorted(values.items())}
 
 
+def build_instance_type(
+    info: Mapping[str, Any],
+    kubelet: Mapping[str, Any],
+    ephemeral: int,
+    zones: Sequence[str],
+    zone_ids: Mapping[str, str],
+    on_demand: Mapping[str, float],
+    spot: Mapping[tuple[str, str], float],
+    *,
+    vm_memory_overhead_percent: float,
+    reserved_enis: int,
+    is_unavailable: Callable[[str, str, str], bool] = lambda capacity_type, name, zone: False,
+) -> InstanceType:
+    """One :class:`InstanceType` with an offering per (zone, capacity type); pure, no AWS client needed.
+
+    ``info`` is a DescribeInstanceTypes entry, ``kubelet`` the EC2NodeClass ``spec.kubelet`` block, ``ephemeral``
+    the root volume in bytes, ``on_demand`` instance type → USD/hour, ``spot`` (type, zone) → USD/hour,
+    ``is_unavailable(capacity_type, type, zone)`` the ICE cache. An offering with no known price is kept with
+    ``available=False`` and price 0.0 (Karpenter keeps it unavailable rather than dropping it, so the scheduler
+    can say why nothing fit).
+    """
+    name = str(info["InstanceType"])
+    capacity = compute_capacity(
+        info,
+        kubelet=kubelet,
+        ephemeral_storage=ephemeral,
+        vm_memory_overhead_percent=vm_memory_overhead_percent,
+        reserved_enis=reserved_enis,
+    )
+    reserved = kubelet_resources(capacity, kubelet)
+    usage = info.get("SupportedUsageClasses") or ["on-demand"]
+    offerings = []
+    for zone in zones:
+        for capacity_type in (wk.CAPACITY_TYPE_ON_DEMAND, wk.CAPACITY_TYPE_SPOT):
+            if capacity_type not in usage:
+                continue
+            price = on_demand.get(name) if capacity_type == wk.CAPACITY_TYPE_ON_DEMAND else spot.get((name, zone))
+            available = price is not None and not is_unavailable(capacity_type, name, zone)
+            offerings.append(
+                Offering(
+                    zone=zone,
+                    capacity_type=capacity_type,
+                    price=float(price or 0.0),
+                    available=available,
+                    zone_id=zone_ids.get(zone, ""),
+                )
+            )
+    return InstanceType(
+        name=name,
+        labels=instance_type_labels(info),
+        capacity=capacity,
+        overhead=reserved.overhead,
+        offerings=tuple(offerings),
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------
 # ICE cache
 
@@ -444,41 +500,16 @@ class InstanceTypeProvider:
         on_demand: Mapping[str, float],
         spot: Mapping[tuple[str, str], float],
     ) -> InstanceType:
-        """One :class:`InstanceType` with an offering per (zone, capacity type).
-
-        An offering with no known price is kept with ``available=False`` and price 0.0 (Karpenter keeps it
-        unavailable rather than dropping it, so the scheduler can say why nothing fit).
-        """
-        name = str(info["InstanceType"])
-        capacity = compute_capacity(
+        """One :class:`InstanceType` with an offering per (zone, capacity type) (see :func:`build_instance_type`)."""
+        return build_instance_type(
             info,
-            kubelet=kubelet,
-            ephemeral_storage=ephemeral,
+            kubelet,
+            ephemeral,
+            zones,
+            zone_ids,
+            on_demand,
+            spot,
             vm_memory_overhead_percent=self.vm_memory_overhead_percent,
             reserved_enis=self.reserved_enis,
-        )
-        reserved = kubelet_resources(capacity, kubelet)
-        usage = info.get("SupportedUsageClasses") or ["on-demand"]
-        offerings = []
-        for zone in zones:
-            for capacity_type in (wk.CAPACITY_TYPE_ON_DEMAND, wk.CAPACITY_TYPE_SPOT):
-                if capacity_type not in usage:
-                    continue
-                price = on_demand.get(name) if capacity_type == wk.CAPACITY_TYPE_ON_DEMAND else spot.get((name, zone))
-                available = price is not None and not self.unavailable.is_unavailable(capacity_type, name, zone)
-                offerings.append(
-                    Offering(
-                        zone=zone,
-                        capacity_type=capacity_type,
-                        price=float(price or 0.0),
-                        available=available,
-                        zone_id=zone_ids.get(zone, ""),
-                    )
-                )
-        return InstanceType(
-            name=name,
-            labels=instance_type_labels(info),
-            capacity=capacity,
-            overhead=reserved.overhead,
-            offerings=tuple(offerings),
+            is_unavailable=self.unavailable.is_unavailable,
         )

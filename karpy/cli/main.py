@@ -1,21 +1,109 @@
-"""``karpy run``: start the controller. Configuration comes from environment variables (README settings table)."""
+"""The ``karpy`` command.
+
+* ``karpy run``: start the controller. Configuration comes from environment variables (README settings table).
+* ``karpy simulate``: what-if provisioning on manifests, no cluster and no AWS credentials (README
+  "Simulating provisioning"); see :mod:`karpy.simulate`.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 
 from karpy import logs
 from karpy.settings import SettingsError, from_environment
 
 
+def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="what-if provisioning on manifests (no cluster, no AWS credentials)",
+        description="Read manifests, run karpy's scheduling engine on them and print the nodes it would launch.",
+    )
+    p.add_argument(
+        "-f",
+        "--filename",
+        dest="files",
+        action="append",
+        required=True,
+        metavar="FILE_OR_DIR",
+        help="manifest file, directory (recursive *.yaml/*.yml/*.json) or - for stdin; repeatable",
+    )
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--catalogue", metavar="FILE.json", help="instance catalogue file (format in the README)")
+    where.add_argument("--region", help="built-in EC2 catalogue of this region (default us-east-1)")
+    p.add_argument("--output", "-o", choices=("text", "json"), default="text")
+    p.add_argument("--preference-policy", choices=("Respect", "Ignore"), default="Respect")
+    p.add_argument(
+        "--scale",
+        action="append",
+        default=[],
+        metavar="[NAMESPACE/]NAME=N",
+        help="run N pods of that Deployment/ReplicaSet/StatefulSet/Job instead of its replicas; repeatable",
+    )
+    p.add_argument(
+        "--spot-price-ratio",
+        type=float,
+        metavar="R",
+        help="built-in catalogue: price spot at R x on-demand (an estimate; default: spot unavailable)",
+    )
+    p.add_argument("--vm-memory-overhead-percent", type=float, default=0.075, help="as the controller setting")
+    p.add_argument("--reserved-enis", type=int, default=0, help="as the controller setting")
+
+
+def _scale(items: list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in items:
+        name, sep, count = item.rpartition("=")
+        if not sep or not name or not count.isdigit():
+            raise ValueError(f"--scale {item!r}: expected [NAMESPACE/]NAME=N")
+        out[name] = int(count)
+    return out
+
+
+def simulate_command(args: argparse.Namespace) -> int:
+    """``karpy simulate``: exit 0 with a plan (even with unschedulable pods), 2 on invalid input."""
+    from karpy.simulate.catalogue import BuiltinCatalogue, Catalogue, CatalogueError, load_catalogue_file
+    from karpy.simulate.manifests import ManifestError, collect, read_sources
+    from karpy.simulate.plan import plan_to_json, render_text, simulate
+
+    try:
+        scale = _scale(args.scale)
+        manifests = collect(read_sources(args.files), scale)
+        catalogue: Catalogue
+        if args.catalogue:
+            if args.spot_price_ratio is not None:
+                raise CatalogueError("--spot-price-ratio applies to the built-in catalogue only")
+            catalogue = load_catalogue_file(args.catalogue)
+        else:
+            catalogue = BuiltinCatalogue(
+                args.region or "us-east-1",
+                vm_memory_overhead_percent=args.vm_memory_overhead_percent,
+                reserved_enis=args.reserved_enis,
+                spot_price_ratio=args.spot_price_ratio,
+            )
+    except (ManifestError, CatalogueError, ValueError) as err:
+        print(f"karpy simulate: {err}", file=sys.stderr)
+        return 2
+    plan = simulate(manifests, catalogue, preference_policy=args.preference_policy)
+    if args.output == "json":
+        print(json.dumps(plan_to_json(plan), indent=2))
+    else:
+        sys.stdout.write(render_text(plan))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Parse the command line and run; exit code 2 on invalid settings."""
+    """Parse the command line and run; exit code 2 on invalid settings or input."""
     parser = argparse.ArgumentParser(prog="karpy", description="Just-in-time nodes for Kubernetes on AWS.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="run the controller (settings from environment variables)")
+    _add_simulate(sub)
     args = parser.parse_args(argv)
+    if args.command == "simulate":
+        return simulate_command(args)
     if args.command == "run":
         try:
             settings = from_environment()

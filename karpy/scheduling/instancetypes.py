@@ -122,6 +122,11 @@ class PoolTable:
         self.offerings = [
             [(o.zone, o.capacity_type, o.zone_id, o.price) for o in it.offerings if o.available] for it in self.types
         ]
+        # Types with the same available (zone, capacity type, zone id) offerings share an ``offer_shape``.
+        shapes: dict[tuple[tuple[str, str, str], ...], int] = {}
+        self.offer_shape = [
+            shapes.setdefault(tuple(sorted((z, c, zi) for z, c, zi, _ in offs)), len(shapes)) for offs in self.offerings
+        ]
         self.capacity = [{**it.capacity, "nodes": 1} for it in self.types]
         daemons = [d for d in daemonsets if self._daemon_runs_here(d)]
         self.daemon_ports: tuple[HostPort, ...] = tuple(hp for d in daemons for hp in d.pod.host_ports)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from karpy.cloudprovider.types import InstanceType
+from karpy.cloudprovider.types import InstanceType as InstanceType  # re-exported for callers of the model
 
 # Requirement operators (Kubernetes NodeSelectorOperator, plus Karpenter's Gte/Lte).
 IN = "In"
@@ -63,6 +63,58 @@ class HostPort:
     ip: str = ""
 
 
+@attrs.frozen(slots=True, cache_hash=True)
+class LabelSelector:
+    """A Kubernetes ``LabelSelector``: ``matchLabels`` (sorted ``(key, value)`` pairs, hashable) ANDed with
+    ``matchExpressions`` (In/NotIn/Exists/DoesNotExist). An empty selector matches every pod; an absent one
+    (``None`` where a selector is optional) matches none (Kubernetes ``LabelSelectorAsSelector``)."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[Requirement, ...] = ()
+
+
+@attrs.frozen(slots=True, cache_hash=True)
+class PodAffinityTerm:
+    """One pod (anti-)affinity term (Kubernetes ``v1.PodAffinityTerm``; ``weight`` only for preferred terms).
+
+    Attributes:
+        topology_key: the node label whose value is the domain (hostname, zone, capacity type, custom).
+        selector: ``labelSelector``; ``None`` selects no pod.
+        namespaces / namespace_selector: where selected pods live; both empty means the pod's own namespace,
+            an empty ``namespace_selector`` means every namespace (the two are ORed).
+        match_label_keys / mismatch_label_keys: keys whose values on the incoming pod are added to the
+            selector as ``In`` / ``NotIn`` (KEP-3633).
+        weight: 1-100 for preferred terms, 0 for required ones.
+    """
+
+    topology_key: str
+    selector: LabelSelector | None = None
+    namespaces: tuple[str, ...] = ()
+    namespace_selector: LabelSelector | None = None
+    match_label_keys: tuple[str, ...] = ()
+    mismatch_label_keys: tuple[str, ...] = ()
+    weight: int = 0
+
+
+@attrs.frozen(slots=True, cache_hash=True)
+class TopologySpreadConstraint:
+    """A ``topologySpreadConstraints`` entry (Kubernetes PodTopologySpread semantics).
+
+    ``when_unsatisfiable`` is ``DoNotSchedule`` or ``ScheduleAnyway``; ``node_affinity_policy`` (default
+    ``Honor``) and ``node_taints_policy`` (default ``Ignore``) decide which nodes' pods are counted and which
+    domains are eligible; ``match_label_keys`` adds the incoming pod's values for those keys to the selector.
+    """
+
+    topology_key: str
+    max_skew: int = 1
+    when_unsatisfiable: str = "DoNotSchedule"
+    selector: LabelSelector | None = None
+    min_domains: int | None = None
+    node_affinity_policy: str = "Honor"
+    node_taints_policy: str = "Ignore"
+    match_label_keys: tuple[str, ...] = ()
+
+
 @attrs.frozen(slots=True)
 class Pod:
     """A pod as the simulation sees it.
@@ -83,6 +135,13 @@ class Pod:
         owner: ``kind/uid`` of the controller owner; pods with equal owner and equal constraints are
             batched as one equivalence class by the scheduler.
         node_name: ``spec.nodeName`` when bound (existing pods), else "".
+        pod_affinity / pod_anti_affinity: required pod (anti-)affinity terms.
+        preferred_pod_affinity / preferred_pod_anti_affinity: preferred terms (with ``weight``).
+        topology_spread: ``topologySpreadConstraints``.
+        volume_terms: zone/topology requirements derived from the pod's volumes (bound PVs' node affinity,
+            unbound WaitForFirstConsumer PVCs' StorageClass ``allowedTopologies``): ORed alternatives, each
+            ANDed, already crossed over the volumes (see :mod:`karpy.scheduling.volumes`); empty = no constraint.
+        volume_claims: names of the PVCs the pod mounts (``spec.volumes[].persistentVolumeClaim.claimName``).
     """
 
     uid: str
@@ -99,6 +158,13 @@ class Pod:
     created: float = 0.0
     owner: str = ""
     node_name: str = ""
+    pod_affinity: tuple[PodAffinityTerm, ...] = ()
+    pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()
+    preferred_pod_affinity: tuple[PodAffinityTerm, ...] = ()
+    preferred_pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()
+    topology_spread: tuple[TopologySpreadConstraint, ...] = ()
+    volume_terms: tuple[tuple[Requirement, ...], ...] = ()
+    volume_claims: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -160,6 +226,8 @@ class ExistingNode:
             pods included).
         host_ports: host ports in use.
         pods: number of pods bound or planned (counts against ``allocatable['pods']``).
+        bound_pods: the pods bound or planned onto it, for pod (anti-)affinity and topology spread counting
+            (their labels, namespaces and required anti-affinity; their requests are already in ``requested``).
     """
 
     name: str
@@ -171,6 +239,7 @@ class ExistingNode:
     requested: Mapping[str, int] = attrs.field(factory=dict)
     host_ports: tuple[HostPort, ...] = ()
     pods: int = 0
+    bound_pods: tuple[Pod, ...] = ()
 
 
 @attrs.frozen(slots=True)
@@ -200,8 +269,19 @@ class NewNodeClaim:
 
     @property
     def cheapest_price(self) -> float | None:
-        """Cheapest available offering price over the candidate types (USD/hour)."""
-        prices = [p for it in self.instance_types if (p := it.cheapest_available_price()) is not None]
+        """Cheapest available offering over the candidate types within the NodeClaim's zone and capacity-type
+        requirements (USD/hour); None when there is none."""
+        allowed = {r.key: frozenset(r.values) for r in self.requirements if r.operator == IN}
+        zones = allowed.get("topology.kubernetes.io/zone")
+        capacity_types = allowed.get("karpenter.sh/capacity-type")
+        prices = [
+            o.price
+            for it in self.instance_types
+            for o in it.offerings
+            if o.available
+            and (zones is None or o.zone in zones)
+            and (capacity_types is None or o.capacity_type in capacity_types)
+        ]
         return min(prices) if prices else None
 
 

@@ -35,11 +35,17 @@ def format_taint(taint: Taint) -> str:
     return f"{taint.key}={taint.value}:{taint.effect}" if taint.value else f"{taint.key}:{taint.effect}"
 
 
-def untolerated(tolerations: Iterable[Toleration], taints: Iterable[Taint]) -> Taint | None:
-    """The first NoSchedule/NoExecute taint not tolerated, or None; PreferNoSchedule never blocks."""
+def untolerated(
+    tolerations: Iterable[Toleration], taints: Iterable[Taint], prefer_no_schedule: bool = False
+) -> Taint | None:
+    """The first NoSchedule/NoExecute taint not tolerated, or None.
+
+    PreferNoSchedule blocks only when ``prefer_no_schedule`` is set: Karpenter's ``PREFERENCE_POLICY=Respect``
+    treats it as a preference that the last relaxation step tolerates (``toleratePreferNoScheduleTaints``).
+    """
     tols = tuple(tolerations)
     for taint in taints:
-        if taint.effect == PREFER_NO_SCHEDULE:
+        if taint.effect == PREFER_NO_SCHEDULE and not prefer_no_schedule:
             continue
         if not tolerates(tols, taint):
             return taint

@@ -15,7 +15,17 @@ import attrs
 from karpy.apis import labels as wk
 from karpy.apis.quantity import QuantityError, parse_resource_list
 from karpy.apis.resources import Resources, add, max_of
-from karpy.scheduling.model import DaemonSet, HostPort, Pod, Requirement, Taint, Toleration
+from karpy.scheduling.model import (
+    DaemonSet,
+    HostPort,
+    LabelSelector,
+    Pod,
+    PodAffinityTerm,
+    Requirement,
+    Taint,
+    Toleration,
+    TopologySpreadConstraint,
+)
 
 JSON = dict[str, Any]
 
@@ -28,9 +38,10 @@ def parse_time(value: str | None) -> float:
 
 
 def _requests_of(container: Mapping[str, Any]) -> Resources:
+    """A container's requests; a resource with only a limit requests its limit (Kubernetes API defaulting)."""
     resources = container.get("resources") or {}
     try:
-        return parse_resource_list(resources.get("requests"))
+        return {**parse_resource_list(resources.get("limits")), **parse_resource_list(resources.get("requests"))}
     except QuantityError:
         return {}
 
@@ -89,6 +100,70 @@ def preferred_terms(affinity: Mapping[str, Any] | None) -> tuple[tuple[int, tupl
     )
 
 
+def label_selector(obj: Mapping[str, Any] | None) -> LabelSelector | None:
+    """A Kubernetes ``LabelSelector`` (None when absent: it then selects nothing)."""
+    if obj is None:
+        return None
+    return LabelSelector(
+        match_labels=tuple(sorted((str(k), str(v)) for k, v in (obj.get("matchLabels") or {}).items())),
+        match_expressions=tuple(
+            Requirement(str(e.get("key", "")), str(e.get("operator", "")), tuple(str(v) for v in e.get("values") or ()))
+            for e in obj.get("matchExpressions") or []
+        ),
+    )
+
+
+def _affinity_term(term: Mapping[str, Any], weight: int = 0) -> PodAffinityTerm:
+    return PodAffinityTerm(
+        topology_key=str(term.get("topologyKey", "")),
+        selector=label_selector(term.get("labelSelector")),
+        namespaces=tuple(str(n) for n in term.get("namespaces") or ()),
+        namespace_selector=label_selector(term.get("namespaceSelector")),
+        match_label_keys=tuple(str(k) for k in term.get("matchLabelKeys") or ()),
+        mismatch_label_keys=tuple(str(k) for k in term.get("mismatchLabelKeys") or ()),
+        weight=weight,
+    )
+
+
+def pod_affinity_terms(
+    affinity: Mapping[str, Any] | None, kind: str
+) -> tuple[tuple[PodAffinityTerm, ...], tuple[PodAffinityTerm, ...]]:
+    """(required, preferred) terms of ``podAffinity`` or ``podAntiAffinity`` (``kind``); preferred carry weights."""
+    block = (affinity or {}).get(kind) or {}
+    required = tuple(_affinity_term(t) for t in block.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+    preferred = tuple(
+        _affinity_term(p.get("podAffinityTerm") or {}, int(p.get("weight", 1)))
+        for p in block.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+    )
+    return required, preferred
+
+
+def topology_spread(items: Sequence[Mapping[str, Any]] | None) -> tuple[TopologySpreadConstraint, ...]:
+    """``topologySpreadConstraints`` with Kubernetes defaults (policies Honor/Ignore)."""
+    return tuple(
+        TopologySpreadConstraint(
+            topology_key=str(c.get("topologyKey", "")),
+            max_skew=int(c.get("maxSkew") or 1),
+            when_unsatisfiable=str(c.get("whenUnsatisfiable") or "DoNotSchedule"),
+            selector=label_selector(c.get("labelSelector")),
+            min_domains=int(c["minDomains"]) if c.get("minDomains") is not None else None,
+            node_affinity_policy=str(c.get("nodeAffinityPolicy") or "Honor"),
+            node_taints_policy=str(c.get("nodeTaintsPolicy") or "Ignore"),
+            match_label_keys=tuple(str(k) for k in c.get("matchLabelKeys") or ()),
+        )
+        for c in items or []
+    )
+
+
+def volume_claims(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """Names of the PVCs a pod mounts through ``persistentVolumeClaim`` volumes."""
+    return tuple(
+        str((v.get("persistentVolumeClaim") or {}).get("claimName", ""))
+        for v in spec.get("volumes") or []
+        if v.get("persistentVolumeClaim")
+    )
+
+
 def tolerations(items: Sequence[Mapping[str, Any]] | None) -> tuple[Toleration, ...]:
     """Kubernetes tolerations."""
     return tuple(
@@ -121,9 +196,7 @@ def host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
     for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
         for p in c.get("ports") or []:
             if p.get("hostPort"):
-                out.append(
-                    HostPort(int(p["hostPort"]), str(p.get("protocol") or "TCP"), str(p.get("hostIP") or ""))
-                )
+                out.append(HostPort(int(p["hostPort"]), str(p.get("protocol") or "TCP"), str(p.get("hostIP") or "")))
     return tuple(out)
 
 
@@ -140,15 +213,19 @@ def scheduling_pod(obj: Mapping[str, Any]) -> Pod:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     owner = controller_owner(meta)
+    affinity = spec.get("affinity")
+    pod_aff, pref_aff = pod_affinity_terms(affinity, "podAffinity")
+    pod_anti, pref_anti = pod_affinity_terms(affinity, "podAntiAffinity")
+    claims = volume_claims(spec) + tuple(
+        f"{meta.get('name', '')}-{v.get('name', '')}" for v in spec.get("volumes") or [] if v.get("ephemeral")
+    )
     return Pod(
         uid=str(meta.get("uid", "")),
         namespace=str(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
         labels=dict(meta.get("labels") or {}),
         requests=pod_requests(spec),
-        node_selector={
-            wk.NORMALIZED_LABELS.get(k, k): v for k, v in (spec.get("nodeSelector") or {}).items()
-        },
+        node_selector={wk.NORMALIZED_LABELS.get(k, k): v for k, v in (spec.get("nodeSelector") or {}).items()},
         required_terms=node_selector_terms(spec.get("affinity")),
         preferred_terms=preferred_terms(spec.get("affinity")),
         tolerations=tolerations(spec.get("tolerations")),
@@ -157,6 +234,12 @@ def scheduling_pod(obj: Mapping[str, Any]) -> Pod:
         created=parse_time(meta.get("creationTimestamp")),
         owner=f"{owner.get('kind')}/{owner.get('uid')}" if owner else "",
         node_name=str(spec.get("nodeName") or ""),
+        pod_affinity=pod_aff,
+        pod_anti_affinity=pod_anti,
+        preferred_pod_affinity=pref_aff,
+        preferred_pod_anti_affinity=pref_anti,
+        topology_spread=topology_spread(spec.get("topologySpreadConstraints")),
+        volume_claims=claims,
     )
 
 
@@ -259,9 +342,7 @@ def node_info(obj: Mapping[str, Any]) -> NodeInfo:
         capacity = parse_resource_list(status.get("capacity"))
     except QuantityError:
         allocatable, capacity = {}, {}
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
-    )
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
     return NodeInfo(
         name=str(meta.get("name", "")),
         provider_id=str(spec.get("providerID") or ""),

@@ -11,11 +11,14 @@ from karpy.scheduling.model import (
     DaemonSet,
     ExistingNode,
     HostPort,
+    LabelSelector,
     NodePool,
     Pod,
+    PodAffinityTerm,
     Requirement,
     Taint,
     Toleration,
+    TopologySpreadConstraint,
 )
 
 GIB = 2**30
@@ -48,9 +51,19 @@ def pod(
     ports: Sequence[int] = (),
     priority: int = 0,
     created: float | None = None,
+    labels: Mapping[str, str] | None = None,
+    spread: Sequence[TopologySpreadConstraint] = (),
+    affinity: Sequence[PodAffinityTerm] = (),
+    anti: Sequence[PodAffinityTerm] = (),
+    pref_affinity: Sequence[PodAffinityTerm] = (),
+    pref_anti: Sequence[PodAffinityTerm] = (),
+    pref_terms: Sequence[tuple[int, Sequence[Requirement]]] = (),
+    volume_terms: Sequence[Sequence[Requirement]] = (),
+    extended: Mapping[str, int] | None = None,
 ) -> Pod:
     n = next(_seq)
     requests = res(cpu, mem)
+    requests.update(extended or {})
     if gpu:
         requests["nvidia.com/gpu"] = gpu
     return Pod(
@@ -64,7 +77,35 @@ def pod(
         host_ports=tuple(HostPort(p) for p in ports),
         priority=priority,
         created=float(n) if created is None else created,
+        labels=dict(labels or {}),
+        topology_spread=tuple(spread),
+        pod_affinity=tuple(affinity),
+        pod_anti_affinity=tuple(anti),
+        preferred_pod_affinity=tuple(pref_affinity),
+        preferred_pod_anti_affinity=tuple(pref_anti),
+        preferred_terms=tuple((w, tuple(t)) for w, t in pref_terms),
+        volume_terms=tuple(tuple(t) for t in volume_terms),
     )
+
+
+def selector(**labels: str) -> LabelSelector:
+    return LabelSelector(tuple(sorted(labels.items())))
+
+
+def spread(
+    key: str, *, max_skew: int = 1, anyway: bool = False, sel: LabelSelector | None = None, **kw: object
+) -> TopologySpreadConstraint:
+    return TopologySpreadConstraint(
+        key,
+        max_skew,
+        "ScheduleAnyway" if anyway else "DoNotSchedule",
+        sel,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def term(key: str, sel: LabelSelector | None, *, weight: int = 0, **kw: object) -> PodAffinityTerm:
+    return PodAffinityTerm(key, sel, weight=weight, **kw)  # type: ignore[arg-type]
 
 
 def pods(count: int, cpu: str = "1", mem: str | None = "1536Mi", **kw: object) -> list[Pod]:
@@ -175,6 +216,7 @@ def existing(
     taints: Sequence[Taint] = (),
     ports: Sequence[int] = (),
     nodeclaim: str = "",
+    bound: Sequence[Pod] = (),
 ) -> ExistingNode:
     return ExistingNode(
         name=name,
@@ -186,6 +228,7 @@ def existing(
         requested={"cpu": to_canonical("cpu", used_cpu), "pods": used_pods},
         host_ports=tuple(HostPort(p) for p in ports),
         pods=used_pods,
+        bound_pods=tuple(bound),
     )
 
 

@@ -57,7 +57,7 @@ def test_new_nodeclaim_carries_pod_requests_and_cheapest_types_first() -> None:
 
 def test_pod_count_is_a_resource() -> None:
     """A type with room for the cpu but not for another pod is not a candidate."""
-    tiny = instance_type("t3.small", 2, 2, 0.02, max_pods=2)
+    tiny = instance_type("t3.small", 2, 2, 0.09, max_pods=2)
     big = instance_type("m5.large", 2, 8, 0.096)
     result = solve(pods(3, cpu="100m", mem="100Mi"), [nodepool(types=[tiny, big])], [], [])
     claim = only_claim(result)
@@ -277,6 +277,13 @@ def test_twenty_pods_pack_onto_few_nodes_each_cheapest_type_fits_all() -> None:
             assert fits(claim.requests, it.allocatable), (it.name, claim.requests)
 
 
+def test_a_new_claim_beats_growing_one_into_a_pricier_type() -> None:
+    """Karpenter would grow the first claim to the 8xlarge; two 4xlarge nodes cost less (karpy prices it)."""
+    types = [instance_type("m5.4xlarge", 16, 64, 0.768), instance_type("m5.8xlarge", 32, 128, 2.0)]
+    result = solve(pods(2, cpu="12", mem=None), [nodepool(types=types)], [], [])
+    assert [type_names(c)[0] for c in result.new_nodeclaims] == ["m5.4xlarge", "m5.4xlarge"]
+
+
 def test_open_nodeclaims_fill_fewest_pods_first() -> None:
     """Later smaller pods top up the emptier NodeClaim first (Karpenter sorts by pod count)."""
     types = [instance_type("m5.xlarge", 4, 16, 0.192)]
@@ -304,7 +311,7 @@ def test_min_values_caps_packing() -> None:
     """Without minValues one a.4xlarge would take all 10 pods; with 2 families a claim stops at 4 (b.xlarge)."""
     types = [
         instance_type("a.large", 2, 8, 0.1),
-        instance_type("a.4xlarge", 16, 64, 0.8),
+        instance_type("a.4xlarge", 16, 64, 0.35),
         instance_type("b.xlarge", 4, 16, 0.2),
     ]
     batch = pods(10, cpu="1", mem=None)
@@ -421,3 +428,40 @@ def test_single_valued_custom_requirements_become_labels() -> None:
     p = pod(node_selector={"example.com/team": "b"}, terms=[[req("tier", "In", "gold")]])
     claim = only_claim(solve([p], [pool], [], []))
     assert claim.labels == {"karpenter.sh/nodepool": "default", "example.com/team": "b", "tier": "gold"}
+
+
+# -- pricing ------------------------------------------------------------------------------------------------
+
+
+def _cost(result: SchedulingResult) -> float:
+    return sum(c.cheapest_price or 0.0 for c in result.new_nodeclaims)
+
+
+def test_repack_balances_cpu_heavy_and_memory_heavy_pods() -> None:
+    """The queue puts cpu-heavy pods first, so greedily the first claims fill with cpu and later ones with
+    memory; re-dealing the topology-free pods over the fewest claims lands within 3 % of the volume bound
+    (price linear in size, 1 cpu : 2 GiB, as Karpenter's benchmark catalogue)."""
+    types = [instance_type(f"k.{k}", k, 2 * k, 0.1 * k) for k in range(1, 65)]
+    rng = random.Random(3)
+    batch = [
+        pod(cpu=f"{rng.choice((100, 250, 500, 1000, 1500))}m", mem=f"{rng.choice((100, 256, 512, 1024, 4096))}Mi")
+        for _ in range(300)
+    ]
+    cpu = sum(p.requests["cpu"] for p in batch) / 1000
+    mem = sum(p.requests["memory"] for p in batch) / (2 * GIB)
+    bound = 0.1 * max(cpu, mem)
+    result = solve(batch, [nodepool(types=types)], [], [])
+    assert not result.errors
+    assert _cost(result) <= bound * 1.03
+    for claim in result.new_nodeclaims:
+        assert fits(claim.requests, claim.instance_types[0].allocatable)
+
+
+def test_repack_leaves_topology_pods_alone() -> None:
+    from sched_builders import selector, term
+
+    types = [instance_type(f"m5.{n}xlarge", 4 * n, 16 * n, 0.192 * n) for n in (1, 2, 4)]
+    anti = [pod(cpu="3", mem="1Gi", labels={"app": "a"}, anti=[term("kubernetes.io/hostname", selector(app="a"))])]
+    result = solve(anti * 1 + pods(4, cpu="100m", mem="11Gi"), [nodepool(types=types)], [], [])
+    assert not result.errors
+    assert sum(1 for c in result.new_nodeclaims for p in c.pods if p.labels.get("app") == "a") == 1

@@ -1,0 +1,1 @@
+"""karpy benchmarks (run as modules, e.g. ``.venv/bin/python -m benchmarks.scheduling``)."""

@@ -1,0 +1,446 @@
+"""``karpy simulate``: run the controller's scheduling engine on manifests and describe the plan.
+
+The inputs are built as the provisioner builds them (:mod:`karpy.simulate.inputs`,
+:mod:`karpy.state.views`) and handed to the same :func:`karpy.scheduling.scheduler.solve`. Each new NodeClaim
+is then "launched" as the AWS provider would launch it (:func:`karpy.aws.instances.choose_capacity_type` and
+:func:`~karpy.aws.instances.launch_candidates`: reserved > spot > on-demand, exotic types only when nothing
+else fits, cheapest candidate first) and priced at that offering.
+
+Differences from a live cluster, all deliberate: every NodePool is treated as Ready and every EC2NodeClass
+without a status as resolved (no AWS to resolve subnets, AMIs and security groups); all unbound pods are
+pending (kube-scheduler would first try existing nodes, which the engine does too); NodePool usage counts the
+capacity of the manifests' Nodes that carry the NodePool label.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from karpy.apis import labels as wk
+from karpy.apis.quantity import format_resource_list
+from karpy.apis.resources import add
+from karpy.aws.instances import choose_capacity_type, launch_candidates
+from karpy.scheduling import model
+from karpy.scheduling.instancetypes import pod_matches_labels
+from karpy.scheduling.scheduler import solve
+from karpy.scheduling.taints import NO_SCHEDULE, untolerated
+from karpy.simulate.catalogue import Catalogue
+from karpy.simulate.inputs import EPHEMERAL_TAINT_KEYS, nodeclass_name, requirement_to_json, scheduling_nodepool
+from karpy.simulate.manifests import Manifests
+from karpy.state.views import daemonset_view, node_info, scheduling_pod
+
+JSON = dict[str, Any]
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+# Taints the DaemonSet controller tolerates on every DaemonSet pod (Kubernetes ``AddOrUpdateDaemonPodTolerations``).
+DAEMONSET_TOLERATED = frozenset(
+    {
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+        "node.kubernetes.io/disk-pressure",
+        "node.kubernetes.io/memory-pressure",
+        "node.kubernetes.io/pid-pressure",
+        "node.kubernetes.io/network-unavailable",
+        UNSCHEDULABLE_TAINT,
+    }
+)
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@attrs.frozen
+class PlannedNode:
+    """A NodeClaim the engine wants, with what the launch would pick.
+
+    ``instance_type``/``zone``/``capacity_type``/``price`` are the cheapest launchable offering among the
+    NodeClaim's candidates (empty and None when nothing can be launched: ``launch_error`` says why);
+    ``candidates`` is how many instance types the NodeClaim allows; ``requests`` the pods' requests plus
+    DaemonSet overhead (canonical units).
+    """
+
+    name: str
+    nodepool: str
+    instance_type: str
+    zone: str
+    capacity_type: str
+    price: float | None
+    pods: tuple[str, ...]
+    candidates: int
+    requests: Mapping[str, int]
+    launch_error: str = ""
+
+
+@attrs.frozen
+class Plan:
+    """The outcome of one simulation (see :func:`simulate`)."""
+
+    catalogue: str
+    spot_note: str
+    preference_policy: str
+    solve_seconds: float
+    pods: int
+    nodes: tuple[PlannedNode, ...]
+    existing: Mapping[str, tuple[str, ...]]
+    unschedulable: Mapping[str, str]
+    unusable_nodepools: Mapping[str, str]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def total_price(self) -> float:
+        """USD/hour of all new nodes."""
+        return round(sum(n.price or 0.0 for n in self.nodes), 6)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Inputs
+
+
+def _ready_false(obj: Mapping[str, Any]) -> bool:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == wk.COND_READY and c.get("status") == "False" for c in conditions)
+
+
+def usable_nodeclass(nodepool: Mapping[str, Any], nodeclasses: Mapping[str, JSON]) -> JSON | str:
+    """The NodePool's EC2NodeClass, or why the NodePool cannot launch (missing or not Ready NodeClass).
+
+    A NodeClass without status counts as resolved: the simulation has no AWS to resolve it against.
+    """
+    if (nodepool.get("metadata") or {}).get("deletionTimestamp"):
+        return "NodePool is being deleted"
+    ref = (((nodepool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
+    kind, group = ref.get("kind", "EC2NodeClass"), ref.get("group", wk.AWS_GROUP)
+    if kind != "EC2NodeClass" or group != wk.AWS_GROUP:
+        return f"nodeClassRef {group}/{kind} is not an EC2NodeClass"
+    name = nodeclass_name(nodepool)
+    if not name:
+        return "no nodeClassRef"
+    nodeclass = nodeclasses.get(name)
+    if nodeclass is None:
+        return f'EC2NodeClass "{name}" not found'
+    if _ready_false(nodeclass):
+        return f'EC2NodeClass "{name}" is not Ready'
+    return nodeclass
+
+
+def daemonset_runs_on(ds: model.DaemonSet, labels: Mapping[str, str], node_taints: Sequence[model.Taint]) -> bool:
+    """Whether the DaemonSet controller would place a pod on a node (selector, affinity, taints; the node
+    condition taints every DaemonSet pod tolerates are skipped)."""
+    relevant = [t for t in node_taints if t.key not in DAEMONSET_TOLERATED]
+    return untolerated(ds.pod.tolerations, relevant) is None and pod_matches_labels(ds.pod, labels)
+
+
+def existing_nodes(
+    manifests: Manifests,
+    bound: Mapping[str, list[model.Pod]],
+    daemonsets: Sequence[model.DaemonSet],
+    startup_taints: Mapping[str, Sequence[model.Taint]],
+) -> tuple[list[model.ExistingNode], list[str]]:
+    """Existing capacity from Node manifests, with the pods bound to each (``spec.nodeName``).
+
+    A DaemonSet that would run on a node but has no pod bound there gets one, as its controller would create
+    it. Cordoned nodes get the ``node.kubernetes.io/unschedulable`` taint; on managed nodes not yet
+    initialized, ephemeral and startup taints are ignored (Karpenter C11). Deleting nodes are skipped.
+    Returns the nodes and notes about what was adjusted.
+    """
+    out, notes = [], []
+    for obj in manifests.nodes:
+        info = node_info(obj)
+        if info.deleting:
+            continue
+        node_taints = list(info.taints)
+        if (obj.get("spec") or {}).get("unschedulable") and all(t.key != UNSCHEDULABLE_TAINT for t in node_taints):
+            node_taints.append(model.Taint(UNSCHEDULABLE_TAINT, NO_SCHEDULE))
+        nodepool = info.labels.get(wk.LABEL_NODEPOOL, "")
+        if nodepool and info.labels.get(wk.LABEL_INITIALIZED) != "true":
+            ignored = EPHEMERAL_TAINT_KEYS | {t.key for t in startup_taints.get(nodepool, ())}
+            node_taints = [t for t in node_taints if t.key not in ignored]
+        pods = list(bound.get(info.name, []))
+        running = {p.owner for p in pods}
+        for ds in daemonsets:
+            if f"DaemonSet/{ds.pod.uid}" not in running and daemonset_runs_on(ds, info.labels, info.taints):
+                pods.append(attrs.evolve(ds.pod, name=f"{ds.name}-{info.name}", node_name=info.name))
+                notes.append(f"node {info.name}: added a pod of DaemonSet {ds.namespace}/{ds.name}")
+        out.append(
+            model.ExistingNode(
+                name=info.name,
+                nodepool=nodepool,
+                labels=info.labels,
+                taints=tuple(node_taints),
+                allocatable=info.allocatable or info.capacity,
+                requested=add(*(p.requests for p in pods)),
+                host_ports=tuple(hp for p in pods for hp in p.host_ports),
+                pods=len(pods),
+                bound_pods=tuple(pods),
+            )
+        )
+    return out, notes
+
+
+def nodepool_usage(manifests: Manifests) -> dict[str, dict[str, int]]:
+    """Per NodePool, the summed capacity (and count, ``nodes``) of the Nodes labelled with it."""
+    usage: dict[str, dict[str, int]] = {}
+    for obj in manifests.nodes:
+        info = node_info(obj)
+        pool = info.labels.get(wk.LABEL_NODEPOOL)
+        if pool and not info.deleting:
+            usage[pool] = add(usage.get(pool, {"nodes": 0}), {"nodes": 1}, info.capacity or info.allocatable)
+    return usage
+
+
+def split_pods(manifests: Manifests) -> tuple[list[model.Pod], dict[str, list[model.Pod]], list[str]]:
+    """Pending pods, pods bound per node name, and notes about pods left out.
+
+    Terminal and DaemonSet-owned unbound pods are not provisionable (Karpenter ``IsProvisionable``); pods bound
+    to a deleting Node are rescheduled; pods bound to a Node that is not in the manifests are left out.
+    """
+    nodes = {n["metadata"]["name"]: n for n in manifests.nodes}
+    pending: list[model.Pod] = []
+    bound: dict[str, list[model.Pod]] = {}
+    notes: list[str] = []
+    for obj in manifests.pods:
+        if (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
+            continue
+        pod = scheduling_pod(obj)
+        if pod.node_name:
+            node = nodes.get(pod.node_name)
+            if node is None:
+                notes.append(f"pod {pod.key} is bound to node {pod.node_name}, which is not in the manifests")
+                continue
+            if not (node["metadata"].get("deletionTimestamp")):
+                bound.setdefault(pod.node_name, []).append(pod)
+                continue
+            pod = attrs.evolve(pod, node_name="")
+        if pod.owner.startswith("DaemonSet/"):
+            continue
+        pending.append(pod)
+    return pending, bound, notes
+
+
+def namespace_labels(manifests: Manifests) -> dict[str, dict[str, str]]:
+    """Namespace → labels (with ``kubernetes.io/metadata.name``, as the API server sets it) for the
+    namespaceSelector of pod affinity terms; namespaces without a manifest are left to the engine's default."""
+    out = {}
+    for ns in manifests.namespaces:
+        name = str(ns["metadata"]["name"])
+        out[name] = {**(ns["metadata"].get("labels") or {}), "kubernetes.io/metadata.name": name}
+    return out
+
+
+def input_notes(manifests: Manifests) -> list[str]:
+    """What the reader should know about the input: kinds not simulated, workloads that run no pod."""
+    notes = [f"ignored {n} {kind} object{'s' if n > 1 else ''}" for kind, n in sorted(manifests.ignored.items())]
+    idle = [f"{w.kind} {w.namespace}/{w.name}" for w in manifests.workloads if w.pods == 0]
+    if idle:
+        notes.append(f"no pods from {', '.join(idle)} (0 replicas or suspended; --scale NAME=N runs N)")
+    return notes
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Simulation
+
+
+def launch(plan: model.NewNodeClaim, zones: Sequence[str]) -> tuple[str, str, str, float | None, str]:
+    """(instance type, zone, capacity type, price, error) the AWS launch would pick for a NodeClaim."""
+    reqs = [requirement_to_json(r) for r in plan.requirements]
+    capacity_type = choose_capacity_type(plan.instance_types, reqs, zones)
+    if capacity_type is None:
+        return "", "", "", None, f"no available offering in zones {', '.join(zones)}"
+    candidates = launch_candidates(plan.instance_types, reqs, zones, capacity_type)
+    it, offerings = candidates[0]
+    offering = min(offerings, key=lambda o: (o.price, o.zone))
+    return it.name, offering.zone, capacity_type, offering.price, ""
+
+
+def simulate(manifests: Manifests, catalogue: Catalogue, *, preference_policy: str = "Respect") -> Plan:
+    """Plan the manifests' pending pods with the controller's engine (``preference_policy`` Respect or Ignore).
+
+    Never raises for unschedulable input: reasons are in :attr:`Plan.unschedulable`.
+    """
+    nodeclasses = {nc["metadata"]["name"]: nc for nc in manifests.nodeclasses}
+    usage = nodepool_usage(manifests)
+    pools, unusable, zones_of = [], {}, {}
+    for np_obj in manifests.nodepools:
+        name = np_obj["metadata"]["name"]
+        nodeclass = usable_nodeclass(np_obj, nodeclasses)
+        if isinstance(nodeclass, str):
+            unusable[name] = nodeclass
+            continue
+        zones_of[name] = catalogue.zones(nodeclass)
+        pools.append(scheduling_nodepool(np_obj, usage.get(name, {"nodes": 0}), catalogue.instance_types(nodeclass)))
+    daemonsets = [daemonset_view(ds) for ds in manifests.daemonsets]
+    pending, bound, notes = split_pods(manifests)
+    notes += input_notes(manifests)
+    with_claims = sum(1 for p in pending if p.volume_claims and not p.volume_terms)
+    if with_claims:
+        notes.append(
+            f"{_count(with_claims, 'pending pod')} mount PersistentVolumeClaims: their volume topology (bound PVs' "
+            "node affinity, StorageClass allowedTopologies) is not derived by this version; zones are unconstrained"
+        )
+    startup = {p.name: p.startup_taints for p in pools}
+    existing, ds_notes = existing_nodes(manifests, bound, daemonsets, startup)
+    started = time.perf_counter()
+    result = solve(
+        pending,
+        pools,
+        existing,
+        daemonsets,
+        preference_policy=preference_policy,
+        namespace_labels=namespace_labels(manifests),
+    )
+    elapsed = time.perf_counter() - started
+    nodes = []
+    numbers: dict[str, int] = {}
+    for claim in result.new_nodeclaims:
+        it, zone, ct, price, error = launch(claim, zones_of.get(claim.nodepool, []))
+        numbers[claim.nodepool] = numbers.get(claim.nodepool, 0) + 1
+        nodes.append(
+            PlannedNode(
+                name=f"{claim.nodepool}-{numbers[claim.nodepool]}",
+                nodepool=claim.nodepool,
+                instance_type=it,
+                zone=zone,
+                capacity_type=ct,
+                price=price,
+                pods=tuple(p.key for p in claim.pods),
+                candidates=len(claim.instance_types),
+                requests=dict(claim.requests),
+                launch_error=error,
+            )
+        )
+    return Plan(
+        catalogue=catalogue.description,
+        spot_note=catalogue.spot_note,
+        preference_policy=preference_policy,
+        solve_seconds=elapsed,
+        pods=len(pending),
+        nodes=tuple(nodes),
+        existing={k: tuple(p.key for p in v) for k, v in sorted(result.existing.items())},
+        unschedulable={k: _reason(v, unusable) for k, v in sorted(result.errors.items())},
+        unusable_nodepools=unusable,
+        notes=tuple(notes + ds_notes),
+    )
+
+
+def _reason(message: str, unusable: Mapping[str, str]) -> str:
+    """The engine's reason, plus the NodePools the simulation could not offer (instead of "no nodepools")."""
+    extra = "; ".join(f'nodepool "{n}" not usable: {why}' for n, why in sorted(unusable.items()))
+    if not extra:
+        return message
+    if message == "no nodepools":
+        return extra
+    return f"{message}; {extra}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Output
+
+
+def plan_to_json(plan: Plan) -> JSON:
+    """The plan as JSON (``karpy simulate --output json``); prices USD/hour, solve time seconds."""
+    by_pool: dict[str, JSON] = {}
+    for node in plan.nodes:
+        entry = by_pool.setdefault(node.nodepool, {"nodes": 0, "pods": 0, "pricePerHour": 0.0})
+        entry["nodes"] += 1
+        entry["pods"] += len(node.pods)
+        entry["pricePerHour"] = round(entry["pricePerHour"] + (node.price or 0.0), 6)
+    return {
+        "catalogue": plan.catalogue,
+        "spot": plan.spot_note,
+        "preferencePolicy": plan.preference_policy,
+        "solveSeconds": round(plan.solve_seconds, 6),
+        "summary": {
+            "pendingPods": plan.pods,
+            "newNodes": len(plan.nodes),
+            "podsOnNewNodes": sum(len(n.pods) for n in plan.nodes),
+            "podsOnExistingNodes": sum(len(p) for p in plan.existing.values()),
+            "unschedulablePods": len(plan.unschedulable),
+            "pricePerHour": plan.total_price,
+        },
+        "nodePools": by_pool,
+        "newNodes": [
+            {
+                "name": n.name,
+                "nodePool": n.nodepool,
+                "instanceType": n.instance_type,
+                "zone": n.zone,
+                "capacityType": n.capacity_type,
+                "pricePerHour": n.price,
+                "instanceTypeCandidates": n.candidates,
+                "requests": format_resource_list(dict(n.requests)),
+                "pods": list(n.pods),
+                **({"launchError": n.launch_error} if n.launch_error else {}),
+            }
+            for n in plan.nodes
+        ],
+        "existingNodes": [{"name": k, "pods": list(v)} for k, v in plan.existing.items()],
+        "unschedulable": [{"pod": k, "reason": v} for k, v in plan.unschedulable.items()],
+        "unusableNodePools": [{"nodePool": k, "reason": v} for k, v in sorted(plan.unusable_nodepools.items())],
+        "notes": list(plan.notes),
+    }
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _pod_list(keys: Sequence[str], limit: int = 4) -> str:
+    names = [k.split("/", 1)[-1] for k in keys]
+    shown = ", ".join(names[:limit])
+    return shown + (f", … (+{len(names) - limit})" if len(names) > limit else "")
+
+
+def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def render_text(plan: Plan) -> str:
+    """A human-readable plan: summary, new nodes by NodePool, existing nodes, unschedulable pods, notes."""
+    placed_new = sum(len(n.pods) for n in plan.nodes)
+    placed_old = sum(len(p) for p in plan.existing.values())
+    lines = [
+        f"{_count(plan.pods, 'pending pod')}: {placed_new} on {_count(len(plan.nodes), 'new node')} "
+        f"(${plan.total_price:.4f}/hour), "
+        f"{placed_old} on existing nodes, {len(plan.unschedulable)} unschedulable; "
+        f"solved in {plan.solve_seconds:.3f} s",
+        f"catalogue: {plan.catalogue}; {plan.spot_note}; preferences: {plan.preference_policy}",
+    ]
+    for pool in sorted({n.nodepool for n in plan.nodes}):
+        nodes = [n for n in plan.nodes if n.nodepool == pool]
+        price = sum(n.price or 0.0 for n in nodes)
+        lines += ["", f"NodePool {pool}: {_count(len(nodes), 'node')}, ${price:.4f}/hour"]
+        rows = [["NODE", "INSTANCE TYPE", "ZONE", "CAPACITY", "$/HOUR", "CANDIDATES", "PODS"]]
+        for n in nodes:
+            rows.append(
+                [
+                    n.name,
+                    n.instance_type or f"(not launchable: {n.launch_error})",
+                    n.zone or "-",
+                    n.capacity_type or "-",
+                    f"{n.price:.4f}" if n.price is not None else "-",
+                    str(n.candidates),
+                    f"{len(n.pods)}: {_pod_list(n.pods)}",
+                ]
+            )
+        lines += _table(rows)
+    if plan.existing:
+        lines += ["", "Existing nodes:"]
+        lines += _table([["NODE", "PODS"]] + [[k, f"{len(v)}: {_pod_list(v)}"] for k, v in plan.existing.items()])
+    if plan.unschedulable:
+        lines += ["", f"Unschedulable pods ({len(plan.unschedulable)}):"]
+        by_reason: dict[str, list[str]] = {}
+        for key, reason in plan.unschedulable.items():
+            by_reason.setdefault(reason, []).append(key)
+        for reason, keys in by_reason.items():
+            if len(keys) == 1:
+                lines.append(f"  {keys[0]}: {reason}")
+            else:
+                lines.append(f"  {len(keys)} pods ({_pod_list(keys, 3)}): {reason}")
+    if plan.unusable_nodepools:
+        lines += ["", "NodePools not usable:"]
+        lines += [f"  {k}: {v}" for k, v in sorted(plan.unusable_nodepools.items())]
+    if plan.notes:
+        lines += ["", "Notes:"] + [f"  {n}" for n in plan.notes]
+    return "\n".join(lines) + "\n"
