@@ -115,7 +115,10 @@ class NodePoolStatusReconciler:
         ):
             return Result()
         was_ready = (condition(nodepool, wk.COND_READY) or {}).get("status")
-        patch = {"status": {"conditions": conditions, "resources": resources, "nodes": nodes}}
+        # A merge patch merges maps: a resource that dropped out of the usage must be nulled explicitly, or the
+        # stored status never equals the computed one and every reconcile writes again (a patch storm).
+        stale = {k: None for k in status.get("resources") or {} if k not in resources}
+        patch = {"status": {"conditions": conditions, "resources": {**stale, **resources}, "nodes": nodes}}
         try:
             updated = await self.client.merge_patch(NODEPOOLS, key, patch, subresource="status")
         except ApiError as err:
