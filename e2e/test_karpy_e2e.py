@@ -41,7 +41,12 @@ def record(phase: str, seconds: float) -> None:
     PHASES[phase] = round(seconds, 1)
     out = ROOT / ".e2e-run"
     out.mkdir(exist_ok=True)
-    (out / "phases.json").write_text(json.dumps(PHASES, indent=2))
+    path = out / "phases.json"
+    try:  # other e2e modules record their figures in the same file: merge, never erase them
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    path.write_text(json.dumps({**known, **PHASES}, indent=2))
 
 
 def user_manifests(cluster_name: str, name: str) -> list[dict[str, Any]]:

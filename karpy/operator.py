@@ -16,8 +16,13 @@ import structlog
 from karpy.apis import labels as wk
 from karpy.aws.cloudprovider import AWSCloudProvider
 from karpy.aws.session import AWSClients
+from karpy.aws.sqs import SQSInterruptionQueue
+from karpy.cloudprovider.types import InterruptionQueue
 from karpy.controllers.binder import Binder
-from karpy.controllers.emptiness import Emptiness
+from karpy.controllers.disruption.controls import from_settings as disruption_settings
+from karpy.controllers.disruption.orchestrator import Disruption
+from karpy.controllers.garbagecollection import GarbageCollection
+from karpy.controllers.interruption import Interruption
 from karpy.controllers.nodeclaim_lifecycle import NodeClaimLifecycle
 from karpy.controllers.nodeclass_status import NodeClassStatusReconciler
 from karpy.controllers.nodepool_status import NodePoolStatusReconciler
@@ -31,17 +36,27 @@ from karpy.metrics import CLUSTER_STATE_NODE_COUNT, CLUSTER_STATE_SYNCED, serve
 from karpy.runtime.controller import Controller
 from karpy.runtime.supervisor import supervise
 from karpy.settings import Settings
-from karpy.state.cluster import ClusterState, planned_pods
+from karpy.state.cluster import ClusterState, condition_true, planned_pods
 from karpy.state.views import NodeInfo, PodInfo
 
 log = structlog.get_logger("karpy.operator")
-WATCHED = (r.PODS, r.NODES, r.NODECLAIMS, r.NODEPOOLS, r.EC2NODECLASSES, r.DAEMONSETS)
+WATCHED: tuple[r.Resource, ...] = (r.PODS, r.NODES, r.NODECLAIMS, r.NODEPOOLS, r.EC2NODECLASSES, r.DAEMONSETS)
+# Scheduling inputs kept as slim views: namespaceSelector labels and volume topology (issue 3).
+WATCHED += (r.NAMESPACES, r.PERSISTENTVOLUMES, r.PERSISTENTVOLUMECLAIMS, r.STORAGECLASSES)
+VOLUME_KINDS = frozenset({"PersistentVolume", "PersistentVolumeClaim", "StorageClass"})
 
 
 class Operator:
     """Everything karpy runs, wired together."""
 
-    def __init__(self, settings: Settings, client: KubeClient, cloud: AWSCloudProvider) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        client: KubeClient,
+        cloud: AWSCloudProvider,
+        *,
+        interruption_queue: InterruptionQueue | None = None,
+    ) -> None:
         self.settings = settings
         self.client = client
         self.cloud = cloud
@@ -55,6 +70,7 @@ class Operator:
             self.events,
             batch_idle=settings.batch_idle_duration,
             batch_max=settings.batch_max_duration,
+            preference_policy=settings.preference_policy,
         )
         self.lifecycle = Controller(NodeClaimLifecycle(client, self.state, cloud, self.events), workers=8)
         self.binder = Controller(Binder(client, self.state), workers=4)
@@ -70,7 +86,31 @@ class Operator:
             ),
             workers=2,
         )
-        self.emptiness = Emptiness(client, self.state, self.events)
+        self.disruption = Disruption(
+            client,
+            self.state,
+            self.provisioner,
+            cloud,
+            self.events,
+            disruption_settings(settings),
+        )
+        self.garbage_collection = GarbageCollection(
+            client, self.state, cloud, cluster_name=settings.cluster_name, templates=cloud
+        )
+        # Interruption handling runs only with a queue (INTERRUPTION_QUEUE, or one injected by tests).
+        if interruption_queue is None and settings.interruption_queue:
+            interruption_queue = SQSInterruptionQueue(cloud.clients.sqs, settings.interruption_queue)
+        self.interruption: Interruption | None = None
+        if interruption_queue is not None:
+            self.interruption = Interruption(
+                client,
+                self.state,
+                cloud,
+                self.events,
+                interruption_queue,
+                on_disrupted=self.provisioner.trigger,
+                rebalance_replacement=settings.interruption_rebalance_replacement,
+            )
         self.state.subscribe(self._route)
 
     def _route(self, kind: str, event: str, key: str, old: Any, new: Any) -> None:
@@ -89,9 +129,18 @@ class Operator:
                 self.nodepool_status.enqueue(pool)
             if event == "DELETED":
                 self.provisioner.trigger()  # pods planned onto it need a new home
+            elif (
+                new is not None
+                and (old is None or not (old.get("metadata") or {}).get("deletionTimestamp"))
+                and (new.get("metadata") or {}).get("deletionTimestamp")
+            ):
+                self.provisioner.trigger()  # its pods are about to be displaced: request capacity now
         elif kind == "NodePool":
             self.nodepool_status.enqueue(key)
-            self.provisioner.trigger()
+            if _nodepool_changed_for_provisioning(old, new):
+                self.provisioner.trigger()
+        elif kind in VOLUME_KINDS and self.state.pod_volumes:
+            self.provisioner.trigger()  # a pod waiting for its volumes may be schedulable now
         elif kind == "EC2NodeClass":
             self.nodeclass_status.enqueue(key)
             for name, pool in self.state.nodepools.items():
@@ -131,9 +180,12 @@ class Operator:
             ("terminator", self.terminator.run),
             ("nodepool.status", self.nodepool_status.run),
             ("ec2nodeclass.status", self.nodeclass_status.run),
-            ("disruption.emptiness", self.emptiness.run),
+            ("disruption", self.disruption.run),
+            ("garbagecollection", self.garbage_collection.run),
             ("observability", self._observe),
         ]
+        if self.interruption is not None:
+            tasks.append(("interruption", self.interruption.run))
         async with asyncio.TaskGroup() as group:
             for name, factory in tasks:
                 group.create_task(supervise(name, factory), name=name)
@@ -154,6 +206,16 @@ class Operator:
                     planned=len(self.state.planned),
                 )
             await asyncio.sleep(5)
+
+
+def _nodepool_changed_for_provisioning(old: Any, new: Any) -> bool:
+    """A NodePool change that can change a provisioning decision: added, deleted, spec edited (generation) or
+    readiness flipped. Status-only writes (usage, node count) do not re-open the batch window."""
+    if old is None or new is None:
+        return True
+    if old["metadata"].get("generation") != new["metadata"].get("generation"):
+        return True
+    return bool(condition_true(old, wk.COND_READY) != condition_true(new, wk.COND_READY))
 
 
 async def kubernetes_version(client: KubeClient) -> str:

@@ -83,6 +83,9 @@ class Settings:
     aws_region: str = "us-east-1"
     aws_endpoint_url: str = ""
     interruption_queue: str = ""
+    # karpy's own (not Karpenter's): a rebalance recommendation also deletes the NodeClaim (pre-emptive
+    # replacement) instead of only recording an event.
+    interruption_rebalance_replacement: bool = False
     isolated_vpc: bool = False
     vm_memory_overhead_percent: float = 0.075
     reserved_enis: int = 0
@@ -102,6 +105,17 @@ class Settings:
     ami_refresh_interval: float = 60.0
     subnet_refresh_interval: float = 60.0
     kubernetes_version: str = "1.34"
+    # karpy's disruption knobs (see karpy.controllers.disruption.controls); Karpenter's fixed values as defaults
+    # where Karpenter has one (10 s poll, 15 s validation, 10 m replacement timeout).
+    disruption_poll_interval: float = 10.0
+    disruption_validation_delay: float = 15.0
+    disruption_replacement_timeout: float = 600.0
+    disruption_paused: bool = False
+    disruption_pause_namespace: str = "kube-system"
+    disruption_cooldown: float = 300.0
+    consolidation_min_savings_per_hour: float = 0.0
+    consolidation_min_savings_ratio: float = 0.1
+    drift_check_interval: float = 300.0
 
 
 def _get(env: Mapping[str, str], name: str, parse: Callable[[str], T], default: T) -> T:
@@ -146,6 +160,13 @@ def _url(text: str) -> str:
     return text
 
 
+def _positive_duration(text: str) -> float:
+    value = parse_duration(text)
+    if value <= 0:
+        raise ValueError("must be > 0")
+    return value
+
+
 def _at_least_minute(text: str) -> float:
     value = parse_duration(text)
     if value < 60:
@@ -175,6 +196,7 @@ def from_environment(env: Mapping[str, str] | None = None) -> Settings:
         aws_region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
         aws_endpoint_url=_get(env, "AWS_ENDPOINT_URL", _url, ""),
         interruption_queue=env.get("INTERRUPTION_QUEUE", ""),
+        interruption_rebalance_replacement=_get(env, "INTERRUPTION_REBALANCE_REPLACEMENT", _bool, False),
         isolated_vpc=_get(env, "ISOLATED_VPC", _bool, False),
         vm_memory_overhead_percent=_get(env, "VM_MEMORY_OVERHEAD_PERCENT", _non_negative(float), 0.075),
         reserved_enis=_get(env, "RESERVED_ENIS", _non_negative(int), 0),
@@ -194,4 +216,13 @@ def from_environment(env: Mapping[str, str] | None = None) -> Settings:
         ami_refresh_interval=_get(env, "AMI_REFRESH_INTERVAL", _at_least_minute, 60.0),
         subnet_refresh_interval=_get(env, "SUBNET_REFRESH_INTERVAL", _at_least_minute, 60.0),
         kubernetes_version=env.get("KUBERNETES_VERSION", "1.34"),
+        disruption_poll_interval=_get(env, "DISRUPTION_POLL_INTERVAL", _positive_duration, 10.0),
+        disruption_validation_delay=_get(env, "DISRUPTION_VALIDATION_DELAY", _non_negative(parse_duration), 15.0),
+        disruption_replacement_timeout=_get(env, "DISRUPTION_REPLACEMENT_TIMEOUT", _positive_duration, 600.0),
+        disruption_paused=_get(env, "DISRUPTION_PAUSED", _bool, False),
+        disruption_pause_namespace=env.get("DISRUPTION_PAUSE_NAMESPACE", "kube-system"),
+        disruption_cooldown=_get(env, "DISRUPTION_COOLDOWN", _non_negative(parse_duration), 300.0),
+        consolidation_min_savings_per_hour=_get(env, "CONSOLIDATION_MIN_SAVINGS_PER_HOUR", _non_negative(float), 0.0),
+        consolidation_min_savings_ratio=_get(env, "CONSOLIDATION_MIN_SAVINGS_RATIO", _non_negative(float), 0.1),
+        drift_check_interval=_get(env, "DRIFT_CHECK_INTERVAL", _positive_duration, 300.0),
     )

@@ -5,7 +5,8 @@
 security group tagged ``karpenter.sh/discovery=<cluster>``, the IAM role ``KarpenterNodeRole-<cluster>``, and
 AL2023 EKS AMIs (x86_64 and arm64) published under the public SSM parameters
 ``/aws/service/eks/optimized-ami/<k8s>/amazon-linux-2023/<arch>/standard/recommended/image_id`` (and the
-versioned ``…/amazon-eks-node-al2023-<arch>-standard-<k8s>-v20250101/image_id``).
+versioned ``…/amazon-eks-node-al2023-<arch>-standard-<k8s>-v20250101/image_id``), and the SQS queue
+``<cluster>-interruption`` for ``INTERRUPTION_QUEUE``.
 
 moto refuses ``PutParameter`` under ``/aws/service/`` and its RegisterImage takes no architecture, so those two
 are written through moto's in-process backends: ``seed_cluster`` must run in the process that started the
@@ -176,14 +177,30 @@ def _seed_amis(ec2: Any, k8s_version: str, region: str) -> dict[str, str]:
     return out
 
 
+def interruption_queue_name(cluster_name: str) -> str:
+    """The SQS queue ``seed_cluster`` creates for interruption events (``INTERRUPTION_QUEUE``)."""
+    return f"{cluster_name}-interruption"
+
+
+def _seed_queue(sqs: Any, cluster_name: str) -> tuple[str, str]:
+    """The interruption queue as Karpenter's CloudFormation makes it (5-minute retention); (name, url)."""
+    name = interruption_queue_name(cluster_name)
+    url = sqs.create_queue(QueueName=name, Attributes={"MessageRetentionPeriod": "300"})["QueueUrl"]
+    return name, str(url)
+
+
 def seed_cluster(
     endpoint_url: str, cluster_name: str, k8s_version: str = "1.34", region: str = "us-east-1"
 ) -> dict[str, Any]:
     """Seed moto for ``cluster_name`` (idempotent: existing resources are reused) and return their ids:
-    ``{"vpc_id", "subnet_ids": {zone: id}, "security_group_id", "role_name", "ami_ids": {arch: id}}``."""
+    ``{"vpc_id", "subnet_ids": {zone: id}, "security_group_id", "role_name", "ami_ids": {arch: id},
+    "interruption_queue", "interruption_queue_url"}`` (the SQS queue ``<cluster>-interruption``)."""
     ec2 = _client("ec2", endpoint_url, region)
     iam = _client("iam", endpoint_url, region)
     seeded = _seed_network(ec2, cluster_name, region)
     seeded["role_name"] = _seed_role(iam, cluster_name)
     seeded["ami_ids"] = _seed_amis(ec2, k8s_version, region)
+    seeded["interruption_queue"], seeded["interruption_queue_url"] = _seed_queue(
+        _client("sqs", endpoint_url, region), cluster_name
+    )
     return seeded

@@ -10,6 +10,9 @@ Nodes, then:
 - for each Node whose ``aws:///<zone>/<id>`` instance is shutting-down, terminated or unknown to EC2, deletes
   the Node, as the cloud node lifecycle controller does (a finalizer on it, e.g. karpy's, holds the deletion).
 
+A "bad AMI" for disruption tests: an instance launched from an image tagged ``karpy-e2e/never-ready=true`` is
+never registered (its kubelet never joins), which is what a broken AMI does to a replacement node.
+
 Restart-safe: a Node already present for a providerID is left alone. Errors are logged and the loop goes on.
 """
 
@@ -29,6 +32,7 @@ log = logging.getLogger("e2e.cluster.nodeagent")
 LIVE_STATES = frozenset({"pending", "running"})
 GONE_STATES = frozenset({"shutting-down", "terminated"})
 CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"
+NEVER_READY_TAG = "karpy-e2e/never-ready"
 MAX_ATTEMPTS = 20  # registration attempts per instance (10 s at the default interval) before it is ignored
 
 
@@ -60,6 +64,7 @@ class NodeAgent:
         self._ignored: set[str] = set()  # instances without (valid) nodeadm user data, logged once
         self.registered: dict[str, str] = {}  # instance id -> node name, for the log and tests
         self.deleted: set[str] = set()
+        self._never_ready_images: dict[str, bool] = {}
 
     async def run(self) -> None:
         """Reconcile forever (until cancelled)."""
@@ -86,6 +91,10 @@ class NodeAgent:
         for inst in instances:
             iid = inst["InstanceId"]
             if iid not in by_instance and iid not in self._ignored:
+                if await asyncio.to_thread(self._never_ready, str(inst.get("ImageId") or "")):
+                    log.info("instance %s runs a never-ready AMI %s; no node registered", iid, inst.get("ImageId"))
+                    self._ignored.add(iid)
+                    continue
                 try:
                     await self._register(inst)
                 except Exception:
@@ -144,6 +153,21 @@ class NodeAgent:
             for reservation in pages.get("Reservations") or []
             for inst in reservation.get("Instances") or []
         }
+
+    def _never_ready(self, image_id: str) -> bool:
+        """The image carries ``karpy-e2e/never-ready=true`` (cached per image)."""
+        if not image_id:
+            return False
+        if image_id not in self._never_ready_images:
+            from botocore.exceptions import ClientError
+
+            try:
+                images = self.ec2.describe_images(ImageIds=[image_id]).get("Images") or []
+            except ClientError:
+                return False  # unknown image: register as before
+            tags = {t["Key"]: t["Value"] for image in images for t in image.get("Tags") or []}
+            self._never_ready_images[image_id] = tags.get(NEVER_READY_TAG) == "true"
+        return self._never_ready_images[image_id]
 
     def _instance_type(self, name: str) -> Mapping[str, Any]:
         if name not in self._types:

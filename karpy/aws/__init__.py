@@ -2,5 +2,6 @@
 
 Modules: ``session`` (clients), ``errors`` (error-code classes), ``pricing``, ``instancetypes`` (catalogue,
 allocatable, ICE cache), ``nodeclass`` (EC2NodeClass resolution), ``userdata`` (AL2023 nodeadm),
-``launchtemplates``, ``instances`` (launch choices), ``cloudprovider`` (:class:`AWSCloudProvider`).
+``launchtemplates``, ``instances`` (launch choices), ``cloudprovider`` (:class:`AWSCloudProvider`), ``messages``
+(EventBridge interruption events, pure) and ``sqs`` (the interruption queue).
 """

@@ -19,7 +19,7 @@ template's SecurityGroupIds and IamInstanceProfile and the fleet's volume tags, 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Final
 
 import structlog
@@ -37,7 +37,7 @@ from karpy.aws.instances import (
     to_cloud_instance,
 )
 from karpy.aws.instancetypes import InstanceTypeProvider, UnavailableOfferings, format_reserved, kubelet_resources
-from karpy.aws.launchtemplates import LaunchTemplateProvider, template_data
+from karpy.aws.launchtemplates import LaunchTemplateProvider, template_data, unused_templates
 from karpy.aws.nodeclass import NodeClassResolution
 from karpy.aws.pricing import PricingProvider
 from karpy.aws.session import AWSClients
@@ -429,6 +429,36 @@ class AWSCloudProvider:
         except Exception as err:
             raise CloudProviderError(f"DescribeInstances: {err}") from err
         return [to_cloud_instance(i) for i in found]
+
+    # Interruption and garbage collection -------------------------------------------------------------------
+
+    def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str) -> None:
+        """Put one offering in the ICE cache for 3 minutes (a spot interruption warning: Karpenter marks the
+        interrupted offering so the replacement is launched elsewhere)."""
+        self.unavailable.mark(capacity_type, instance_type, zone)
+        log.info("offering unavailable", capacity_type=capacity_type, instance_type=instance_type, zone=zone)
+
+    async def delete_unused_launch_templates(self, nodeclasses: Collection[str]) -> tuple[str, ...]:
+        """Delete this cluster's launch templates that no launch needs (see
+        :func:`karpy.aws.launchtemplates.unused_templates`); ``nodeclasses`` are the existing EC2NodeClass
+        names. Returns the deleted names.
+
+        Raises:
+            CloudProviderError: EC2 could not be read or refused a deletion.
+        """
+        provider = self.launch_templates
+        try:
+            owned = await provider.list_owned()
+            unused = unused_templates(
+                owned,
+                nodeclasses=nodeclasses,
+                last_used=provider.last_used,
+                started=provider.started,
+                now=provider.clock(),
+            )
+            return tuple([t.name for t in unused if await provider.delete(t)])
+        except Exception as err:
+            raise CloudProviderError(f"launch template garbage collection: {err}") from err
 
     async def _terminate_quietly(self, instance_id: str) -> None:
         try:

@@ -7,7 +7,14 @@ the AL2023 nodeadm user data (base64), the security groups, the instance profile
 (default ``/dev/xvda`` 20Gi gp3 encrypted), IMDS options (Karpenter's defaults: tokens required, hop limit 1)
 and the cluster/NodeClass tags. Names already ensured are remembered for 1 minute (Karpenter's LT cache TTL):
 long enough to spare a DescribeLaunchTemplates per launch in a burst, short enough to notice a template
-deleted behind our back. Not done: deleting templates on cache eviction or NodeClass deletion.
+deleted behind our back.
+
+Garbage collection (Karpenter deletes a template when it leaves its cache and when its NodeClass is deleted):
+:func:`unused_templates` picks the cluster's templates whose EC2NodeClass no longer exists, or that no launch
+has used for :data:`LT_UNUSED_TTL` seconds (5 minutes, longer than Karpenter's 1-minute eviction so a burst
+after a short lull reuses its templates; after a restart the clock starts at the provider's creation, so a
+restart never deletes a template a launch is about to use). Deleting a template never affects running
+instances.
 """
 
 from __future__ import annotations
@@ -15,9 +22,11 @@ from __future__ import annotations
 import base64
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Final
 
+import attrs
 import structlog
 
 from karpy.apis import labels as wk
@@ -28,6 +37,7 @@ from karpy.aws.errors import is_already_exists, is_not_found
 log = structlog.get_logger("karpy.aws.launchtemplates")
 JSON = dict[str, Any]
 LT_CACHE_TTL: Final = 60.0
+LT_UNUSED_TTL: Final = 300.0
 NAME_PREFIX: Final = "karpenter.k8s.aws/"
 DEFAULT_METADATA_OPTIONS: Final = {
     "HttpEndpoint": "enabled",
@@ -119,6 +129,8 @@ class LaunchTemplateProvider:
         self.cluster_name = cluster_name
         self.clock = clock
         self._ensured: dict[str, float] = {}
+        self.started = clock()
+        self.last_used: dict[str, float] = {}
 
     def invalidate(self, name: str) -> None:
         """Forget ``name`` (CreateFleet said it does not exist)."""
@@ -127,6 +139,7 @@ class LaunchTemplateProvider:
     async def ensure(self, data: Mapping[str, Any], tags: Mapping[str, str]) -> str:
         """The name of a launch template holding ``data``, created (tagged with ``tags``) when missing."""
         name = template_name(self.cluster_name, data)
+        self.last_used[name] = self.clock()
         if self._ensured.get(name, -1.0) > self.clock():
             return name
         try:
@@ -151,6 +164,40 @@ class LaunchTemplateProvider:
             if not is_already_exists(err):
                 raise
 
+    async def list_owned(self) -> list[OwnedTemplate]:
+        """Every launch template tagged ``kubernetes.io/cluster/<cluster>=owned`` with karpy's name prefix."""
+        filters = [{"Name": f"tag:{wk.cluster_tag(self.cluster_name)}", "Values": ["owned"]}]
+        out: list[OwnedTemplate] = []
+        paginator = self.ec2.get_paginator("describe_launch_templates")
+        async for page in paginator.paginate(Filters=filters):
+            for lt in page.get("LaunchTemplates") or []:
+                name = str(lt.get("LaunchTemplateName") or "")
+                if not name.startswith(NAME_PREFIX):
+                    continue
+                created = lt.get("CreateTime")
+                out.append(
+                    OwnedTemplate(
+                        template_id=str(lt["LaunchTemplateId"]),
+                        name=name,
+                        created=created if isinstance(created, datetime) else None,
+                        tags={str(t["Key"]): str(t["Value"]) for t in lt.get("Tags") or []},
+                    )
+                )
+        return out
+
+    async def delete(self, template: OwnedTemplate) -> bool:
+        """Delete one template (by id); False when it was already gone."""
+        self.invalidate(template.name)
+        self.last_used.pop(template.name, None)
+        try:
+            await self.ec2.delete_launch_template(LaunchTemplateId=template.template_id)
+        except Exception as err:
+            if is_not_found(err):
+                return False
+            raise
+        log.info("deleted launch template", launch_template=template.name)
+        return True
+
     async def delete_all(self, extra_filters: Sequence[Mapping[str, Any]] = ()) -> int:
         """Delete every launch template tagged for this cluster (and matching ``extra_filters``); returns count."""
         filters = [{"Name": f"tag:{wk.cluster_tag(self.cluster_name)}", "Values": ["owned"]}, *extra_filters]
@@ -161,3 +208,34 @@ class LaunchTemplateProvider:
             self._ensured.pop(lt["LaunchTemplateName"], None)
             count += 1
         return count
+
+
+@attrs.frozen(slots=True)
+class OwnedTemplate:
+    """A launch template of this cluster: id, name, creation time (aware UTC, None if unknown) and tags."""
+
+    template_id: str
+    name: str
+    created: datetime | None
+    tags: Mapping[str, str]
+
+
+def unused_templates(
+    templates: Sequence[OwnedTemplate],
+    *,
+    nodeclasses: Collection[str],
+    last_used: Mapping[str, float],
+    started: float,
+    now: float,
+    ttl: float = LT_UNUSED_TTL,
+) -> list[OwnedTemplate]:
+    """The templates no launch needs (pure): tagged for an EC2NodeClass not in ``nodeclasses`` (NodeClass
+    deleted), or not ensured for ``ttl`` seconds (``last_used``: name → clock time; a name never used by this
+    process counts from ``started``). Times are the provider clock's seconds."""
+    out = []
+    for template in templates:
+        owner = template.tags.get(wk.TAG_NODECLASS)
+        orphaned = owner is not None and owner not in nodeclasses
+        if orphaned or now - last_used.get(template.name, started) >= ttl:
+            out.append(template)
+    return out

@@ -6,11 +6,14 @@ from karpy.cloudprovider.types import (
     CloudProviderError,
     InstanceType,
     InsufficientCapacityError,
+    InterruptionMessage,
+    InterruptionQueue,
     LaunchRequest,
     LaunchResult,
     NodeClaimNotFoundError,
     NodeClassNotReadyError,
     Offering,
+    QueuedMessage,
 )
 
 __all__ = [
@@ -19,9 +22,12 @@ __all__ = [
     "CloudProviderError",
     "InstanceType",
     "InsufficientCapacityError",
+    "InterruptionMessage",
+    "InterruptionQueue",
     "LaunchRequest",
     "LaunchResult",
     "NodeClaimNotFoundError",
     "NodeClassNotReadyError",
     "Offering",
+    "QueuedMessage",
 ]

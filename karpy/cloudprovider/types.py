@@ -198,3 +198,78 @@ class CloudProvider(Protocol):
     async def list(self) -> list[CloudInstance]:
         """Every non-terminated instance carrying this cluster's karpy ownership tags."""
         ...
+
+    def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str) -> None:
+        """Keep the offering (``instance_type`` in ``zone`` as ``capacity_type``) out of launches for 3 minutes.
+
+        Karpenter AWS: a spot interruption warning marks its offering unavailable in the ICE cache so the
+        replacement goes elsewhere (``interruption/controller.go``, ``UnavailableOfferings.MarkUnavailable``).
+        """
+        ...
+
+
+# Interruption (Karpenter AWS ``pkg/controllers/interruption``): the message kinds the queue delivers, named
+# as Karpenter's ``message_type`` metric label.
+KIND_SPOT_INTERRUPTED = "spot_interrupted"
+KIND_REBALANCE_RECOMMENDATION = "rebalance_recommendation"
+KIND_SCHEDULED_CHANGE = "scheduled_change"
+KIND_INSTANCE_STOPPED = "instance_stopped"
+KIND_INSTANCE_TERMINATED = "instance_terminated"
+KIND_NO_OP = "no_op"
+KIND_INVALID = "invalid"
+"""Not a message at all (not JSON, not an EventBridge envelope, a known shape missing its fields)."""
+
+
+@attrs.frozen(slots=True)
+class InterruptionMessage:
+    """One interruption event, parsed.
+
+    Attributes:
+        kind: one of the ``KIND_*`` constants; ``no_op`` for well-formed events karpy does not act on
+            (unknown source/detail-type/version, filtered-out states or services), ``invalid`` for bodies that
+            cannot be parsed.
+        instance_ids: the EC2 instance ids the event is about (``i-…``), in message order, de-duplicated.
+        time: the envelope ``time`` (timezone-aware UTC), None when absent or unparsable; used for the
+            queue-latency metric only.
+        detail_type: the EventBridge ``detail-type`` ("" when absent).
+        event_id: the envelope ``id`` ("" when absent), for logs.
+        state: the EC2 state of an instance state-change notification, lower-cased ("" otherwise).
+        reason: for ``no_op``/``invalid``, why (for the log line).
+    """
+
+    kind: str
+    instance_ids: tuple[str, ...] = ()
+    time: datetime | None = None
+    detail_type: str = ""
+    event_id: str = ""
+    state: str = ""
+    reason: str = ""
+
+
+@attrs.frozen(slots=True)
+class QueuedMessage:
+    """A message received from the interruption queue: the parsed event and the handle to delete it with."""
+
+    message_id: str
+    receipt_handle: str
+    message: InterruptionMessage
+
+
+class InterruptionQueue(Protocol):
+    """Where interruption events arrive (AWS: an SQS queue fed by EventBridge rules, :mod:`karpy.aws.sqs`)."""
+
+    async def receive(self) -> list[QueuedMessage]:
+        """Long-poll for up to 10 messages (may return none after the poll's wait time).
+
+        Raises:
+            CloudProviderError: the queue could not be read (the caller backs off and retries).
+        """
+        ...
+
+    async def delete(self, receipt_handle: str) -> None:
+        """Delete a handled message so it is not delivered again.
+
+        Raises:
+            CloudProviderError: the message could not be deleted (it will be redelivered).
+        """
+        ...

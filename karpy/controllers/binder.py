@@ -3,7 +3,8 @@
 karpy launches a node for specific pods, so it binds them itself through the ``pods/binding`` subresource
 instead of waiting for kube-scheduler's next retry (which can take its unschedulable-pod backoff, up to
 minutes). A pod that is gone or already bound is skipped; a 409 whose pod already sits on that node counts
-as done; any other failure, or a pod that no longer fits or tolerates the node, is left to kube-scheduler.
+as done; any other failure, or a pod that no longer fits or tolerates the node, is left to kube-scheduler. So
+is a pod with a PVC not bound yet (WaitForFirstConsumer): kube-scheduler's volume binding must pick its node.
 Keyed by NodeClaim name.
 """
 
@@ -65,6 +66,10 @@ class Binder:
             info = self.state.pods.get(pod_key)
             if info is None or info.node_name or info.deleting:
                 self.state.planned.pop(pod_key, None)
+                continue
+            if self.state.waits_for_volume_binding(pod_key):
+                # Left to kube-scheduler but kept planned: the provisioner must not launch for it again.
+                log.debug("leaving pod to kube-scheduler", pod=pod_key, node=node.name, reason="volume binding")
                 continue
             free = subtract(node.allocatable, used)
             taint = blocking_taint(info.pod, node)

@@ -221,7 +221,13 @@ class NodeClaimLifecycle:
         name = claim["metadata"]["name"]
         for pod_key, claim_name in self.state.planned.items():
             info = self.state.pods.get(pod_key)
-            if claim_name == name and info is not None and not info.node_name and not info.deleting:
+            if (
+                claim_name == name
+                and info is not None
+                and not info.node_name
+                and not info.deleting
+                and not self.state.waits_for_volume_binding(pod_key)
+            ):
                 return True
         return False
 

@@ -4,6 +4,8 @@ Karpenter core ``provisioning/provisioner.go`` (C1–C3): pods that kube-schedul
 ``PodScheduled=False/Unschedulable`` open a batch window (``BATCH_IDLE_DURATION``/``BATCH_MAX_DURATION``);
 once the window closes and cluster state is synced, the simulation places them on existing and in-flight
 capacity first, then on new NodeClaims from Ready NodePools in weight order.
+The simulation gets the ``PREFERENCE_POLICY`` setting, namespace labels (for ``namespaceSelector``) and,
+per pending pod with PVCs, the node requirements of its volumes (:meth:`Provisioner.scheduling_pods`).
 
 Never a second launch for the same pods: every NodeClaim records the pods planned onto it (annotation
 ``karpy.sh/planned-pods``); cluster state indexes those and ``pending_pods`` skips them, and the created
@@ -18,13 +20,15 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
 import structlog
 
 from karpy.apis import labels as wk
-from karpy.apis.hashing import nodepool_hash
+from karpy.apis.hashing import nodeclass_hash, nodepool_hash
 from karpy.apis.quantity import QuantityError, format_resource_list, parse_resource_list
 from karpy.apis.resources import add
 from karpy.cloudprovider.types import CloudProvider, CloudProviderError, InstanceType
+from karpy.controllers.terminator import drainable
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.events import NORMAL, WARNING, EventRecorder
@@ -33,79 +37,26 @@ from karpy.metrics import NODECLAIMS_CREATED, UNSCHEDULABLE_PODS
 from karpy.runtime.batcher import Batcher
 from karpy.scheduling import model
 from karpy.scheduling.scheduler import solve
+from karpy.scheduling.volumes import volume_topology
+from karpy.simulate.inputs import (
+    EPHEMERAL_TAINT_KEYS,
+    nodeclass_name,
+    requirement_from_json,
+    requirement_to_json,
+    scheduling_nodepool,
+)
 from karpy.state.cluster import ClusterState, condition_true, deleting, planned_pods, provider_id
 from karpy.state.views import NodeInfo, PodInfo, taints, taints_json
 
 log = structlog.get_logger("karpy.provisioner")
 JSON = dict[str, Any]
 
-# Taints a node carries while it boots; ignored on uninitialized managed nodes (Karpenter C11).
-EPHEMERAL_TAINT_KEYS = frozenset(
-    {
-        "node.kubernetes.io/not-ready",
-        "node.kubernetes.io/unreachable",
-        "node.cloudprovider.kubernetes.io/uninitialized",
-        wk.TAINT_UNREGISTERED_KEY,
-    }
-)
 RECHECK_SECONDS = 10.0
-
-
-def requirement_from_json(req: Mapping[str, Any]) -> model.Requirement:
-    """A NodeSelectorRequirement (+minValues) from JSON; legacy keys normalised."""
-    key = str(req.get("key", ""))
-    return model.Requirement(
-        key=wk.NORMALIZED_LABELS.get(key, key),
-        operator=str(req.get("operator", "")),
-        values=tuple(str(v) for v in req.get("values") or ()),
-        min_values=req.get("minValues"),
-    )
-
-
-def requirement_to_json(req: model.Requirement) -> JSON:
-    """A requirement back to NodeClaim JSON."""
-    out: JSON = {"key": req.key, "operator": req.operator}
-    if req.values or req.operator in (model.IN, model.NOT_IN):
-        out["values"] = list(req.values)
-    if req.min_values is not None:
-        out["minValues"] = req.min_values
-    return out
-
-
-def nodeclass_name(obj: Mapping[str, Any]) -> str:
-    """``nodeClassRef.name`` of a NodePool (under the template) or a NodeClaim."""
-    spec = obj.get("spec") or {}
-    ref = spec.get("nodeClassRef") or ((spec.get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
-    return str(ref.get("name", ""))
 
 
 def is_ready(obj: Mapping[str, Any]) -> bool:
     """Ready condition True."""
     return condition_true(obj, wk.COND_READY)
-
-
-def scheduling_nodepool(
-    nodepool: JSON, usage: Mapping[str, int], instance_types: Sequence[InstanceType]
-) -> model.NodePool:
-    """The scheduling view of a NodePool JSON object."""
-    spec = nodepool.get("spec") or {}
-    template = spec.get("template") or {}
-    tspec = template.get("spec") or {}
-    try:
-        limits = parse_resource_list(spec.get("limits"))
-    except QuantityError:
-        limits = {}
-    return model.NodePool(
-        name=str(nodepool["metadata"]["name"]),
-        weight=int(spec.get("weight") or 0),
-        requirements=tuple(requirement_from_json(r) for r in tspec.get("requirements") or []),
-        labels=dict((template.get("metadata") or {}).get("labels") or {}),
-        taints=taints(tspec.get("taints")),
-        startup_taints=taints(tspec.get("startupTaints")),
-        limits=limits,
-        usage=usage,
-        instance_types=tuple(instance_types),
-    )
 
 
 def nodeclaim_usage(nodeclaims: Sequence[JSON]) -> dict[str, int]:
@@ -136,12 +87,18 @@ class Provisioner:
         *,
         batch_idle: float = 1.0,
         batch_max: float = 10.0,
+        preference_policy: str = "Respect",
     ) -> None:
         self.client = client
+        self.preference_policy = preference_policy
         self.state = state
         self.cloud = cloud
         self.events = events
         self.batcher = Batcher(batch_idle, batch_max)
+        # Node name → time the last decision planned pods onto it: such nodes are "nominated" and not
+        # disruption candidates for a while (Karpenter nomination window).
+        self.nominated: dict[str, float] = {}
+        self._vacating: set[str] = set()
 
     def trigger(self) -> None:
         """A pod may need capacity: open or extend the batch window."""
@@ -172,24 +129,96 @@ class Provisioner:
 
     async def provision_once(self) -> list[JSON]:
         """One scheduling decision over every pending pod; returns the NodeClaims created."""
-        pending = self.state.pending_pods()
+        pending = self.state.pending_pods() + self.displaced_pods()
         if not pending:
             return []
         nodepools, nodepool_objs = await self._nodepools()
         existing = self._existing_capacity()
-        result = solve([p.pod for p in pending], nodepools, existing, list(self.state.daemonsets.values()))
+        pods, volume_errors = self.scheduling_pods(pending)
+        result = solve(
+            pods,
+            nodepools,
+            existing,
+            list(self.state.daemonsets.values()),
+            preference_policy=self.preference_policy,
+            namespace_labels=self.state.namespace_labels(),
+        )
+        now = self.state.clock()
+        self.nominated.update({name: now for name, pods in result.existing.items() if pods})
         await self._plan_onto_existing(result.existing)
         created = await asyncio.gather(*(self._create(nc, nodepool_objs[nc.nodepool]) for nc in result.new_nodeclaims))
-        self._report_errors(pending, result.errors)
+        errors = {**volume_errors, **result.errors}
+        self._report_errors(pending, errors)
         made = [c for c in created if c is not None]
         log.info(
             "provisioned",
             pods=len(pending),
             nodeclaims=len(made),
             planned_existing=sum(len(v) for v in result.existing.values()),
-            unschedulable=len(result.errors),
+            unschedulable=len(errors),
         )
         return made
+
+    def scheduling_pods(self, infos: Sequence[PodInfo]) -> tuple[list[model.Pod], dict[str, str]]:
+        """The scheduling pods of ``infos``, with ``volume_terms`` from their volumes' topology, and the pods
+        left out because their volumes cannot be satisfied yet (pod key → reason).
+
+        Karpenter ``VolumeTopology.Inject``: a bound PVC adds its PV's node affinity, an unbound
+        WaitForFirstConsumer PVC its StorageClass's allowedTopologies; a missing PVC, PV or StorageClass, or an
+        unbound Immediate PVC, makes the pod wait (Karpenter ignores such pods until the volume exists). Pods
+        without PVC-backed volumes are passed through untouched, at the cost of one attribute check.
+        """
+        pods: list[model.Pod] = []
+        errors: dict[str, str] = {}
+        for info in infos:
+            volumes = self.state.pod_volumes.get(info.key) if info.pod.volume_claims else None
+            if volumes is None:
+                pods.append(info.pod)
+                continue
+            topology = volume_topology(
+                volumes, self.state.claims, self.state.persistent_volumes, self.state.storage_classes
+            )
+            if topology.error is not None:
+                errors[info.key] = f"waiting for volumes: {topology.error}"
+            elif topology.terms:
+                pods.append(attrs.evolve(info.pod, volume_terms=topology.terms))
+            else:
+                pods.append(info.pod)
+        return pods, errors
+
+    def displaced_pods(self) -> list[PodInfo]:
+        """Pods still bound to the Node of a NodeClaim being deleted, that need capacity elsewhere now.
+
+        Interruption, expiration, garbage collection or a user deleted the NodeClaim: its pods will be evicted,
+        so replacement capacity is requested at once instead of after the drain (aws#4689, aws#5667). Counted
+        only while no live NodeClaim lists them as planned (one replacement, never a loop of launches); pods
+        that a drain would not evict (DaemonSet, mirror, terminal, tolerating ``karpenter.sh/disrupted``) and
+        pods already terminating (their controller makes a new pod, which goes pending on its own) are skipped,
+        and so are ``do-not-disrupt`` pods of a NodeClaim without ``terminationGracePeriod`` (nothing will ever
+        evict them, core#1928) and pods without a controller (once evicted nothing recreates them): capacity
+        for either would sit unused.
+        """
+        planned = {key for nc in self.state.nodeclaims.values() if not deleting(nc) for key in planned_pods(nc)}
+        out: list[PodInfo] = []
+        for claim in self.state.nodeclaims.values():
+            if not deleting(claim):
+                continue
+            node = self.state.node_for_nodeclaim(claim)
+            if node is None:
+                continue
+            forced = bool((claim.get("spec") or {}).get("terminationGracePeriod"))
+            for info in self.state.pods_on(node.name):
+                if (info.do_not_disrupt and not forced) or not info.pod.owner:
+                    continue
+                if info.key not in planned and not info.deleting and drainable(info):
+                    out.append(info)
+        return out
+
+    async def simulation_inputs(self) -> tuple[list[model.NodePool], dict[str, JSON], list[model.ExistingNode]]:
+        """What a disruption simulation starts from: Ready NodePools (with instance types), their JSON by
+        name, and every live node and in-flight NodeClaim with what is bound or planned on it."""
+        pools, objs = await self._nodepools()
+        return pools, objs, self._existing_capacity()
 
     async def _nodepools(self) -> tuple[list[model.NodePool], dict[str, JSON]]:
         pools, objs = [], {}
@@ -218,6 +247,16 @@ class Provisioner:
         planned_by_claim: dict[str, list[str]] = {}
         for pod_key, claim in self.state.planned.items():
             planned_by_claim.setdefault(claim, []).append(pod_key)
+        self._vacating = self._vacating_nodes()
+        for name, nc in self.state.nodeclaims.items():
+            # A replacement launched for a node being vacated holds that node's pods even while they are still
+            # bound there: count them, or the replacement looks empty and is promised to other pods too.
+            if deleting(nc):
+                continue
+            for pod_key in planned_pods(nc):
+                info = self.state.pods.get(pod_key)
+                if info is not None and info.node_name in self._vacating and not info.deleting:
+                    planned_by_claim.setdefault(name, []).append(pod_key)
         seen_claims: set[str] = set()
         for node in self.state.nodes.values():
             if node.deleting:
@@ -256,6 +295,7 @@ class Provisioner:
             requested=add(*(p.pod.requests for p in pods)),
             host_ports=tuple(hp for p in pods for hp in p.pod.host_ports),
             pods=len(pods),
+            bound_pods=tuple(p.pod for p in pods),
         )
 
     def _inflight_claim(self, claim: JSON, planned: list[str]) -> model.ExistingNode:
@@ -280,10 +320,24 @@ class Provisioner:
             requested=add(*(p.pod.requests for p in pods)),
             host_ports=tuple(hp for p in pods for hp in p.pod.host_ports),
             pods=len(pods),
+            bound_pods=tuple(p.pod for p in pods),
         )
 
     def _planned_infos(self, keys: list[str]) -> list[PodInfo]:
-        return [p for k in keys if (p := self.state.pods.get(k)) is not None and not p.node_name]
+        return [
+            p
+            for k in keys
+            if (p := self.state.pods.get(k)) is not None and (not p.node_name or p.node_name in self._vacating)
+        ]
+
+    def _vacating_nodes(self) -> set[str]:
+        """Nodes of NodeClaims being deleted: their pods are on their way elsewhere."""
+        out = set()
+        for claim in self.state.nodeclaims.values():
+            node = self.state.node_for_nodeclaim(claim) if deleting(claim) else None
+            if node is not None:
+                out.add(node.name)
+        return out
 
     async def _plan_onto_existing(self, existing: Mapping[str, tuple[model.Pod, ...]]) -> None:
         """Record pods placed on karpy's in-flight or uninitialized capacity on that NodeClaim."""
@@ -311,7 +365,7 @@ class Provisioner:
             self.state.apply("NodeClaim", "MODIFIED", updated)
 
     async def _create(self, plan: model.NewNodeClaim, nodepool: JSON) -> JSON | None:
-        body = nodeclaim_from_plan(plan, nodepool)
+        body = nodeclaim_from_plan(plan, nodepool, self.state.nodeclasses.get(nodeclass_name(nodepool)))
         try:
             created = await self.client.create(NODECLAIMS, body)
         except ApiError as err:
@@ -354,9 +408,13 @@ def _pod_ref(pod: model.Pod) -> JSON:
     }
 
 
-def nodeclaim_from_plan(plan: model.NewNodeClaim, nodepool: JSON) -> JSON:
+def nodeclaim_from_plan(plan: model.NewNodeClaim, nodepool: JSON, nodeclass: JSON | None = None) -> JSON:
     """The NodeClaim JSON Karpenter would create for a plan (C3): generateName, labels, annotations,
-    NodePool ownerReference, termination finalizer, requirements, requests, nodeClassRef."""
+    NodePool ownerReference, termination finalizer, requirements, requests, nodeClassRef.
+
+    With ``nodeclass`` (the EC2NodeClass it launches from) the NodeClaim also carries the EC2NodeClass hash
+    (``karpenter.k8s.aws/ec2nodeclass-hash`` + version), as Karpenter's AWS provider stamps it at launch, so
+    a later change of the EC2NodeClass is detected as ``NodeClassDrift``."""
     meta = nodepool.get("metadata") or {}
     template = (nodepool.get("spec") or {}).get("template") or {}
     tmeta = template.get("metadata") or {}
@@ -382,6 +440,9 @@ def nodeclaim_from_plan(plan: model.NewNodeClaim, nodepool: JSON) -> JSON:
         wk.ANNOTATION_PLANNED_PODS: json.dumps(sorted(p.key for p in plan.pods)),
         wk.ANNOTATION_DECISION: json.dumps(decision),
     }
+    if nodeclass is not None:
+        annotations[wk.ANNOTATION_NODECLASS_HASH] = nodeclass_hash(nodeclass)
+        annotations[wk.ANNOTATION_NODECLASS_HASH_VERSION] = wk.NODECLASS_HASH_VERSION
     spec: JSON = {
         "requirements": [requirement_to_json(r) for r in plan.requirements],
         "resources": {"requests": format_resource_list(dict(plan.requests))},
@@ -420,4 +481,12 @@ def nodeclaim_from_plan(plan: model.NewNodeClaim, nodepool: JSON) -> JSON:
     }
 
 
-__all__ = ["Provisioner", "nodeclaim_from_plan", "provider_id"]
+__all__ = [
+    "EPHEMERAL_TAINT_KEYS",
+    "Provisioner",
+    "nodeclaim_from_plan",
+    "nodeclass_name",
+    "provider_id",
+    "requirement_from_json",
+    "scheduling_nodepool",
+]

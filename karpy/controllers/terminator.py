@@ -9,6 +9,13 @@ Runs for a NodeClaim with a deletionTimestamp and the ``karpenter.sh/termination
 3. terminate the instance, every 5 s until the cloud says it is gone (``NodeClaimNotFoundError``);
 4. release the Node's finalizer and delete the Node, then release the NodeClaim's finalizer.
 
+**terminationGracePeriod** (Karpenter E4): when the NodeClaim has ``spec.terminationGracePeriod``, deletion
+stamps ``karpenter.sh/nodeclaim-termination-timestamp`` = deletionTimestamp + grace period. Each pod is then
+deleted outright — bypassing PDBs and ``karpenter.sh/do-not-disrupt`` — at ``deadline − the pod's
+terminationGracePeriodSeconds``, with its grace clamped to the time left (at least 1 s), so the drain ends by
+the deadline (core#1776, core#2802). Without a deadline, ``do-not-disrupt`` pods are never evicted: the drain
+waits for them (Karpenter E3).
+
 A NodeClaim deleted before its launch was recorded may still own an instance (the launch raced the delete):
 the instance is found by its ``karpenter.sh/nodeclaim`` tag and terminated too, so nothing leaks.
 A Node deleted by a user makes the terminator delete its NodeClaim (Karpenter node termination entry point).
@@ -16,6 +23,9 @@ A Node deleted by a user makes the terminator delete its NodeClaim (Karpenter no
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -31,14 +41,48 @@ from karpy.metrics import NODECLAIMS_TERMINATED
 from karpy.runtime.controller import Result
 from karpy.scheduling.model import Taint
 from karpy.scheduling.taints import tolerates
+from karpy.settings import parse_duration
 from karpy.state.cluster import ClusterState, condition_true, deleting, provider_id
-from karpy.state.views import NodeInfo, PodInfo, taints_json
+from karpy.state.views import NodeInfo, PodInfo, parse_time, taints_json
 
 log = structlog.get_logger("karpy.terminator")
 JSON = dict[str, Any]
 DISRUPTED = Taint(key=wk.TAINT_DISRUPTED_KEY, effect="NoSchedule")
 DRAIN_POLL = 1.0
 TERMINATE_POLL = 5.0
+DEFAULT_POD_GRACE = 30  # Kubernetes default terminationGracePeriodSeconds
+
+
+def termination_deadline(claim: dict[str, Any]) -> float | None:
+    """The TGP deadline (seconds since the epoch) from ``karpenter.sh/nodeclaim-termination-timestamp``."""
+    raw = ((claim.get("metadata") or {}).get("annotations") or {}).get(wk.ANNOTATION_TERMINATION_TIMESTAMP)
+    if not raw:
+        return None
+    try:
+        return parse_time(str(raw))
+    except ValueError:
+        return None
+
+
+def deadline_for(claim: dict[str, Any]) -> str | None:
+    """RFC 3339 deadline = deletionTimestamp + ``spec.terminationGracePeriod`` (None without either)."""
+    tgp = (claim.get("spec") or {}).get("terminationGracePeriod")
+    started = (claim.get("metadata") or {}).get("deletionTimestamp")
+    if not tgp or not started:
+        return None
+    try:
+        at = parse_time(str(started)) + parse_duration(str(tgp))
+    except ValueError:
+        return None
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def force_delete_grace(deadline: float, pod_grace: int, now: float) -> int | None:
+    """Karpenter ``needsForceDelete``: None while the pod may still be evicted normally; else the grace
+    period (seconds, ≥ 1) to delete it with, so its containers stop by ``deadline``."""
+    if now < deadline - pod_grace:
+        return None
+    return max(1, min(pod_grace, int(deadline - now)))
 
 
 def drainable(info: PodInfo) -> bool:
@@ -52,12 +96,22 @@ class Terminator:
 
     name = "terminator"
 
-    def __init__(self, client: KubeClient, state: ClusterState, cloud: CloudProvider, events: EventRecorder) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        state: ClusterState,
+        cloud: CloudProvider,
+        events: EventRecorder,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.client = client
         self.state = state
         self.cloud = cloud
         self.events = events
+        self.clock = clock
         self._evicting: set[str] = set()
+        self._pod_grace: dict[str, int] = {}
 
     async def reconcile(self, key: str) -> Result:
         """Advance termination of NodeClaim ``key`` (or handle a Node deletion for ``node/<name>``)."""
@@ -68,10 +122,11 @@ class Terminator:
             return Result()
         if wk.FINALIZER_TERMINATION not in (claim["metadata"].get("finalizers") or []):
             return Result()
+        claim = await self._stamp_deadline(claim)
         node = self.state.node_for_nodeclaim(claim)
         if node is not None:
             await self._cordon(node)
-            remaining = await self._drain(node)
+            remaining = await self._drain(node, termination_deadline(claim))
             if remaining:
                 return Result(requeue_after=DRAIN_POLL)
         if not await self._terminate_instance(claim):
@@ -116,14 +171,71 @@ class Terminator:
         self.state.apply("Node", "MODIFIED", updated)
         log.info("tainted node", node=node.name)
 
-    async def _drain(self, node: NodeInfo) -> int:
-        """Evict what must go; returns how many drainable pods are still on the node."""
+    async def _stamp_deadline(self, claim: JSON) -> JSON:
+        """Set ``karpenter.sh/nodeclaim-termination-timestamp`` once, when the NodeClaim has a TGP."""
+        if termination_deadline(claim) is not None:
+            return claim
+        at = deadline_for(claim)
+        if at is None:
+            return claim
+        patch = {"metadata": {"annotations": {wk.ANNOTATION_TERMINATION_TIMESTAMP: at}}}
+        try:
+            updated = await self.client.merge_patch(NODECLAIMS, claim["metadata"]["name"], patch)
+        except ApiError as err:
+            if err.not_found:
+                return claim
+            raise
+        self.state.apply("NodeClaim", "MODIFIED", updated)
+        log.info("termination deadline set", nodeclaim=claim["metadata"]["name"], deadline=at)
+        return updated
+
+    async def _drain(self, node: NodeInfo, deadline: float | None = None) -> int:
+        """Evict what must go (force-delete at the TGP deadline); returns how many drainable pods remain."""
         remaining = [p for p in self.state.pods_on(node.name) if drainable(p)]
+        now = self.clock()
         for info in remaining:
+            if deadline is not None:
+                grace = force_delete_grace(deadline, await self._grace_of(info), now)
+                if grace is not None:
+                    await self._force_delete(info, grace, deadline)
+                    continue
             if info.deleting:
                 continue  # already evicted, waiting for its containers to stop
+            if info.do_not_disrupt:
+                continue  # Karpenter E3: never evicted; only the TGP deadline removes it
             await self._evict(info)
         return len(remaining)
+
+    async def _grace_of(self, info: PodInfo) -> int:
+        """The pod's ``terminationGracePeriodSeconds`` (read once from the apiserver; 30 s by default)."""
+        cached = self._pod_grace.get(info.pod.uid)
+        if cached is not None:
+            return cached
+        try:
+            obj = await self.client.get(PODS, info.pod.name, info.pod.namespace)
+        except ApiError as err:
+            if not err.not_found:
+                raise
+            return DEFAULT_POD_GRACE
+        value = (obj.get("spec") or {}).get("terminationGracePeriodSeconds")
+        grace = DEFAULT_POD_GRACE if value is None else int(value)
+        if len(self._pod_grace) > 10000:
+            self._pod_grace.clear()
+        self._pod_grace[info.pod.uid] = grace
+        return grace
+
+    async def _force_delete(self, info: PodInfo, grace: int, deadline: float) -> None:
+        """Delete the pod (no Eviction API: PDBs and do-not-disrupt bypassed) — the deadline has come."""
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": grace}
+        try:
+            await self.client.delete(PODS, info.pod.name, info.pod.namespace, body=body)
+        except ApiError as err:
+            if err.not_found:
+                return
+            raise
+        message = f"Deleting pod: terminationGracePeriod deadline {datetime.fromtimestamp(deadline, UTC):%H:%M:%SZ}"
+        self.events.publish(_pod_ref(info), NORMAL, "Disrupted", message)
+        log.info("deleted pod at the termination deadline", pod=info.key, grace_seconds=grace, node=info.node_name)
 
     async def _evict(self, info: PodInfo) -> None:
         body = {

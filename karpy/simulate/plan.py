@@ -28,6 +28,7 @@ from karpy.scheduling import model
 from karpy.scheduling.instancetypes import pod_matches_labels
 from karpy.scheduling.scheduler import solve
 from karpy.scheduling.taints import NO_SCHEDULE, untolerated
+from karpy.scheduling.volumes import volume_topology
 from karpy.simulate.catalogue import Catalogue
 from karpy.simulate.inputs import EPHEMERAL_TAINT_KEYS, nodeclass_name, requirement_to_json, scheduling_nodepool
 from karpy.simulate.manifests import Manifests
@@ -218,6 +219,31 @@ def split_pods(manifests: Manifests) -> tuple[list[model.Pod], dict[str, list[mo
     return pending, bound, notes
 
 
+def with_volume_topology(manifests: Manifests, pending: Sequence[model.Pod]) -> tuple[list[model.Pod], dict[str, str]]:
+    """``pending`` with ``volume_terms`` from their volumes (the provisioner's
+    :meth:`~karpy.controllers.provisioner.Provisioner.scheduling_pods` rule), and the pods left out because a
+    PVC, PV or StorageClass is missing or an unbound PVC binds Immediate (pod key → reason)."""
+    claimed = {p.key for p in pending if p.volume_claims}
+    if not claimed:
+        return list(pending), {}
+    objs = {f"{o['metadata'].get('namespace') or ''}/{o['metadata']['name']}": o for o in manifests.pods}
+    pvcs = {f"{c['metadata'].get('namespace') or ''}/{c['metadata']['name']}": c for c in manifests.claims}
+    pvs = {pv["metadata"]["name"]: pv for pv in manifests.persistent_volumes}
+    classes = {sc["metadata"]["name"]: sc for sc in manifests.storage_classes}
+    out, errors = [], {}
+    for pod in pending:
+        obj = objs.get(pod.key) if pod.key in claimed else None
+        if obj is None:
+            out.append(pod)
+            continue
+        topology = volume_topology(obj, pvcs, pvs, classes)
+        if topology.error is not None:
+            errors[pod.key] = f"waiting for volumes: {topology.error}"
+        else:
+            out.append(attrs.evolve(pod, volume_terms=topology.terms) if topology.terms else pod)
+    return out, errors
+
+
 def namespace_labels(manifests: Manifests) -> dict[str, dict[str, str]]:
     """Namespace → labels (with ``kubernetes.io/metadata.name``, as the API server sets it) for the
     namespaceSelector of pod affinity terms; namespaces without a manifest are left to the engine's default."""
@@ -272,12 +298,7 @@ def simulate(manifests: Manifests, catalogue: Catalogue, *, preference_policy: s
     daemonsets = [daemonset_view(ds) for ds in manifests.daemonsets]
     pending, bound, notes = split_pods(manifests)
     notes += input_notes(manifests)
-    with_claims = sum(1 for p in pending if p.volume_claims and not p.volume_terms)
-    if with_claims:
-        notes.append(
-            f"{_count(with_claims, 'pending pod')} mount PersistentVolumeClaims: their volume topology (bound PVs' "
-            "node affinity, StorageClass allowedTopologies) is not derived by this version; zones are unconstrained"
-        )
+    pending, volume_errors = with_volume_topology(manifests, pending)
     startup = {p.name: p.startup_taints for p in pools}
     existing, ds_notes = existing_nodes(manifests, bound, daemonsets, startup)
     started = time.perf_counter()
@@ -314,10 +335,12 @@ def simulate(manifests: Manifests, catalogue: Catalogue, *, preference_policy: s
         spot_note=catalogue.spot_note,
         preference_policy=preference_policy,
         solve_seconds=elapsed,
-        pods=len(pending),
+        pods=len(pending) + len(volume_errors),
         nodes=tuple(nodes),
         existing={k: tuple(p.key for p in v) for k, v in sorted(result.existing.items())},
-        unschedulable={k: _reason(v, unusable) for k, v in sorted(result.errors.items())},
+        unschedulable=dict(
+            sorted({**volume_errors, **{k: _reason(v, unusable) for k, v in result.errors.items()}}.items())
+        ),
         unusable_nodepools=unusable,
         notes=tuple(notes + ds_notes),
     )

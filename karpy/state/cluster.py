@@ -1,4 +1,6 @@
 """ClusterState: the one in-memory view of Pods, Nodes, NodeClaims, NodePools, EC2NodeClasses and DaemonSets.
+Namespaces, PersistentVolumes, PersistentVolumeClaims and StorageClasses are kept as slim views
+(:mod:`karpy.state.storage`) for the scheduling simulation's namespaceSelector and volume topology.
 
 Fed by informers (:mod:`karpy.kube.watch`) and by the reconcilers' own writes (read-your-writes: a reconciler
 that creates or patches an object applies the apiserver's answer at once, and an older watch event for the
@@ -22,6 +24,13 @@ import structlog
 
 from karpy.apis import labels as wk
 from karpy.scheduling.model import DaemonSet
+from karpy.state.storage import (
+    claim_view,
+    namespace_view,
+    persistent_volume_view,
+    pod_volumes,
+    storage_class_view,
+)
 from karpy.state.views import NodeInfo, PodInfo, daemonset_view, node_info, pod_info
 
 log = structlog.get_logger("karpy.state")
@@ -29,7 +38,26 @@ JSON = dict[str, Any]
 Listener = Callable[[str, str, str, Any, Any], None]
 """(kind, event_type, key, old, new) — called after every change."""
 
-KINDS = ("Pod", "Node", "NodeClaim", "NodePool", "EC2NodeClass", "DaemonSet")
+KINDS = (
+    "Pod",
+    "Node",
+    "NodeClaim",
+    "NodePool",
+    "EC2NodeClass",
+    "DaemonSet",
+    # Scheduling inputs (issue 3): namespaceSelector of pod affinity terms, and volume topology.
+    "Namespace",
+    "PersistentVolume",
+    "PersistentVolumeClaim",
+    "StorageClass",
+)
+# Kinds kept as slim JSON views (karpy.state.storage), not whole objects.
+SLIM_VIEWS: dict[str, Callable[[Mapping[str, Any]], JSON]] = {
+    "Namespace": namespace_view,
+    "PersistentVolume": persistent_volume_view,
+    "PersistentVolumeClaim": claim_view,
+    "StorageClass": storage_class_view,
+}
 
 
 def object_key(obj: Mapping[str, Any]) -> str:
@@ -65,6 +93,13 @@ class ClusterState:
         self.nodepools: dict[str, JSON] = {}
         self.nodeclasses: dict[str, JSON] = {}
         self.daemonsets: dict[str, DaemonSet] = {}
+        # Slim views (karpy.state.storage): Namespace by name, PV by name, PVC by namespace/name, StorageClass.
+        self.namespaces: dict[str, JSON] = {}
+        self.persistent_volumes: dict[str, JSON] = {}
+        self.claims: dict[str, JSON] = {}
+        self.storage_classes: dict[str, JSON] = {}
+        # Pod key → minimal pod JSON with its PVC-backed volumes, only for pods that have some.
+        self.pod_volumes: dict[str, JSON] = {}
         self.pods_by_node: dict[str, set[str]] = defaultdict(set)
         self.node_by_provider_id: dict[str, str] = {}
         self.nodeclaim_by_provider_id: dict[str, str] = {}
@@ -127,12 +162,15 @@ class ClusterState:
             return  # a stale watch event after our own newer write
         if kind == "Pod":
             self._put_pod(key, pod_info(obj))
+            self._put_pod_volumes(key, obj)
         elif kind == "Node":
             self._put_node(key, node_info(obj))
         elif kind == "NodeClaim":
             self._put_nodeclaim(key, obj)
         elif kind == "DaemonSet":
             self.daemonsets[key] = daemonset_view(obj)
+        elif kind in SLIM_VIEWS:
+            store[key] = SLIM_VIEWS[kind](obj)
         else:
             store[key] = obj
         self._notify(kind, event_type, key, old, store.get(key))
@@ -145,6 +183,10 @@ class ClusterState:
             "NodePool": self.nodepools,
             "EC2NodeClass": self.nodeclasses,
             "DaemonSet": self.daemonsets,
+            "Namespace": self.namespaces,
+            "PersistentVolume": self.persistent_volumes,
+            "PersistentVolumeClaim": self.claims,
+            "StorageClass": self.storage_classes,
         }
         return stores[kind]
 
@@ -156,6 +198,7 @@ class ClusterState:
         if kind == "Pod":
             self._unindex_pod(old)
             self.planned.pop(key, None)
+            self.pod_volumes.pop(key, None)
         elif kind == "Node":
             if old.provider_id:
                 self.node_by_provider_id.pop(old.provider_id, None)
@@ -178,6 +221,13 @@ class ClusterState:
             self.planned.pop(key, None)  # bound: the plan is fulfilled
             if not info.daemonset and (old is None or old.node_name != info.node_name):
                 self.last_pod_event[info.node_name] = self.clock()
+
+    def _put_pod_volumes(self, key: str, obj: JSON) -> None:
+        volumes = pod_volumes(obj) if (obj.get("spec") or {}).get("volumes") else None
+        if volumes is None:
+            self.pod_volumes.pop(key, None)
+        else:
+            self.pod_volumes[key] = volumes
 
     def _unindex_pod(self, info: PodInfo) -> None:
         if info.node_name:
@@ -248,6 +298,29 @@ class ClusterState:
                 continue
             out.append(info)
         return out
+
+    def namespace_labels(self) -> dict[str, Mapping[str, str]]:
+        """Namespace name → labels (for ``namespaceSelector`` of pod affinity terms)."""
+        return {name: ns["metadata"]["labels"] for name, ns in self.namespaces.items()}
+
+    def waits_for_volume_binding(self, pod_key: str) -> bool:
+        """The pod has a PVC that is not bound to a volume yet (or does not exist yet, as an ephemeral volume's
+        claim before its controller creates it). Such a pod must be bound by kube-scheduler, whose VolumeBinding
+        plugin records the chosen node on the claim (``volume.kubernetes.io/selected-node``) so the storage
+        provisioner creates the volume where the pod runs; a direct Binding would skip that step."""
+        volumes = self.pod_volumes.get(pod_key)
+        if volumes is None:
+            return False
+        namespace, pod_name = pod_key.split("/", 1)
+        for volume in volumes["spec"]["volumes"]:
+            if "persistentVolumeClaim" in volume:
+                claim_name = str(volume["persistentVolumeClaim"].get("claimName", ""))
+            else:  # generic ephemeral volume: its claim is named <pod>-<volume> (Kubernetes ephemeral.VolumeClaimName)
+                claim_name = f"{pod_name}-{volume['name']}"
+            claim = self.claims.get(f"{namespace}/{claim_name}")
+            if claim is None or not claim["spec"].get("volumeName"):
+                return True
+        return False
 
     def nodeclaims_of(self, nodepool: str) -> list[JSON]:
         """The NodeClaims labelled with ``karpenter.sh/nodepool=<nodepool>``."""

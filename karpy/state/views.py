@@ -330,6 +330,7 @@ class NodeInfo:
     finalizers: tuple[str, ...]
     resource_version: str
     created: float
+    annotations: Mapping[str, str] = attrs.field(factory=dict)
 
 
 def node_info(obj: Mapping[str, Any]) -> NodeInfo:
@@ -355,6 +356,7 @@ def node_info(obj: Mapping[str, Any]) -> NodeInfo:
         finalizers=tuple(meta.get("finalizers") or ()),
         resource_version=str(meta.get("resourceVersion", "")),
         created=parse_time(meta.get("creationTimestamp")),
+        annotations=dict(meta.get("annotations") or {}),
     )
 
 

@@ -280,16 +280,96 @@ def test_notes_name_ignored_kinds_and_idle_workloads(tmp_path: Path, capsys: Any
     ]
 
 
-def test_statefulset_claims_reach_the_engine_as_volume_claims(tmp_path: Path, capsys: Any) -> None:
+def _wffc_class(name: str, zone: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": name},
+        "provisioner": "ebs.csi.aws.com",
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "allowedTopologies": [{"matchLabelExpressions": [{"key": "topology.kubernetes.io/zone", "values": [zone]}]}],
+    }
+
+
+def _statefulset(storage_class: str | None) -> dict[str, Any]:
     sts = deployment("db", 3, memory="512Mi")
     sts["kind"] = "StatefulSet"
-    sts["spec"]["volumeClaimTemplates"] = [
-        {"metadata": {"name": "data"}, "spec": {"resources": {"requests": {"storage": "1Gi"}}}}
-    ]
-    path = write(tmp_path, nodeclass(), nodepool(), sts)
+    claim_spec: dict[str, Any] = {"resources": {"requests": {"storage": "1Gi"}}}
+    if storage_class:
+        claim_spec["storageClassName"] = storage_class
+    sts["spec"]["volumeClaimTemplates"] = [{"metadata": {"name": "data"}, "spec": claim_spec}]
+    return sts
+
+
+def test_statefulset_claims_follow_the_storage_class_allowed_topologies(tmp_path: Path, capsys: Any) -> None:
+    # Unconstrained, the medium node is cheapest in zone-b; the WaitForFirstConsumer class allows only zone-a.
+    path = write(tmp_path, nodeclass(), nodepool(), _statefulset("zonal"), _wffc_class("zonal", "zone-a"))
     result = run_json(capsys, "-f", path, "--catalogue", CATALOGUE)
     assert sorted(p for n in result["newNodes"] for p in n["pods"]) == ["default/db-0", "default/db-1", "default/db-2"]
-    assert any(n.startswith("3 pending pods mount PersistentVolumeClaims") for n in result["notes"])
+    assert {n["zone"] for n in result["newNodes"]} == {"zone-a"}
+    free = run_json(
+        capsys,
+        "-f",
+        write(tmp_path, nodeclass(), nodepool(), _statefulset(None), name="free.yaml"),
+        "--catalogue",
+        CATALOGUE,
+    )
+    assert {n["zone"] for n in free["newNodes"]} == {"zone-b"}, "no class: the volumes do not constrain the zone"
+
+
+def test_a_bound_zonal_volume_pins_the_pod_and_a_missing_class_makes_it_wait(tmp_path: Path, capsys: Any) -> None:
+    pv = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": "pv-a"},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-1"},
+            "nodeAffinity": {
+                "required": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}
+                            ]
+                        }
+                    ]
+                }
+            },
+        },
+    }
+    bound = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data-a", "namespace": "default"},
+        "spec": {"volumeName": "pv-a", "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    waiting = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data-x", "namespace": "default"},
+        "spec": {"storageClassName": "missing", "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    pods = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {**pod_spec(), "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]},
+        }
+        for name, claim in (("pinned", "data-a"), ("stuck", "data-x"))
+    ]
+    path = write(tmp_path, nodeclass(), nodepool(), pv, bound, waiting, *pods)
+    result = run_json(capsys, "-f", path, "--catalogue", CATALOGUE)
+    assert [(n["zone"], n["pods"]) for n in result["newNodes"]] == [("zone-a", ["default/pinned"])]
+    assert result["unschedulable"] == [
+        {
+            "pod": "default/stuck",
+            "reason": 'waiting for volumes: storageclass "missing" of persistentvolumeclaim "default/data-x" not found',
+        }
+    ]
+    assert result["summary"]["pendingPods"] == 2
 
 
 def test_a_bound_daemonset_pod_is_not_counted_twice(tmp_path: Path, capsys: Any) -> None:

@@ -73,3 +73,27 @@ def test_relist_drops_vanished_objects_and_syncs() -> None:
         state.replace(kind, [nodeclaim("new", "2")] if kind == "NodeClaim" else [])
     assert set(state.nodeclaims) == {"new"} and ("DELETED", "old") in events
     assert state.synced
+
+
+def test_pod_waits_for_volume_binding_until_its_claims_are_bound() -> None:
+    """A pod with an unbound PVC or a not-yet-created ephemeral claim waits; bound claims and no volumes do not."""
+    state = ClusterState()
+    with_volumes = pod("db", "1")
+    with_volumes["spec"]["volumes"] = [
+        {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+        {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {"storageClassName": "gp3"}}}},
+    ]
+    state.apply("Pod", "ADDED", with_volumes)
+    state.apply("Pod", "ADDED", pod("plain", "2"))
+    assert not state.waits_for_volume_binding("d/plain")
+    assert state.waits_for_volume_binding("d/db"), "no claims exist yet"
+
+    def claim(name: str, volume: str, rv: str) -> dict[str, Any]:
+        spec = {"volumeName": volume} if volume else {}
+        return {"metadata": {"name": name, "namespace": "d", "resourceVersion": rv}, "spec": spec}
+
+    state.apply("PersistentVolumeClaim", "ADDED", claim("data", "pv-1", "3"))
+    state.apply("PersistentVolumeClaim", "ADDED", claim("db-scratch", "", "4"))
+    assert state.waits_for_volume_binding("d/db"), "the ephemeral claim is still unbound"
+    state.apply("PersistentVolumeClaim", "MODIFIED", claim("db-scratch", "pv-2", "5"))
+    assert not state.waits_for_volume_binding("d/db")

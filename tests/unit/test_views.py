@@ -52,3 +52,13 @@ def test_provisionable() -> None:
     ds = pod(UNSCHEDULABLE)
     ds["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "x", "uid": "1", "controller": True}]
     assert not pod_info(ds).provisionable
+
+
+def test_node_info_keeps_annotations_for_do_not_disrupt() -> None:
+    """A Node's karpenter.sh/do-not-disrupt annotation reaches disruption's candidate filter through the view."""
+    from karpy.controllers.disruption.candidates import node_annotations
+    from karpy.state.views import node_info
+
+    info = node_info({"metadata": {"name": "n", "annotations": {"karpenter.sh/do-not-disrupt": "true"}}})
+    assert node_annotations(info) == {"karpenter.sh/do-not-disrupt": "true"}
+    assert node_info({"metadata": {"name": "bare"}}).annotations == {}

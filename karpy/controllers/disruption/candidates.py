@@ -1,0 +1,237 @@
+"""Who may be disrupted: candidate eligibility, PodDisruptionBudgets, disruption cost, budget counting.
+
+Karpenter core ``disruption/types.go`` (``NewCandidate``), ``state/statenode.go`` (``ValidateNodeDisruptable``,
+``ValidatePodsDisruptable``), ``pkg/utils/pdb/pdb.go``, ``pkg/utils/disruption/disruption.go`` and
+``disruption/helpers.go`` (``BuildDisruptionBudgetMapping``). Everything here is pure: callers hand in cluster
+state, PDB JSON and the current time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any
+
+from karpy.apis import labels as wk
+from karpy.cloudprovider.types import InstanceType
+from karpy.controllers.disruption.types import Candidate
+from karpy.controllers.terminator import drainable
+from karpy.settings import parse_duration
+from karpy.state.cluster import ClusterState, condition_true, deleting
+from karpy.state.views import NodeInfo, PodInfo, parse_time
+
+JSON = dict[str, Any]
+
+# Karpenter ``disruption.go``: pod deletion cost and priority scale the per-pod eviction cost.
+_DELETION_COST_SCALE = 2.0**27
+_PRIORITY_SCALE = 2.0**25
+ANNOTATION_POD_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+
+
+def _selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """Kubernetes LabelSelector semantics for a PDB (policy/v1: an empty selector matches every pod)."""
+    if selector is None:
+        return False
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key", ""), expr.get("operator", ""), expr.get("values") or []
+        present = key in labels
+        if op == "In" and not (present and labels[key] in values):
+            return False
+        if op == "NotIn" and present and labels[key] in values:
+            return False
+        if op == "Exists" and not present:
+            return False
+        if op == "DoesNotExist" and present:
+            return False
+    return True
+
+
+def pdbs_for(pod: PodInfo, pdbs: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The PDBs in the pod's namespace whose selector selects it."""
+    return [
+        p
+        for p in pdbs
+        if (p.get("metadata") or {}).get("namespace") == pod.pod.namespace
+        and _selector_matches((p.get("spec") or {}).get("selector"), pod.pod.labels)
+    ]
+
+
+def pdb_blocker(pods: Sequence[PodInfo], pdbs: Sequence[Mapping[str, Any]]) -> str:
+    """Why ``pods`` cannot all be evicted now under their PDBs ("" when they can).
+
+    Karpenter ``pdb.go`` ``CanEvictPods``: a pod under more than one PDB is blocked (the Eviction API answers
+    500), and a PDB whose ``status.disruptionsAllowed`` is 0 blocks its pods. karpy is stricter in one way:
+    the pods of one candidate selected by the same PDB must not outnumber its ``disruptionsAllowed``, because
+    evicting them would otherwise stall the drain mid-way (core#1928: an undrainable pod is not reschedulable).
+    Pods already terminating are ignored (they are leaving anyway).
+    """
+    demand: dict[tuple[str, str], int] = {}
+    allowed: dict[tuple[str, str], int] = {}
+    for pod in pods:
+        if pod.deleting or pod.terminal:
+            continue
+        matching = pdbs_for(pod, pdbs)
+        if len(matching) > 1:
+            return f"pod {pod.key} is selected by {len(matching)} PodDisruptionBudgets"
+        if not matching:
+            continue
+        meta = matching[0].get("metadata") or {}
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        allowed[key] = int((matching[0].get("status") or {}).get("disruptionsAllowed") or 0)
+        demand[key] = demand.get(key, 0) + 1
+    for key, count in demand.items():
+        if count > allowed[key]:
+            return (
+                f"PodDisruptionBudget {key[0]}/{key[1]} allows {allowed[key]} disruption(s), "
+                f"{count} pod(s) would be evicted"
+            )
+    return ""
+
+
+def do_not_disrupt_blocker(
+    claim: Mapping[str, Any], node_annotations: Mapping[str, str], pods: Iterable[PodInfo]
+) -> str:
+    """``karpenter.sh/do-not-disrupt=true`` on the NodeClaim, the Node or any non-terminal pod ("" if none).
+
+    Pods that are terminating still count (aws#7259): the annotation is honoured until the pod is gone.
+    """
+    if ((claim.get("metadata") or {}).get("annotations") or {}).get(wk.ANNOTATION_DO_NOT_DISRUPT) == "true":
+        return "nodeclaim has karpenter.sh/do-not-disrupt"
+    if node_annotations.get(wk.ANNOTATION_DO_NOT_DISRUPT) == "true":
+        return "node has karpenter.sh/do-not-disrupt"
+    for pod in pods:
+        if pod.do_not_disrupt and not pod.terminal:
+            return f"pod {pod.key} has karpenter.sh/do-not-disrupt"
+    return ""
+
+
+def node_annotations(node: NodeInfo) -> Mapping[str, str]:
+    """The Node's annotations (the orchestrator also re-reads the Node right before acting)."""
+    return node.annotations
+
+
+def reschedulable_pods(state: ClusterState, node_name: str) -> tuple[PodInfo, ...]:
+    """The pods a drain of ``node_name`` would evict, which must find a home elsewhere."""
+    return tuple(sorted((p for p in state.pods_on(node_name) if drainable(p)), key=lambda p: p.key))
+
+
+def pod_cost(pod: PodInfo, deletion_cost: float = 0.0) -> float:
+    """Karpenter ``EvictionCost``: 1 + deletion-cost/2²⁷ + priority/2²⁵, clamped to [-10, 10]."""
+    cost = 1.0 + deletion_cost / _DELETION_COST_SCALE + pod.pod.priority / _PRIORITY_SCALE
+    return max(-10.0, min(10.0, cost))
+
+
+def lifetime_remaining(claim: Mapping[str, Any], now: float) -> float:
+    """Fraction of the NodeClaim's ``expireAfter`` still ahead (1.0 without expiry), in [0, 1]."""
+    expire = expire_after(claim)
+    if expire is None or expire <= 0:
+        return 1.0
+    age = now - parse_time((claim.get("metadata") or {}).get("creationTimestamp"))
+    return max(0.0, min(1.0, (expire - age) / expire))
+
+
+def disruption_cost(claim: Mapping[str, Any], pods: Sequence[PodInfo], now: float) -> float:
+    """Karpenter ``DisruptionCost`` × ``LifetimeRemaining``: cheaper to disrupt = fewer, cheaper pods."""
+    return sum(pod_cost(p) for p in pods) * lifetime_remaining(claim, now)
+
+
+def expire_after(claim: Mapping[str, Any]) -> float | None:
+    """``spec.expireAfter`` of a NodeClaim in seconds; None for ``Never``, absent or invalid."""
+    value = (claim.get("spec") or {}).get("expireAfter")
+    if value in (None, "", "Never"):
+        return None
+    try:
+        return parse_duration(str(value))
+    except ValueError:
+        return None
+
+
+def offering_price(labels: Mapping[str, str], instance_types: Mapping[str, InstanceType]) -> float | None:
+    """USD/hour of the offering a NodeClaim runs on: its instance type, zone and capacity type labels."""
+    it = instance_types.get(labels.get(wk.LABEL_INSTANCE_TYPE, ""))
+    if it is None:
+        return None
+    zone, ctype = labels.get(wk.LABEL_ZONE, ""), labels.get(wk.LABEL_CAPACITY_TYPE, "")
+    prices = [o.price for o in it.offerings if o.zone == zone and o.capacity_type == ctype]
+    return min(prices) if prices else None
+
+
+def node_blocker(
+    state: ClusterState, claim: Mapping[str, Any], nominated: Collection[str], in_flight: Collection[str]
+) -> tuple[str, NodeInfo | None, JSON | None]:
+    """Why a NodeClaim is not a candidate regardless of its pods ("" when it may be one), its Node and NodePool.
+
+    Karpenter ``NewCandidate``: managed by a known NodePool, Initialized, has a Node, neither marked for
+    deletion, not nominated for pending pods (a NodeClaim the provisioner planned pods onto, or a node its
+    last decision placed pods on), not already part of a disruption command.
+    """
+    meta = claim.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    pool_name = (meta.get("labels") or {}).get(wk.LABEL_NODEPOOL, "")
+    nodepool = state.nodepools.get(pool_name) if pool_name else None
+    node = state.node_for_nodeclaim(claim)
+    reason = ""
+    if nodepool is None:
+        reason = "not managed by a known NodePool"
+    elif deleting(claim):
+        reason = "nodeclaim is being deleted"
+    elif not condition_true(claim, wk.COND_INITIALIZED):
+        reason = "nodeclaim is not initialized"
+    elif node is None:
+        reason = "nodeclaim has no node"
+    elif node.deleting:
+        reason = "node is being deleted"
+    elif name in in_flight:
+        reason = "already being disrupted"
+    elif name in nominated or node.name in nominated:
+        reason = "nominated for pending pods"
+    return reason, node, nodepool
+
+
+def nominated_claims(state: ClusterState) -> set[str]:
+    """NodeClaims with pods planned onto them that are not bound yet (Karpenter nomination)."""
+    return {claim for key, claim in state.planned.items() if (p := state.pods.get(key)) is not None and not p.node_name}
+
+
+def build_candidate(
+    state: ClusterState,
+    claim: JSON,
+    node: NodeInfo,
+    nodepool: JSON,
+    instance_types: Mapping[str, InstanceType],
+    now: float,
+) -> Candidate:
+    """A :class:`Candidate` for an eligible NodeClaim (see :func:`node_blocker`)."""
+    labels = (claim.get("metadata") or {}).get("labels") or {}
+    pods = reschedulable_pods(state, node.name)
+    return Candidate(
+        claim=claim,
+        node=node,
+        nodepool=nodepool,
+        pods=pods,
+        instance_type=labels.get(wk.LABEL_INSTANCE_TYPE, ""),
+        capacity_type=labels.get(wk.LABEL_CAPACITY_TYPE, ""),
+        zone=labels.get(wk.LABEL_ZONE, ""),
+        price=offering_price(labels, instance_types),
+        disruption_cost=disruption_cost(claim, pods, now),
+    )
+
+
+def budget_counts(state: ClusterState, pool: str, in_flight: Collection[str]) -> tuple[int, int]:
+    """(total, disrupting) for a NodePool's budget (Karpenter ``BuildDisruptionBudgetMapping``).
+
+    ``total`` counts the pool's initialized NodeClaims with a Node (deleting ones included); ``disrupting``
+    counts those being deleted, whose Node is not Ready, or that are part of a command in flight. Only
+    initialized nodes count (core PR#925), so a scale-up in progress never widens the budget.
+    """
+    total = disrupting = 0
+    for claim in state.nodeclaims_of(pool):
+        node = state.node_for_nodeclaim(claim)
+        if node is None or not condition_true(claim, wk.COND_INITIALIZED):
+            continue
+        total += 1
+        if deleting(claim) or node.deleting or not node.ready or claim["metadata"]["name"] in in_flight:
+            disrupting += 1
+    return total, disrupting

@@ -1,0 +1,125 @@
+"""Drift detection and expiration (Karpenter D8, D10): pure functions over NodeClaim, NodePool, EC2NodeClass.
+
+Drift reasons, checked in Karpenter's order (core ``nodeclaim/disruption/drift.go``, AWS
+``pkg/cloudprovider/drift.go``):
+
+* ``NodePoolDrifted``: the NodeClaim's ``karpenter.sh/nodepool-hash`` differs from the NodePool's template hash
+  (same hash version; behavioural fields — weight, limits, disruption — are not hashed);
+* ``RequirementsDrifted``: a NodePool requirement no longer admits the NodeClaim's label for that key;
+* ``NodeClassDrift``: the NodeClaim's ``karpenter.k8s.aws/ec2nodeclass-hash`` differs from the EC2NodeClass's;
+* ``AMIDrift``: ``status.imageID`` is not among the EC2NodeClass's resolved ``status.amis``;
+* ``SubnetDrift`` / ``SecurityGroupDrift``: the instance's subnet is not in ``status.subnets``, or its security
+  group set differs from ``status.securityGroups`` (needs the cloud's view of the instance).
+
+A NodeClaim without a hash annotation never drifts on that hash (Karpenter does the same).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from karpy.apis import labels as wk
+from karpy.apis.hashing import nodeclass_hash, nodepool_hash
+from karpy.cloudprovider.types import CloudInstance
+from karpy.controllers.disruption.candidates import expire_after
+from karpy.state.views import parse_time
+
+NODEPOOL_DRIFTED = "NodePoolDrifted"
+REQUIREMENTS_DRIFTED = "RequirementsDrifted"
+NODECLASS_DRIFTED = "NodeClassDrift"
+AMI_DRIFTED = "AMIDrift"
+SUBNET_DRIFTED = "SubnetDrift"
+SECURITY_GROUP_DRIFTED = "SecurityGroupDrift"
+EXPIRED = "Expired"
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+def _number(value: str) -> float | None:
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def requirement_admits(req: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Whether one NodePool requirement is still compatible with the NodeClaim's labels.
+
+    Only keys the NodeClaim carries are judged (an absent label is undecided, as Karpenter's
+    ``Compatible`` treats it); ``DoesNotExist`` fails on a present label.
+    """
+    key = wk.NORMALIZED_LABELS.get(str(req.get("key", "")), str(req.get("key", "")))
+    if key not in labels:
+        return True
+    value, op = labels[key], req.get("operator")
+    values = [str(v) for v in req.get("values") or []]
+    if op == "In":
+        return value in values
+    if op == "NotIn":
+        return value not in values
+    if op == "DoesNotExist":
+        return False
+    if op in ("Gt", "Lt", "Gte", "Lte") and values:
+        have, bound = _number(value), _number(values[0])
+        if have is None or bound is None:
+            return False
+        return {"Gt": have > bound, "Lt": have < bound, "Gte": have >= bound, "Lte": have <= bound}[str(op)]
+    return True
+
+
+def static_drift(claim: Mapping[str, Any], nodepool: Mapping[str, Any], nodeclass: Mapping[str, Any] | None) -> str:
+    """The first drift reason found from the objects alone ("" when none), in Karpenter's order."""
+    notes = _annotations(claim)
+    if (
+        notes.get(wk.ANNOTATION_NODEPOOL_HASH)
+        and notes.get(wk.ANNOTATION_NODEPOOL_HASH_VERSION) == wk.NODEPOOL_HASH_VERSION
+        and notes[wk.ANNOTATION_NODEPOOL_HASH] != nodepool_hash(nodepool)
+    ):
+        return NODEPOOL_DRIFTED
+    labels = (claim.get("metadata") or {}).get("labels") or {}
+    template = ((nodepool.get("spec") or {}).get("template") or {}).get("spec") or {}
+    if not all(requirement_admits(r, labels) for r in template.get("requirements") or []):
+        return REQUIREMENTS_DRIFTED
+    if nodeclass is None:
+        return ""
+    if (
+        notes.get(wk.ANNOTATION_NODECLASS_HASH)
+        and notes.get(wk.ANNOTATION_NODECLASS_HASH_VERSION, wk.NODECLASS_HASH_VERSION) == wk.NODECLASS_HASH_VERSION
+        and notes[wk.ANNOTATION_NODECLASS_HASH] != nodeclass_hash(nodeclass)
+    ):
+        return NODECLASS_DRIFTED
+    status = nodeclass.get("status") or {}
+    amis = {str(a.get("id")) for a in status.get("amis") or []}
+    image = str((claim.get("status") or {}).get("imageID") or "")
+    if amis and image and image not in amis:
+        return AMI_DRIFTED
+    return ""
+
+
+def instance_drift(nodeclass: Mapping[str, Any], instance: CloudInstance) -> str:
+    """Subnet or security-group drift of a running instance against the EC2NodeClass status ("" when none)."""
+    status = nodeclass.get("status") or {}
+    subnets = {str(s.get("id")) for s in status.get("subnets") or []}
+    if subnets and instance.subnet_id and instance.subnet_id not in subnets:
+        return SUBNET_DRIFTED
+    groups = {str(g.get("id")) for g in status.get("securityGroups") or []}
+    if groups and instance.security_group_ids and set(instance.security_group_ids) != groups:
+        return SECURITY_GROUP_DRIFTED
+    return ""
+
+
+def expired(claim: Mapping[str, Any], now: float) -> bool:
+    """``creationTimestamp + spec.expireAfter`` has passed (Karpenter ``nodeclaim/expiration``)."""
+    expire = expire_after(claim)
+    if expire is None:
+        return False
+    created = parse_time((claim.get("metadata") or {}).get("creationTimestamp"))
+    return created > 0 and now >= created + expire
+
+
+def drift_order(items: Sequence[tuple[float, int, str]]) -> list[str]:
+    """Drift candidates as (Drifted transition time, pod count, name): empty ones first, then oldest drift."""
+    return [name for _, _, name in sorted(items, key=lambda t: (t[1] > 0, t[0], t[2]))]

@@ -1,0 +1,242 @@
+"""Garbage collection: leaked instances, NodeClaims whose instance is gone, unused launch templates
+(Karpenter AWS ``controllers/nodeclaim/garbagecollection`` G1, core ``nodeclaim/garbagecollection`` G2, launch
+template cleanup G3).
+
+Singleton loop once cluster state is synced: every 10 s for the first 20 passes (Karpenter's start-up
+cadence, so a leak left by a crash is found quickly), then every 30 s (Karpenter: 2 minutes).
+
+* **Leaked instances** (:func:`leaked_instances`): an instance carrying karpy's ownership tags — the cluster
+  tag ``kubernetes.io/cluster/<cluster>=owned`` AND ``karpenter.sh/nodepool`` — that no NodeClaim owns, neither
+  by providerID nor by its ``karpenter.sh/nodeclaim`` tag (a NodeClaim whose launch is in flight owns its
+  instance before its providerID is written), launched at least 30 s ago, is terminated, and its Node (if one
+  registered) deleted. An instance with only the cluster tag belongs to another node manager and is never
+  touched.
+* **Orphaned NodeClaims** (:func:`orphan_candidates`): a launched, non-deleting NodeClaim whose instance is not
+  among the live instances, launched at least 30 s ago (EC2's eventual consistency), and whose Node is absent,
+  not Ready or deleting, is deleted once a direct DescribeInstances confirms the instance is gone (metric
+  reason ``garbage_collected``); the terminator then finishes.
+* **Launch templates**: at most every 5 minutes, the cloud provider deletes the cluster's templates that no
+  launch needs (NodeClass deleted, or unused for 5 minutes).
+
+Only the terminator drains; this controller terminates instances that no NodeClaim owns (nothing to drain
+for karpy) and otherwise only deletes NodeClaims.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Collection, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Final, Protocol
+
+import structlog
+
+from karpy.apis import labels as wk
+from karpy.cloudprovider.types import CloudInstance, CloudProvider, CloudProviderError, NodeClaimNotFoundError
+from karpy.controllers.interruption import instance_id_of
+from karpy.kube.client import KubeClient
+from karpy.kube.errors import ApiError
+from karpy.kube.resources import NODECLAIMS, NODES
+from karpy.metrics import GC_INSTANCES_TERMINATED, GC_LAUNCH_TEMPLATES_DELETED, NODECLAIMS_DISRUPTED
+from karpy.state.cluster import ClusterState, condition, condition_true, deleting, provider_id
+from karpy.state.views import parse_time
+
+log = structlog.get_logger("karpy.garbagecollection")
+JSON = dict[str, Any]
+INSTANCE_GRACE: Final = 30.0
+NODECLAIM_GRACE: Final = 30.0
+FAST_INTERVAL: Final = 10.0
+FAST_PASSES: Final = 20
+INTERVAL: Final = 30.0
+TEMPLATE_INTERVAL: Final = 300.0
+GONE_STATES: Final = frozenset({"shutting-down", "terminated"})
+
+
+class LaunchTemplateJanitor(Protocol):
+    """Deletes launch templates no launch needs (AWS: :meth:`karpy.aws.cloudprovider.AWSCloudProvider.
+    delete_unused_launch_templates`)."""
+
+    async def delete_unused_launch_templates(self, nodeclasses: Collection[str]) -> tuple[str, ...]:
+        """Delete unneeded templates given the existing EC2NodeClass names; the deleted names.
+
+        Raises:
+            CloudProviderError: the cloud could not be read or refused.
+        """
+        ...
+
+
+def owned_by_karpy(instance: CloudInstance, cluster_name: str) -> bool:
+    """Both ownership tags: ``kubernetes.io/cluster/<cluster>=owned`` and ``karpenter.sh/nodepool``."""
+    return instance.tags.get(wk.cluster_tag(cluster_name)) == "owned" and wk.TAG_NODEPOOL in instance.tags
+
+
+def leaked_instances(
+    instances: Iterable[CloudInstance],
+    nodeclaims: Mapping[str, Mapping[str, Any]],
+    *,
+    cluster_name: str,
+    now: datetime,
+    grace: float = INSTANCE_GRACE,
+) -> list[CloudInstance]:
+    """Instances karpy owns (:func:`owned_by_karpy`) that no NodeClaim in ``nodeclaims`` (name → JSON) owns by
+    providerID or by the ``karpenter.sh/nodeclaim`` tag, not already shutting down, launched ≥ ``grace``
+    seconds before ``now`` (aware UTC). Pure."""
+    claimed = {instance_id_of(provider_id(c)) for c in nodeclaims.values()} - {""}
+    out = []
+    for instance in instances:
+        if not owned_by_karpy(instance, cluster_name) or instance.state in GONE_STATES:
+            continue
+        if instance.instance_id in claimed or instance.tags.get(wk.TAG_NODECLAIM, "") in nodeclaims:
+            continue
+        if (now - instance.launch_time).total_seconds() < grace:
+            continue
+        out.append(instance)
+    return out
+
+
+def launched_at(claim: Mapping[str, Any]) -> float:
+    """When the NodeClaim launched (``Launched`` condition's lastTransitionTime, else its creation), epoch s."""
+    launched = condition(claim, wk.COND_LAUNCHED) or {}
+    return parse_time(launched.get("lastTransitionTime")) or parse_time(
+        (claim.get("metadata") or {}).get("creationTimestamp")
+    )
+
+
+def orphan_candidates(
+    nodeclaims: Iterable[Mapping[str, Any]],
+    live_instance_ids: Collection[str],
+    *,
+    now: float,
+    grace: float = NODECLAIM_GRACE,
+) -> list[Mapping[str, Any]]:
+    """Launched, non-deleting NodeClaims whose instance id is not in ``live_instance_ids`` and that launched
+    ≥ ``grace`` seconds before ``now`` (epoch seconds). Pure; the caller confirms each with the cloud."""
+    out = []
+    for claim in nodeclaims:
+        instance_id = instance_id_of(provider_id(claim))
+        if not instance_id or deleting(claim) or not condition_true(claim, wk.COND_LAUNCHED):
+            continue
+        if instance_id in live_instance_ids or now - launched_at(claim) < grace:
+            continue
+        out.append(claim)
+    return out
+
+
+class GarbageCollection:
+    """Singleton loop; see the module docstring. ``templates`` is optional (no launch-template cleanup)."""
+
+    name = "garbagecollection"
+
+    def __init__(
+        self,
+        client: KubeClient,
+        state: ClusterState,
+        cloud: CloudProvider,
+        *,
+        cluster_name: str,
+        templates: LaunchTemplateJanitor | None = None,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.client = client
+        self.state = state
+        self.cloud = cloud
+        self.cluster_name = cluster_name
+        self.templates = templates
+        self.now = now
+        self.passes = 0
+        self._templates_at: float | None = None
+
+    async def run(self) -> None:
+        """Collect once cluster state is synced, then on Karpenter's cadence (see the module docstring)."""
+        await self.state.wait_synced()
+        while True:
+            try:
+                await self.collect_once()
+            except (ApiError, CloudProviderError) as err:
+                log.warning("garbage collection pass failed", error=str(err)[:300])
+            self.passes += 1
+            await asyncio.sleep(FAST_INTERVAL if self.passes < FAST_PASSES else INTERVAL)
+
+    async def collect_once(self) -> dict[str, list[str]]:
+        """One pass; what was collected: ``{"instances": [ids], "nodeclaims": [names], "launch_templates": […]}``.
+
+        Raises:
+            CloudProviderError: the instances could not be listed.
+            ApiError: the apiserver refused a deletion.
+        """
+        instances = await self.cloud.list()
+        terminated = await self._terminate_leaks(instances)
+        live = {i.instance_id for i in instances if i.state not in GONE_STATES}
+        orphans = await self._delete_orphans(live)
+        templates = await self._clean_templates()
+        return {"instances": terminated, "nodeclaims": orphans, "launch_templates": templates}
+
+    async def _terminate_leaks(self, instances: list[CloudInstance]) -> list[str]:
+        leaked = leaked_instances(instances, self.state.nodeclaims, cluster_name=self.cluster_name, now=self.now())
+        done = []
+        for instance in leaked:
+            # Re-check against the freshest state: a NodeClaim may have been written while we listed.
+            if leaked_instances([instance], self.state.nodeclaims, cluster_name=self.cluster_name, now=self.now()):
+                try:
+                    await self.cloud.delete(instance.provider_id)
+                except NodeClaimNotFoundError:
+                    continue
+                GC_INSTANCES_TERMINATED.inc()
+                done.append(instance.instance_id)
+                log.info(
+                    "terminated leaked instance",
+                    instance_id=instance.instance_id,
+                    nodepool=instance.tags.get(wk.TAG_NODEPOOL),
+                    nodeclaim_tag=instance.tags.get(wk.TAG_NODECLAIM),
+                    launched=instance.launch_time.isoformat(),
+                )
+                await self._delete_node_of(instance.provider_id, instance.instance_id)
+        return done
+
+    async def _delete_node_of(self, pid: str, instance_id: str) -> None:
+        names = [n.name for n in self.state.nodes.values() if instance_id_of(n.provider_id) == instance_id]
+        for name in names:
+            try:
+                await self.client.delete(NODES, name)
+                log.info("deleted node of leaked instance", node=name, provider_id=pid)
+            except ApiError as err:
+                if not err.not_found:
+                    raise
+
+    async def _delete_orphans(self, live: set[str]) -> list[str]:
+        now = self.now().timestamp()
+        deleted = []
+        for claim in orphan_candidates(list(self.state.nodeclaims.values()), live, now=now):
+            node = self.state.node_for_nodeclaim(claim)
+            if node is not None and node.ready and not node.deleting:
+                continue  # a Ready Node means a heartbeating kubelet: trust it over a listing (Karpenter G2)
+            pid = provider_id(claim)
+            try:
+                instance = await self.cloud.get(pid)
+            except NodeClaimNotFoundError:
+                instance = None
+            if instance is not None:
+                continue  # listed late (eventual consistency): it exists
+            name = str(claim["metadata"]["name"])
+            try:
+                await self.client.delete(NODECLAIMS, name)
+            except ApiError as err:
+                if err.not_found:
+                    continue
+                raise
+            pool = (claim["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL, "")
+            NODECLAIMS_DISRUPTED.labels(reason="garbage_collected", nodepool=pool).inc()
+            log.info("deleted nodeclaim whose instance is gone", nodeclaim=name, provider_id=pid, nodepool=pool)
+            deleted.append(name)
+        return deleted
+
+    async def _clean_templates(self) -> list[str]:
+        if self.templates is None:
+            return []
+        clock = self.now().timestamp()
+        if self._templates_at is not None and clock - self._templates_at < TEMPLATE_INTERVAL:
+            return []
+        self._templates_at = clock
+        deleted = await self.templates.delete_unused_launch_templates(set(self.state.nodeclasses))
+        GC_LAUNCH_TEMPLATES_DELETED.inc(len(deleted))
+        return list(deleted)

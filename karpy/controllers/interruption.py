@@ -1,0 +1,255 @@
+"""Interruption: act on the cloud's interruption events before the instance goes away (Karpenter AWS
+``pkg/controllers/interruption``, behaviour reference F1–F3, F5 and §2).
+
+Singleton loop, started only when ``INTERRUPTION_QUEUE`` is set. It long-polls the
+:class:`~karpy.cloudprovider.types.InterruptionQueue` (SQS: up to 10 messages, 20 s wait) and handles a batch's
+messages concurrently. For each instance id in a message it finds the NodeClaim whose ``status.providerID``
+ends in that id (cluster state) and acts:
+
+* spot interruption warning → mark the offering (instance type, zone, spot) unavailable for 3 minutes so
+  the replacement goes elsewhere, events ``SpotInterrupted``, then *CordonAndDrain*;
+* AWS Health scheduled change (EC2) → event ``InstanceUnhealthy``, CordonAndDrain;
+* instance stopping/stopped → ``InstanceStopping``; shutting-down/terminated → ``InstanceTerminating``;
+  both CordonAndDrain;
+* rebalance recommendation → event ``SpotRebalanceRecommendation`` only, unless
+  ``INTERRUPTION_REBALANCE_REPLACEMENT=true`` (karpy's setting, default false), which also CordonAndDrains:
+  a pre-emptive replacement before the spot interruption arrives.
+
+CordonAndDrain deletes the NodeClaim (unless already deleting), with event ``TerminatingOnInterruption``, a
+log line and ``karpenter_nodeclaims_disrupted_total{reason=<kind>}``; the terminator then taints, drains
+and terminates. Right after deleting, the provisioner is triggered: it treats pods on nodes whose
+NodeClaim is deleting as needing capacity, so the replacement is requested when the message arrives, not
+after the drain. An event about an instance karpy does not manage is skipped.
+
+A message is deleted once handled, and also when it is invalid or a no-op (logged); an error while handling
+leaves it in the queue, to be delivered again after its visibility timeout. Metrics:
+``karpenter_interruption_received_messages_total``, ``…_deleted_messages_total`` (by ``message_type``),
+``…_message_queue_duration_seconds`` (now − the event's ``time``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import structlog
+
+from karpy.apis import labels as wk
+from karpy.cloudprovider.types import (
+    KIND_INSTANCE_STOPPED,
+    KIND_INSTANCE_TERMINATED,
+    KIND_INVALID,
+    KIND_NO_OP,
+    KIND_REBALANCE_RECOMMENDATION,
+    KIND_SCHEDULED_CHANGE,
+    KIND_SPOT_INTERRUPTED,
+    CloudProvider,
+    CloudProviderError,
+    InterruptionMessage,
+    InterruptionQueue,
+    QueuedMessage,
+)
+from karpy.kube.client import KubeClient
+from karpy.kube.errors import ApiError
+from karpy.kube.events import NORMAL, WARNING, EventRecorder
+from karpy.kube.resources import NODECLAIMS
+from karpy.metrics import (
+    INTERRUPTION_DELETED,
+    INTERRUPTION_QUEUE_DURATION,
+    INTERRUPTION_RECEIVED,
+    NODECLAIMS_DISRUPTED,
+)
+from karpy.state.cluster import ClusterState, deleting, provider_id
+from karpy.state.views import NodeInfo
+
+log = structlog.get_logger("karpy.interruption")
+JSON = dict[str, Any]
+RECEIVE_BACKOFF: Final = (1.0, 30.0)  # first and longest wait after the queue could not be read
+
+# kind → (event reason, event type, message) published on the Node and NodeClaim (Karpenter events.go).
+EVENTS: Final[Mapping[str, tuple[str, str, str]]] = {
+    KIND_SPOT_INTERRUPTED: ("SpotInterrupted", WARNING, "Spot interruption warning was triggered"),
+    KIND_REBALANCE_RECOMMENDATION: (
+        "SpotRebalanceRecommendation",
+        NORMAL,
+        "Spot rebalance recommendation was triggered",
+    ),
+    KIND_SCHEDULED_CHANGE: ("InstanceUnhealthy", WARNING, "An AWS Health scheduled change event was received"),
+    KIND_INSTANCE_STOPPED: ("InstanceStopping", WARNING, "Instance is stopping"),
+    KIND_INSTANCE_TERMINATED: ("InstanceTerminating", WARNING, "Instance is terminating"),
+}
+DRAIN_KINDS: Final = frozenset(
+    {KIND_SPOT_INTERRUPTED, KIND_SCHEDULED_CHANGE, KIND_INSTANCE_STOPPED, KIND_INSTANCE_TERMINATED}
+)
+
+
+def instance_id_of(provider_id_value: str) -> str:
+    """The last path segment of a providerID (``aws:///<zone>/<i-…>`` → ``i-…``); "" when empty."""
+    return provider_id_value.rstrip("/").rsplit("/", 1)[-1] if provider_id_value else ""
+
+
+def should_drain(kind: str, rebalance_replacement: bool) -> bool:
+    """Whether a message of ``kind`` deletes the NodeClaim (Karpenter ``actionForMessage``: CordonAndDrain for
+    spot interruption, scheduled change and stop/terminate; a rebalance recommendation only with karpy's
+    ``INTERRUPTION_REBALANCE_REPLACEMENT``)."""
+    return kind in DRAIN_KINDS or (kind == KIND_REBALANCE_RECOMMENDATION and rebalance_replacement)
+
+
+class Interruption:
+    """Singleton loop over an :class:`InterruptionQueue`; see the module docstring.
+
+    Args:
+        on_disrupted: called after a NodeClaim was deleted (the operator passes the provisioner's trigger).
+        rebalance_replacement: ``INTERRUPTION_REBALANCE_REPLACEMENT``.
+        now: wall clock (aware UTC) for the queue-latency metric.
+    """
+
+    name = "interruption"
+
+    def __init__(
+        self,
+        client: KubeClient,
+        state: ClusterState,
+        cloud: CloudProvider,
+        events: EventRecorder,
+        queue: InterruptionQueue,
+        *,
+        on_disrupted: Callable[[], None] = lambda: None,
+        rebalance_replacement: bool = False,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.client = client
+        self.state = state
+        self.cloud = cloud
+        self.events = events
+        self.queue = queue
+        self.on_disrupted = on_disrupted
+        self.rebalance_replacement = rebalance_replacement
+        self.now = now
+
+    async def run(self) -> None:
+        """Receive and handle batches forever, once cluster state is synced (NodeClaims must be known)."""
+        await self.state.wait_synced()
+        backoff = RECEIVE_BACKOFF[0]
+        while True:
+            try:
+                batch = await self.queue.receive()
+            except CloudProviderError as err:
+                log.warning("interruption queue unreadable, retrying", error=str(err)[:300], retry_in=backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, RECEIVE_BACKOFF[1])
+                continue
+            backoff = RECEIVE_BACKOFF[0]
+            await self.handle_batch(batch)
+
+    async def handle_batch(self, batch: list[QueuedMessage]) -> list[bool]:
+        """Handle messages concurrently (Karpenter: up to 10 in parallel); per message, whether it was deleted."""
+        return list(await asyncio.gather(*(self.handle(m) for m in batch)))
+
+    async def handle(self, queued: QueuedMessage) -> bool:
+        """Handle one message and delete it when done; False when it stays in the queue (handling failed or the
+        delete did). Never raises (a failure is logged)."""
+        msg = queued.message
+        INTERRUPTION_RECEIVED.labels(message_type=msg.kind).inc()
+        if msg.time is not None:
+            INTERRUPTION_QUEUE_DURATION.observe(max(0.0, (self.now() - msg.time).total_seconds()))
+        if msg.kind in (KIND_INVALID, KIND_NO_OP):
+            level = log.warning if msg.kind == KIND_INVALID else log.info
+            level("interruption message ignored", kind=msg.kind, reason=msg.reason, message_id=queued.message_id)
+        else:
+            try:
+                await self.act(msg)
+            except Exception as err:  # any failure: leave the message for redelivery
+                log.warning(
+                    "interruption message not handled, left for redelivery",
+                    kind=msg.kind,
+                    instance_ids=list(msg.instance_ids),
+                    message_id=queued.message_id,
+                    error=f"{type(err).__name__}: {err}"[:300],
+                )
+                return False
+        try:
+            await self.queue.delete(queued.receipt_handle)
+        except CloudProviderError as err:
+            log.warning("interruption message not deleted", message_id=queued.message_id, error=str(err)[:300])
+            return False
+        INTERRUPTION_DELETED.labels(message_type=msg.kind).inc()
+        return True
+
+    async def act(self, msg: InterruptionMessage) -> list[str]:
+        """Apply ``msg`` to every NodeClaim it names; returns the NodeClaims deleted.
+
+        Raises:
+            ApiError: the apiserver refused a deletion (other than NotFound).
+        """
+        by_instance = self._nodeclaims_by_instance()
+        deleted: list[str] = []
+        try:
+            for instance_id in msg.instance_ids:
+                claim = by_instance.get(instance_id)
+                if claim is None:
+                    log.info(
+                        "interruption for an instance karpy does not manage", kind=msg.kind, instance_id=instance_id
+                    )
+                    continue
+                if await self._act_on(msg, instance_id, claim):
+                    deleted.append(claim["metadata"]["name"])
+        finally:
+            if deleted:  # even when a later instance of the same message failed: these need capacity now
+                self.on_disrupted()
+        return deleted
+
+    def _nodeclaims_by_instance(self) -> dict[str, JSON]:
+        out: dict[str, JSON] = {}
+        for claim in self.state.nodeclaims.values():
+            instance_id = instance_id_of(provider_id(claim))
+            if instance_id:
+                out[instance_id] = claim
+        return out
+
+    async def _act_on(self, msg: InterruptionMessage, instance_id: str, claim: JSON) -> bool:
+        name = claim["metadata"]["name"]
+        labels = claim["metadata"].get("labels") or {}
+        node = self.state.node_for_nodeclaim(claim)
+        reason, event_type, text = EVENTS[msg.kind]
+        self._publish(claim, node, event_type, reason, text)
+        if msg.kind == KIND_SPOT_INTERRUPTED:
+            instance_type, zone = labels.get(wk.LABEL_INSTANCE_TYPE), labels.get(wk.LABEL_ZONE)
+            if instance_type and zone:
+                self.cloud.mark_unavailable(instance_type, zone, wk.CAPACITY_TYPE_SPOT)
+        if not should_drain(msg.kind, self.rebalance_replacement):
+            log.info("interruption event recorded", kind=msg.kind, nodeclaim=name, instance_id=instance_id)
+            return False
+        if deleting(claim):
+            return False
+        try:
+            await self.client.delete(NODECLAIMS, name)
+        except ApiError as err:
+            if err.not_found:
+                return False
+            raise
+        pool = labels.get(wk.LABEL_NODEPOOL, "")
+        NODECLAIMS_DISRUPTED.labels(reason=msg.kind, nodepool=pool).inc()
+        self._publish(
+            claim, node, WARNING, "TerminatingOnInterruption", f"Interruption triggered termination ({msg.kind})"
+        )
+        log.info(
+            "deleting nodeclaim on interruption",
+            kind=msg.kind,
+            nodeclaim=name,
+            nodepool=pool,
+            instance_id=instance_id,
+            node=node.name if node else None,
+            event_time=msg.time.isoformat() if msg.time else None,
+        )
+        return True
+
+    def _publish(self, claim: JSON, node: NodeInfo | None, event_type: str, reason: str, text: str) -> None:
+        ref = {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": claim["metadata"]}
+        self.events.publish(ref, event_type, reason, text)
+        if node is not None:
+            self.events.publish(
+                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name}}, event_type, reason, text
+            )

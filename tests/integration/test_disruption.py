@@ -1,0 +1,187 @@
+"""The disruption controller's writes against the real apiserver and moto, with the operator in-process.
+
+One scenario: a paused NodePool's empty node gets ``Consolidatable=True`` written through the status subresource
+(the CRD schema accepts it) but is not disrupted while the cluster-wide pause Namespace says so; once the pause
+is lifted the emptiness command deletes it, with the decision record in a ``DisruptionTerminating`` event, and
+the terminator finishes the termination. Everything made here is deleted at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from e2e.helpers import apply, wait_for
+from karpy.apis import labels as wk
+from karpy.aws.cloudprovider import AWSCloudProvider
+from karpy.aws.session import AWSClients
+from karpy.controllers.disruption import controls
+from karpy.kube import resources as r
+from karpy.kube.client import KubeClient
+from karpy.kube.errors import ApiError
+from karpy.operator import Operator, kubernetes_version
+from karpy.settings import from_environment
+
+pytestmark = [pytest.mark.integration]
+POOL = "disr-it"
+TAINT = "karpy-test/disr-it"
+PAUSE_NS = "karpy-it-disruption-pause"
+
+
+def nodeclass(cluster: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "karpenter.k8s.aws/v1",
+        "kind": "EC2NodeClass",
+        "metadata": {"name": POOL},
+        "spec": {
+            "role": f"KarpenterNodeRole-{cluster}",
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
+            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
+        },
+    }
+
+
+def nodepool() -> dict[str, Any]:
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": POOL},
+        "spec": {
+            "template": {
+                "spec": {
+                    "requirements": [
+                        {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+                        {"key": wk.LABEL_INSTANCE_CATEGORY, "operator": "In", "values": ["c", "m"]},
+                    ],
+                    "taints": [{"key": TAINT, "effect": "NoSchedule"}],
+                    "nodeClassRef": {"group": wk.AWS_GROUP, "kind": "EC2NodeClass", "name": POOL},
+                }
+            },
+            "disruption": {
+                "consolidationPolicy": "WhenEmpty",
+                "consolidateAfter": "1s",
+                "budgets": [{"nodes": "100%"}],
+            },
+        },
+    }
+
+
+def pod() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": POOL, "namespace": "default", "labels": {"app": POOL}},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "nodeSelector": {wk.LABEL_NODEPOOL: POOL},
+            "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "500m"}}}],
+        },
+    }
+
+
+def namespace(paused: bool) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": PAUSE_NS, "annotations": {controls.ANNOTATION_PAUSED: "true" if paused else "false"}},
+    }
+
+
+@pytest.fixture(scope="module")
+async def operator(local_cluster: Any, kube: KubeClient) -> AsyncIterator[Operator]:
+    settings = from_environment(
+        {
+            **local_cluster.aws_env,
+            "CLUSTER_NAME": local_cluster.cluster_name,
+            "BATCH_IDLE_DURATION": "200ms",
+            "BATCH_MAX_DURATION": "2s",
+            "DISRUPTION_POLL_INTERVAL": "500ms",
+            "DISRUPTION_VALIDATION_DELAY": "1s",
+            "DISRUPTION_PAUSE_NAMESPACE": PAUSE_NS,
+        }
+    )
+    await apply(kube, [namespace(paused=True)])
+    async with AWSClients.create(settings.aws_region, settings.aws_endpoint_url) as clients:
+        cloud = AWSCloudProvider(
+            clients,
+            cluster_name=settings.cluster_name,
+            cluster_endpoint=local_cluster.server,
+            cluster_ca_bundle="",
+            region=settings.aws_region,
+            k8s_version=await kubernetes_version(kube),
+        )
+        op = Operator(settings, kube, cloud)
+        task = asyncio.create_task(op.run())
+        await asyncio.wait_for(op.state.wait_synced(), 30)
+        try:
+            yield op
+        finally:
+            await _cleanup(kube)
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+
+async def _claims(kube: KubeClient) -> list[dict[str, Any]]:
+    return (await kube.list(r.NODECLAIMS, query={"labelSelector": f"{wk.LABEL_NODEPOOL}={POOL}"}))[0]
+
+
+async def _cleanup(kube: KubeClient) -> None:
+    for res, name, ns in ((r.PODS, POOL, "default"), (r.NODEPOOLS, POOL, None), (r.NAMESPACES, PAUSE_NS, None)):
+        with contextlib.suppress(ApiError):
+            await kube.delete(res, name, ns)
+    for claim in await _claims(kube):
+        with contextlib.suppress(ApiError):
+            await kube.delete(r.NODECLAIMS, claim["metadata"]["name"])
+
+    async def gone() -> bool:
+        return not await _claims(kube)
+
+    await wait_for(gone, timeout=60, what="disruption integration NodeClaims released")
+    with contextlib.suppress(ApiError):
+        await kube.delete(r.EC2NODECLASSES, POOL)
+
+
+async def test_pause_namespace_holds_then_emptiness_deletes_with_a_decision_record(
+    operator: Operator, kube: KubeClient, local_cluster: Any
+) -> None:
+    await apply(kube, [nodeclass(local_cluster.cluster_name), nodepool()])
+    await kube.create(r.PODS, pod(), "default")
+
+    async def bound() -> str:
+        return str((await kube.get(r.PODS, POOL, "default"))["spec"].get("nodeName") or "")
+
+    await wait_for(bound, timeout=60, what="pod bound")
+    (claim,) = await _claims(kube)
+    name = claim["metadata"]["name"]
+    await kube.delete(r.PODS, POOL, "default")
+
+    async def consolidatable() -> bool:
+        obj = await kube.get(r.NODECLAIMS, name)
+        return any(
+            c["type"] == wk.COND_CONSOLIDATABLE and c["status"] == "True" for c in obj["status"].get("conditions", [])
+        )
+
+    await wait_for(consolidatable, timeout=30, what="Consolidatable=True written")
+    start = operator.disruption.evaluations
+    await wait_for(
+        lambda: asyncio.sleep(0, operator.disruption.evaluations >= start + 8), timeout=30, what="8 evaluations"
+    )
+    assert [c["metadata"]["name"] for c in await _claims(kube)] == [name], "paused: the empty node stays"
+    assert not (await kube.get(r.NODECLAIMS, name))["metadata"].get("deletionTimestamp")
+    await apply(kube, [namespace(paused=False)])
+
+    async def gone() -> bool:
+        return not await _claims(kube)
+
+    await wait_for(gone, timeout=30, what="empty node disrupted once unpaused")
+    events = (await kube.list(r.EVENTS, "default", query={"fieldSelector": f"involvedObject.name={name}"}))[0]
+    terminating = [e for e in events if e["reason"] == "DisruptionTerminating"]
+    assert terminating and '"reason": "Empty"' in terminating[0]["message"]
+    assert '"podsMoved": 0' in terminating[0]["message"]

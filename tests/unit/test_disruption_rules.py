@@ -1,0 +1,310 @@
+"""Disruption decision rules: eligibility, PDBs, do-not-disrupt, budgets, emptiness, drift, expiration, controls."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from karpy.apis import labels as wk
+from karpy.apis.hashing import nodeclass_hash, nodepool_hash
+from karpy.controllers.disruption import controls
+from karpy.controllers.disruption import drift as dr
+from karpy.controllers.disruption.candidates import (
+    budget_counts,
+    disruption_cost,
+    do_not_disrupt_blocker,
+    node_blocker,
+    nominated_claims,
+    offering_price,
+    pdb_blocker,
+    pod_cost,
+    reschedulable_pods,
+)
+from karpy.controllers.disruption.emptiness import consolidatable, consolidate_after, empty_command
+from karpy.controllers.disruption.types import EMPTY, Candidate
+from karpy.state.views import pod_info
+from tests.unit.disruption_builders import (
+    CATALOGUE,
+    T0,
+    cloud_instance,
+    loaded_state,
+    node,
+    nodeclaim,
+    nodeclass,
+    nodepool,
+    pdb,
+    pod,
+    ts,
+)
+
+TYPES = {it.name: it for it in CATALOGUE}
+
+
+def infos(*pods: dict) -> list:
+    return [pod_info(p) for p in pods]
+
+
+# Candidates ------------------------------------------------------------------------------------------------
+
+
+def test_node_blocker_covers_karpenter_candidate_rules() -> None:
+    """Initialized, has a Node, not deleting, managed by a known NodePool, not nominated, not in flight."""
+    pool = nodepool()
+    ok = nodeclaim("ok", pool)
+    uninit = nodeclaim("uninit", pool, initialized=False)
+    orphan = nodeclaim("orphan", nodepool("gone"))
+    nonode = nodeclaim("nonode", pool)
+    deleting_claim = nodeclaim("del", pool)
+    deleting_claim["metadata"]["deletionTimestamp"] = ts(T0)
+    objs = [
+        pool,
+        ok,
+        uninit,
+        orphan,
+        nonode,
+        deleting_claim,
+        node(ok),
+        node(uninit),
+        node(orphan),
+        node(deleting_claim),
+    ]
+    state = loaded_state(objs)
+    reasons = {
+        name: node_blocker(state, state.nodeclaims[name], set(), set())[0]
+        for name in ("ok", "uninit", "orphan", "nonode", "del")
+    }
+    assert reasons == {
+        "ok": "",
+        "uninit": "nodeclaim is not initialized",
+        "orphan": "not managed by a known NodePool",
+        "nonode": "nodeclaim has no node",
+        "del": "nodeclaim is being deleted",
+    }
+    assert node_blocker(state, state.nodeclaims["ok"], {"ok"}, set())[0] == "nominated for pending pods"
+    assert node_blocker(state, state.nodeclaims["ok"], {"node-ok"}, set())[0] == "nominated for pending pods"
+    assert node_blocker(state, state.nodeclaims["ok"], set(), {"ok"})[0] == "already being disrupted"
+
+
+def test_nominated_claims_are_those_with_unbound_planned_pods() -> None:
+    pool = nodepool()
+    claim = nodeclaim("a", pool, annotations={wk.ANNOTATION_PLANNED_PODS: json.dumps(["default/p1", "default/p2"])})
+    state = loaded_state([pool, claim, node(claim), pod("p1"), pod("p2", "node-a")])
+    assert nominated_claims(state) == {"a"}
+    state2 = loaded_state([pool, claim, node(claim), pod("p1", "node-a"), pod("p2", "node-a")])
+    assert nominated_claims(state2) == set()
+
+
+def test_do_not_disrupt_on_claim_node_or_pod_blocks() -> None:
+    pool = nodepool()
+    claim = nodeclaim("a", pool)
+    plain = infos(pod("p", "node-a"))
+    assert do_not_disrupt_blocker(claim, {}, plain) == ""
+    assert "pod default/q" in do_not_disrupt_blocker(
+        claim, {}, infos(pod("q", "node-a", annotations={wk.ANNOTATION_DO_NOT_DISRUPT: "true"}))
+    )
+    assert "node has" in do_not_disrupt_blocker(claim, {wk.ANNOTATION_DO_NOT_DISRUPT: "true"}, plain)
+    protected = nodeclaim("b", pool, annotations={wk.ANNOTATION_DO_NOT_DISRUPT: "true"})
+    assert "nodeclaim has" in do_not_disrupt_blocker(protected, {}, plain)
+    finished = pod("done", "node-a", annotations={wk.ANNOTATION_DO_NOT_DISRUPT: "true"})
+    finished["status"]["phase"] = "Succeeded"
+    assert do_not_disrupt_blocker(claim, {}, infos(finished)) == ""
+
+
+def test_pdb_blocker() -> None:
+    """Zero disruptions allowed, more evictions than allowed, or two PDBs on one pod block; namespaces matter."""
+    a1, a2 = pod("a1", "n", labels={"app": "a"}), pod("a2", "n", labels={"app": "a"})
+    assert pdb_blocker(infos(a1), [pdb("pa", {"app": "a"}, 1)]) == ""
+    assert "allows 0" in pdb_blocker(infos(a1), [pdb("pa", {"app": "a"}, 0)])
+    assert "allows 1 disruption(s), 2 pod(s)" in pdb_blocker(infos(a1, a2), [pdb("pa", {"app": "a"}, 1)])
+    assert "2 PodDisruptionBudgets" in pdb_blocker(infos(a1), [pdb("p1", {"app": "a"}, 5), pdb("p2", {}, 5)])
+    assert pdb_blocker(infos(a1), [pdb("other-ns", {"app": "a"}, 0, namespace="kube-system")]) == ""
+    evicting = pod("a3", "n", labels={"app": "a"})
+    evicting["metadata"]["deletionTimestamp"] = ts(T0)
+    assert pdb_blocker(infos(evicting), [pdb("pa", {"app": "a"}, 0)]) == ""
+
+
+def test_reschedulable_pods_skip_daemonsets_and_terminal() -> None:
+    pool = nodepool()
+    claim = nodeclaim("a", pool)
+    done = pod("done", "node-a")
+    done["status"]["phase"] = "Succeeded"
+    state = loaded_state([pool, claim, node(claim), pod("web", "node-a"), pod("ds", "node-a", daemonset=True), done])
+    assert [p.key for p in reschedulable_pods(state, "node-a")] == ["default/web"]
+
+
+def test_pod_cost_and_lifetime() -> None:
+    """Karpenter EvictionCost clamps to [-10, 10]; the remaining lifetime scales the cost."""
+    high = pod_info(pod("p", "n"))
+    assert pod_cost(high) == 1.0
+    assert pod_cost(high, deletion_cost=2.0**40) == 10.0
+    pool = nodepool()
+    half = nodeclaim("a", pool, created=T0 - 50, expireAfter="100s")
+    assert disruption_cost(half, [high, high], T0) == pytest.approx(1.0)
+    assert disruption_cost(nodeclaim("b", pool), [high, high], T0) == pytest.approx(2.0)
+
+
+def test_offering_price_from_labels() -> None:
+    pool = nodepool()
+    labels = nodeclaim("a", pool)["metadata"]["labels"]
+    assert offering_price(labels, TYPES) == 0.20
+    assert offering_price({**labels, wk.LABEL_CAPACITY_TYPE: "spot"}, TYPES) == 0.06
+    assert offering_price({**labels, wk.LABEL_INSTANCE_TYPE: "unknown"}, TYPES) is None
+
+
+def test_budget_counts_deleting_and_not_ready_count_against_budget() -> None:
+    """Karpenter BuildDisruptionBudgetMapping: only initialized nodes count; deleting/NotReady are disrupting."""
+    pool = nodepool()
+    claims = [nodeclaim(n, pool) for n in ("a", "b", "c", "d")]
+    claims[1]["metadata"]["deletionTimestamp"] = ts(T0)
+    fresh = nodeclaim("e", pool, initialized=False)
+    objs = [pool, *claims, fresh, node(claims[0]), node(claims[1]), node(claims[2], ready=False), node(claims[3])]
+    objs.append(node(fresh))
+    state = loaded_state(objs)
+    assert budget_counts(state, "np", set()) == (4, 2)
+    assert budget_counts(state, "np", {"d"}) == (4, 3)
+
+
+# Emptiness -------------------------------------------------------------------------------------------------
+
+
+def test_consolidate_after_and_consolidatable() -> None:
+    assert consolidate_after(nodepool(after="Never")) is None
+    assert consolidate_after(nodepool(after="30s")) == 30
+    pool = nodepool(after="60s")
+    claim = nodeclaim("a", pool, created=T0 - 3600)
+    assert consolidatable(claim, pool, last_pod_event=T0 - 61, now=T0)
+    assert not consolidatable(claim, pool, last_pod_event=T0 - 59, now=T0)
+    young = nodeclaim("b", pool, created=T0 - 30)
+    assert not consolidatable(young, pool, last_pod_event=0.0, now=T0), "initialization time counts as an event"
+    assert not consolidatable(claim, nodepool(after="Never"), last_pod_event=0.0, now=T0)
+
+
+def _candidate(name: str, pool_name: str = "np", pods: int = 0) -> Candidate:
+    pool = nodepool(pool_name)
+    claim = nodeclaim(name, pool)
+    return Candidate(
+        claim=claim,
+        node=loaded_state([pool, claim, node(claim)]).nodes[f"node-{name}"],
+        nodepool=pool,
+        pods=tuple(pod_info(pod(f"{name}-p{i}", f"node-{name}")) for i in range(pods)),
+        instance_type="c.xlarge",
+        capacity_type="on-demand",
+        zone="us-east-1a",
+        price=0.2,
+        disruption_cost=float(pods),
+    )
+
+
+def test_empty_command_respects_per_pool_budget_and_skips_busy_nodes() -> None:
+    cands = [_candidate("a"), _candidate("b"), _candidate("c", pods=1), _candidate("x", "other")]
+    command = empty_command(cands, {"np": 1, "other": 1})
+    assert command is not None and command.reason == EMPTY
+    assert [c.name for c in command.candidates] == ["a", "x"]
+    assert command.savings == pytest.approx(0.4) and command.decision == "delete"
+    assert empty_command(cands, {"np": 0, "other": 0}) is None
+
+
+# Drift and expiration -----------------------------------------------------------------------------------------
+
+
+def test_static_drift_reasons_in_order() -> None:
+    nclass, pool = nodeclass(), nodepool()
+    claim = nodeclaim("a", pool, nclass)
+    assert dr.static_drift(claim, pool, nclass) == ""
+    changed_pool = nodepool(expireAfter="24h")
+    assert dr.static_drift(claim, changed_pool, nclass) == dr.NODEPOOL_DRIFTED
+    narrowed = nodepool()
+    narrowed["spec"]["template"]["spec"]["requirements"] = [
+        {"key": wk.LABEL_INSTANCE_TYPE, "operator": "In", "values": ["c.large"]}
+    ]
+    assert nodepool_hash(narrowed) == nodepool_hash(pool), "requirements are not hashed"
+    assert dr.static_drift(claim, narrowed, nclass) == dr.REQUIREMENTS_DRIFTED
+    behavioural = nodepool(budgets=[{"nodes": "0"}], policy="WhenEmpty")
+    behavioural["spec"]["limits"] = {"cpu": "10"}
+    assert dr.static_drift(claim, behavioural, nclass) == "", "disruption and limits never drift"
+    changed_class = nodeclass()
+    changed_class["spec"]["userData"] = "echo hi"
+    assert nodeclass_hash(changed_class) != nodeclass_hash(nclass)
+    assert dr.static_drift(claim, pool, changed_class) == dr.NODECLASS_DRIFTED
+    new_ami = nodeclass(amis=("ami-2",))
+    assert dr.static_drift(claim, pool, new_ami) == dr.AMI_DRIFTED
+    unstamped = nodeclaim("b", pool, nclass)
+    del unstamped["metadata"]["annotations"][wk.ANNOTATION_NODECLASS_HASH]
+    assert dr.static_drift(unstamped, pool, changed_class) == "", "no hash recorded: no NodeClassDrift"
+
+
+@pytest.mark.parametrize(
+    ("req", "labels", "admits"),
+    [
+        ({"key": "k", "operator": "In", "values": ["a"]}, {"k": "a"}, True),
+        ({"key": "k", "operator": "In", "values": ["a"]}, {"k": "b"}, False),
+        ({"key": "k", "operator": "In", "values": ["a"]}, {}, True),
+        ({"key": "k", "operator": "NotIn", "values": ["a"]}, {"k": "a"}, False),
+        ({"key": "k", "operator": "DoesNotExist"}, {"k": "a"}, False),
+        ({"key": "k", "operator": "Gt", "values": ["4"]}, {"k": "8"}, True),
+        ({"key": "k", "operator": "Lt", "values": ["4"]}, {"k": "8"}, False),
+        ({"key": "beta.kubernetes.io/arch", "operator": "In", "values": ["arm64"]}, {wk.LABEL_ARCH: "amd64"}, False),
+    ],
+)
+def test_requirement_admits(req: dict, labels: dict, admits: bool) -> None:
+    assert dr.requirement_admits(req, labels) is admits
+
+
+def test_instance_drift_subnet_and_security_groups() -> None:
+    nclass, pool = nodeclass(), nodepool()
+    claim = nodeclaim("a", pool, nclass)
+    assert dr.instance_drift(nclass, cloud_instance(claim)) == ""
+    assert dr.instance_drift(nclass, cloud_instance(claim, subnet="subnet-z")) == dr.SUBNET_DRIFTED
+    assert dr.instance_drift(nclass, cloud_instance(claim, groups=("sg-1", "sg-2"))) == dr.SECURITY_GROUP_DRIFTED
+
+
+def test_expired_and_drift_order() -> None:
+    pool = nodepool()
+    assert dr.expired(nodeclaim("a", pool, created=T0 - 100, expireAfter="99s"), T0)
+    assert not dr.expired(nodeclaim("b", pool, created=T0 - 100, expireAfter="101s"), T0)
+    assert not dr.expired(nodeclaim("c", pool, created=T0 - 100, expireAfter="Never"), T0)
+    assert dr.drift_order([(5.0, 2, "old-busy"), (9.0, 0, "new-empty"), (1.0, 3, "oldest")]) == [
+        "new-empty",
+        "oldest",
+        "old-busy",
+    ]
+
+
+# Controls ---------------------------------------------------------------------------------------------------
+
+
+def test_savings_gate_defaults_and_annotations() -> None:
+    settings = controls.DisruptionSettings(min_savings_per_hour=0.0, min_savings_ratio=0.1)
+    pool = nodepool()
+    assert controls.min_savings(pool, settings) == (0.0, 0.1)
+    tuned = nodepool(
+        annotations={controls.ANNOTATION_MIN_SAVINGS: "0.05", controls.ANNOTATION_MIN_SAVINGS_RATIO: "0.5"}
+    )
+    assert controls.min_savings(tuned, settings) == (0.05, 0.5)
+    broken = nodepool(annotations={controls.ANNOTATION_MIN_SAVINGS: "lots"})
+    assert controls.min_savings(broken, settings) == (0.0, 0.1)
+    assert controls.savings_pay(0.2, 0.2, 0.0, 0.1), "a delete saves everything"
+    assert not controls.savings_pay(0.01, 0.2, 0.0, 0.1), "5% saving is below the 10% ratio"
+    assert not controls.savings_pay(0.04, 0.2, 0.05, 0.1)
+    assert not controls.savings_pay(0.0, 0.2, 0.0, 0.0), "no saving never pays"
+
+
+def test_cooldown_pause_and_expiration_annotations() -> None:
+    settings = controls.DisruptionSettings(cooldown=300)
+    assert controls.cooldown(nodepool(), settings) == 300
+    assert controls.cooldown(nodepool(annotations={controls.ANNOTATION_COOLDOWN: "10m"}), settings) == 600
+    assert controls.cooldown(nodepool(annotations={controls.ANNOTATION_COOLDOWN: "soon"}), settings) == 300
+    assert controls.paused(nodepool(annotations={controls.ANNOTATION_PAUSED: "true"}))
+    assert not controls.paused(nodepool())
+    assert controls.expiration_budgeted(nodepool(annotations={controls.ANNOTATION_EXPIRATION: "Budgeted"}))
+
+
+def test_drift_halt_lifts_when_the_nodepool_or_nodeclass_changes() -> None:
+    record = controls.halt_record("replacement never initialized", "h1", "c1", ts(T0))
+    pool = nodepool(annotations={controls.ANNOTATION_DRIFT_HALTED: record})
+    assert controls.drift_halted(pool, "h1", "c1") == "replacement never initialized"
+    assert controls.drift_halted(pool, "h2", "c1") == ""
+    assert controls.drift_halted(pool, "h1", "c2") == ""
+    assert controls.drift_halted(nodepool(annotations={controls.ANNOTATION_DRIFT_HALTED: "{"}), "h", "c")
+    assert controls.drift_halted(nodepool(), "h1", "c1") == ""

@@ -1,0 +1,377 @@
+"""The interruption controller's handling rules (fake queue, fake apiserver, fake cloud) and the garbage
+collection decisions (pure functions with an injected clock)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from karpy.apis import labels as wk
+from karpy.aws.launchtemplates import OwnedTemplate, unused_templates
+from karpy.aws.messages import parse
+from karpy.cloudprovider.types import (
+    KIND_INVALID,
+    KIND_REBALANCE_RECOMMENDATION,
+    KIND_SPOT_INTERRUPTED,
+    CloudInstance,
+    CloudProviderError,
+    InterruptionMessage,
+    QueuedMessage,
+)
+from karpy.controllers.garbagecollection import leaked_instances, orphan_candidates, owned_by_karpy
+from karpy.controllers.interruption import Interruption, instance_id_of, should_drain
+from karpy.kube.errors import ApiError
+from karpy.kube.events import EventRecorder
+from karpy.state.cluster import ClusterState
+
+CLUSTER = "unit"
+NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def claim(name: str, instance_id: str = "", *, launched_ago: float = 600.0, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "resourceVersion": "1",
+        "creationTimestamp": (NOW - timedelta(seconds=launched_ago + 5)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "labels": {
+            wk.LABEL_NODEPOOL: "pool",
+            wk.LABEL_INSTANCE_TYPE: "m5.large",
+            wk.LABEL_ZONE: "us-east-1b",
+            wk.LABEL_CAPACITY_TYPE: "spot",
+        },
+    }
+    if deleting:
+        meta["deletionTimestamp"] = NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
+    status: dict[str, Any] = {}
+    if instance_id:
+        stamp = (NOW - timedelta(seconds=launched_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        status = {
+            "providerID": f"aws:///us-east-1b/{instance_id}",
+            "conditions": [{"type": "Launched", "status": "True", "lastTransitionTime": stamp}],
+        }
+    return {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": meta, "status": status}
+
+
+class FakeQueue:
+    def __init__(self, fail_delete: bool = False) -> None:
+        self.deleted: list[str] = []
+        self.fail_delete = fail_delete
+
+    async def receive(self) -> list[QueuedMessage]:
+        return []
+
+    async def delete(self, receipt_handle: str) -> None:
+        if self.fail_delete:
+            raise CloudProviderError("nope")
+        self.deleted.append(receipt_handle)
+
+
+class FakeKube:
+    def __init__(self, fail_with: int | None = None) -> None:
+        self.deleted: list[str] = []
+        self.events: list[dict[str, Any]] = []
+        self.fail_with = fail_with
+
+    async def delete(self, res: Any, name: str, namespace: str | None = None) -> dict[str, Any]:
+        if self.fail_with:
+            raise ApiError(self.fail_with, "Boom", "refused")
+        self.deleted.append(name)
+        return {}
+
+    async def create(self, res: Any, body: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        self.events.append(body)
+        return body
+
+
+class FakeCloud:
+    def __init__(self) -> None:
+        self.marked: list[tuple[str, str, str]] = []
+
+    def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str) -> None:
+        self.marked.append((instance_type, zone, capacity_type))
+
+
+def controller(kube: FakeKube, queue: FakeQueue, *claims: dict[str, Any], rebalance: bool = False) -> tuple[
+    Interruption, FakeCloud, list[int]
+]:
+    state = ClusterState()
+    for c in claims:
+        state.apply("NodeClaim", "ADDED", c)
+    cloud = FakeCloud()
+    triggered: list[int] = []
+    ctl = Interruption(
+        kube,  # type: ignore[arg-type]
+        state,
+        cloud,  # type: ignore[arg-type]
+        EventRecorder(kube),  # type: ignore[arg-type]
+        queue,
+        on_disrupted=lambda: triggered.append(1),
+        rebalance_replacement=rebalance,
+        now=lambda: NOW,
+    )
+    return ctl, cloud, triggered
+
+
+def queued(kind_body: dict[str, Any] | str, handle: str = "rh-1") -> QueuedMessage:
+    body = kind_body if isinstance(kind_body, str) else json.dumps(kind_body)
+    return QueuedMessage(message_id="m-1", receipt_handle=handle, message=parse(body))
+
+
+def spot(instance_id: str) -> dict[str, Any]:
+    return {
+        "version": "0",
+        "id": "x",
+        "detail-type": "EC2 Spot Instance Interruption Warning",
+        "source": "aws.ec2",
+        "time": "2026-01-01T11:59:58Z",
+        "detail": {"instance-id": instance_id, "instance-action": "terminate"},
+    }
+
+
+async def test_spot_interruption_deletes_nodeclaim_marks_offering_and_triggers() -> None:
+    kube, queue = FakeKube(), FakeQueue()
+    ctl, cloud, triggered = controller(kube, queue, claim("a", "i-aaa"), claim("b", "i-bbb"))
+    assert await ctl.handle(queued(spot("i-aaa"))) is True
+    assert kube.deleted == ["a"]
+    assert cloud.marked == [("m5.large", "us-east-1b", "spot")]
+    assert queue.deleted == ["rh-1"]
+    assert triggered == [1]
+
+
+async def test_message_for_an_unmanaged_instance_is_deleted_without_action() -> None:
+    kube, queue = FakeKube(), FakeQueue()
+    ctl, cloud, triggered = controller(kube, queue, claim("a", "i-aaa"))
+    assert await ctl.handle(queued(spot("i-other"))) is True
+    assert kube.deleted == [] and cloud.marked == [] and triggered == []
+    assert queue.deleted == ["rh-1"]
+
+
+async def test_already_deleting_nodeclaim_is_not_deleted_again() -> None:
+    kube, queue = FakeKube(), FakeQueue()
+    ctl, _, triggered = controller(kube, queue, claim("a", "i-aaa", deleting=True))
+    assert await ctl.handle(queued(spot("i-aaa"))) is True
+    assert kube.deleted == [] and triggered == []
+
+
+async def test_handling_error_leaves_the_message() -> None:
+    kube, queue = FakeKube(fail_with=500), FakeQueue()
+    ctl, _, _ = controller(kube, queue, claim("a", "i-aaa"))
+    assert await ctl.handle(queued(spot("i-aaa"))) is False
+    assert queue.deleted == []
+
+
+async def test_not_found_on_delete_counts_as_handled() -> None:
+    kube, queue = FakeKube(fail_with=404), FakeQueue()
+    ctl, _, _ = controller(kube, queue, claim("a", "i-aaa"))
+    assert await ctl.handle(queued(spot("i-aaa"))) is True
+    assert queue.deleted == ["rh-1"]
+
+
+async def test_malformed_and_unknown_messages_are_deleted() -> None:
+    kube, queue = FakeKube(), FakeQueue()
+    ctl, _, _ = controller(kube, queue, claim("a", "i-aaa"))
+    results = await ctl.handle_batch(
+        [queued("{broken", "rh-bad"), queued({"version": "0", "source": "x", "detail-type": "y"}, "rh-unknown")]
+    )
+    assert results == [True, True]
+    assert sorted(queue.deleted) == ["rh-bad", "rh-unknown"]
+    assert kube.deleted == []
+
+
+async def test_failed_delete_reports_not_deleted() -> None:
+    kube, queue = FakeKube(), FakeQueue(fail_delete=True)
+    ctl, _, _ = controller(kube, queue, claim("a", "i-aaa"))
+    assert await ctl.handle(queued(spot("i-aaa"))) is False
+
+
+def rebalance(instance_id: str) -> dict[str, Any]:
+    return {
+        "version": "0",
+        "detail-type": "EC2 Instance Rebalance Recommendation",
+        "source": "aws.ec2",
+        "detail": {"instance-id": instance_id},
+    }
+
+
+async def test_rebalance_is_an_event_only_by_default() -> None:
+    kube, queue = FakeKube(), FakeQueue()
+    ctl, cloud, _ = controller(kube, queue, claim("a", "i-aaa"))
+    assert await ctl.handle(queued(rebalance("i-aaa"))) is True
+    assert kube.deleted == [] and cloud.marked == []
+    assert queue.deleted == ["rh-1"]
+
+
+async def test_rebalance_replacement_setting_deletes_the_nodeclaim() -> None:
+    kube, queue = FakeKube(), FakeQueue()
+    ctl, cloud, triggered = controller(kube, queue, claim("a", "i-aaa"), rebalance=True)
+    assert await ctl.handle(queued(rebalance("i-aaa"))) is True
+    assert kube.deleted == ["a"] and cloud.marked == [] and triggered == [1]
+
+
+def test_should_drain_table() -> None:
+    assert should_drain(KIND_SPOT_INTERRUPTED, False)
+    assert not should_drain(KIND_REBALANCE_RECOMMENDATION, False)
+    assert should_drain(KIND_REBALANCE_RECOMMENDATION, True)
+    assert not should_drain(KIND_INVALID, True)
+    assert instance_id_of("aws:///us-east-1a/i-0abc") == "i-0abc" and instance_id_of("") == ""
+    assert InterruptionMessage(kind=KIND_INVALID).instance_ids == ()
+
+
+# --- garbage collection decisions ------------------------------------------------------------------------------
+
+
+def instance(
+    instance_id: str, *, age: float = 120.0, state: str = "running", nodepool: bool = True, nodeclaim: str = ""
+) -> CloudInstance:
+    tags = {wk.cluster_tag(CLUSTER): "owned"}
+    if nodepool:
+        tags[wk.TAG_NODEPOOL] = "pool"
+    if nodeclaim:
+        tags[wk.TAG_NODECLAIM] = nodeclaim
+    return CloudInstance(
+        instance_id=instance_id,
+        provider_id=f"aws:///us-east-1a/{instance_id}",
+        instance_type="m5.large",
+        zone="us-east-1a",
+        capacity_type="on-demand",
+        state=state,
+        image_id="ami-1",
+        launch_time=NOW - timedelta(seconds=age),
+        tags=tags,
+    )
+
+
+def test_leaked_instances_only_unowned_old_karpy_instances() -> None:
+    claims = {"a": claim("a", "i-a"), "inflight": claim("inflight")}
+    instances = [
+        instance("i-a"),  # has a NodeClaim by providerID
+        instance("i-b", nodeclaim="inflight"),  # its NodeClaim's launch is in flight
+        instance("i-leak", nodeclaim="gone"),  # tagged with a NodeClaim that no longer exists
+        instance("i-young", age=10),  # too young
+        instance("i-other", nodepool=False),  # another node manager (cluster tag only)
+        instance("i-dying", state="shutting-down"),
+        instance("i-leak2"),
+    ]
+    leaked = leaked_instances(instances, claims, cluster_name=CLUSTER, now=NOW)
+    assert [i.instance_id for i in leaked] == ["i-leak", "i-leak2"]
+    assert not owned_by_karpy(instance("i-x"), "another-cluster")
+
+
+def test_leak_grace_is_thirty_seconds() -> None:
+    assert leaked_instances([instance("i-1", age=29.0)], {}, cluster_name=CLUSTER, now=NOW) == []
+    assert len(leaked_instances([instance("i-1", age=30.0)], {}, cluster_name=CLUSTER, now=NOW)) == 1
+
+
+def test_orphan_candidates_respect_launch_age_and_state() -> None:
+    claims = [
+        claim("live", "i-live"),
+        claim("gone", "i-gone"),
+        claim("young", "i-young", launched_ago=5),
+        claim("deleting", "i-del", deleting=True),
+        claim("unlaunched"),
+    ]
+    found = orphan_candidates(claims, {"i-live"}, now=NOW.timestamp())
+    assert [c["metadata"]["name"] for c in found] == ["gone"]
+
+
+def test_unused_launch_templates() -> None:
+    def lt(name: str, nodeclass: str | None) -> OwnedTemplate:
+        tags = {wk.TAG_NODECLASS: nodeclass} if nodeclass else {}
+        return OwnedTemplate(template_id=f"lt-{name}", name=f"karpenter.k8s.aws/{name}", created=None, tags=tags)
+
+    templates = [lt("used", "default"), lt("stale", "default"), lt("orphan", "deleted"), lt("untagged", None)]
+    last_used = {"karpenter.k8s.aws/used": 1000.0, "karpenter.k8s.aws/stale": 100.0}
+    # 400 s after start: the stale one (unused for 900 s) and the deleted NodeClass's go; a template this
+    # process never used counts from its start (400 s ≥ the 300 s TTL), so it goes too.
+    chosen = unused_templates(templates, nodeclasses={"default"}, last_used=last_used, started=600.0, now=1000.0)
+    assert [t.name.rsplit("/", 1)[-1] for t in chosen] == ["stale", "orphan", "untagged"]
+    # Right after a restart nothing merely unknown is deleted.
+    chosen = unused_templates(templates, nodeclasses={"default"}, last_used={}, started=990.0, now=1000.0)
+    assert [t.name.rsplit("/", 1)[-1] for t in chosen] == ["orphan"]
+
+
+class FakeGCCloud:
+    """list/get/delete over a dict of instances; ``get`` may see an instance ``list`` missed (consistency)."""
+
+    def __init__(self, listed: list[CloudInstance], extra: list[CloudInstance] = ()) -> None:  # type: ignore[assignment]
+        self.listed = listed
+        self.known = {i.instance_id: i for i in [*listed, *extra]}
+        self.deleted: list[str] = []
+
+    async def list(self) -> list[CloudInstance]:
+        return list(self.listed)
+
+    async def get(self, provider_id: str) -> CloudInstance:
+        from karpy.cloudprovider.types import NodeClaimNotFoundError
+
+        instance_id = provider_id.rsplit("/", 1)[-1]  # as the AWS provider does: the zone does not matter
+        if instance_id not in self.known:
+            raise NodeClaimNotFoundError(provider_id)
+        return self.known[instance_id]
+
+    async def delete(self, provider_id: str) -> None:
+        self.deleted.append(provider_id)
+
+
+def node(name: str, instance_id: str, *, ready: bool) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "resourceVersion": "1"},
+        "spec": {"providerID": f"aws:///us-east-1b/{instance_id}"},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+async def test_collect_once_terminates_leaks_and_deletes_confirmed_orphans() -> None:
+    from karpy.controllers.garbagecollection import GarbageCollection
+
+    state = ClusterState()
+    for c in (
+        claim("live", "i-live"),
+        claim("orphan", "i-orphan"),  # instance gone, no Node
+        claim("ready-node", "i-ready"),  # instance not listed but its Node is Ready: trusted
+        claim("late", "i-late"),  # not listed, but DescribeInstances finds it: eventual consistency
+    ):
+        state.apply("NodeClaim", "ADDED", c)
+    state.apply("Node", "ADDED", node("n-ready", "i-ready", ready=True))
+    state.apply("Node", "ADDED", node("n-leak", "i-leak", ready=True))
+    cloud = FakeGCCloud(
+        [instance("i-live"), instance("i-leak"), instance("i-other", nodepool=False)],
+        extra=[instance("i-late")],
+    )
+    kube = FakeKube()
+    gc = GarbageCollection(kube, state, cloud, cluster_name=CLUSTER, now=lambda: NOW)  # type: ignore[arg-type]
+    collected = await gc.collect_once()
+    assert collected == {"instances": ["i-leak"], "nodeclaims": ["orphan"], "launch_templates": []}
+    assert cloud.deleted == ["aws:///us-east-1a/i-leak"]
+    assert sorted(kube.deleted) == ["n-leak", "orphan"]  # the leak's Node and the orphaned NodeClaim
+
+
+def test_rebalance_replacement_setting() -> None:
+    import pytest
+
+    from karpy.settings import SettingsError, from_environment
+
+    assert from_environment({"CLUSTER_NAME": "c"}).interruption_rebalance_replacement is False
+    env = {"CLUSTER_NAME": "c", "INTERRUPTION_QUEUE": "q", "INTERRUPTION_REBALANCE_REPLACEMENT": "true"}
+    settings = from_environment(env)
+    assert settings.interruption_rebalance_replacement is True and settings.interruption_queue == "q"
+    with pytest.raises(SettingsError, match="INTERRUPTION_REBALANCE_REPLACEMENT"):
+        from_environment({"CLUSTER_NAME": "c", "INTERRUPTION_REBALANCE_REPLACEMENT": "maybe"})
+
+
+async def test_scheduled_change_drains_every_affected_instance_once() -> None:
+    kube, queue = FakeKube(), FakeQueue()
+    ctl, cloud, triggered = controller(kube, queue, claim("a", "i-aaa"), claim("b", "i-bbb"), claim("c", "i-ccc"))
+    body = {
+        "version": "0",
+        "detail-type": "AWS Health Event",
+        "source": "aws.health",
+        "detail": {
+            "service": "EC2",
+            "eventTypeCategory": "scheduledChange",
+            "affectedEntities": [{"entityValue": "i-aaa"}, {"entityValue": "i-ccc"}, {"entityValue": "i-unknown"}],
+        },
+    }
+    assert await ctl.handle(queued(body)) is True
+    assert sorted(kube.deleted) == ["a", "c"] and cloud.marked == [] and triggered == [1]
