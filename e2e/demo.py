@@ -20,7 +20,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from e2e.helpers import ROOT, KarpyProcess, apply, free_port, load_documents, scale, service_account_kubeconfig
+from e2e.helpers import (
+    ROOT,
+    KarpyProcess,
+    apply,
+    free_port,
+    karpy_process,
+    load_documents,
+    scale,
+)
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
@@ -106,21 +114,8 @@ async def demo(keep: bool, replicas: int) -> None:
     client = await KubeClient.from_environment(env["KUBECONFIG"])
     try:
         say("installing karpy's CRDs and RBAC (manifests/)")
-        docs = load_documents(ROOT / "manifests" / "crds")
-        docs += [d for d in load_documents(ROOT / "manifests") if d["kind"] != "Deployment"]
-        await apply(client, docs)
-        kubeconfig = await service_account_kubeconfig(
-            client, env["CLUSTER_ENDPOINT"], "karpy", "karpy", workdir / "karpy.kubeconfig"
-        )
-        karpy = KarpyProcess(
-            {
-                **env,
-                "KUBECONFIG": str(kubeconfig),
-                "CLUSTER_NAME": CLUSTER,
-                "METRICS_PORT": str(free_port()),
-                "HEALTH_PROBE_PORT": str(free_port()),
-            },
-            workdir / "karpy.log",
+        karpy = await karpy_process(
+            client, env["CLUSTER_ENDPOINT"], CLUSTER, workdir, env, METRICS_PORT=str(free_port())
         )
         (workdir / "karpy.log").unlink(missing_ok=True)
         karpy.start()

@@ -131,6 +131,53 @@ async def service_account_kubeconfig(client: KubeClient, server: str, namespace:
     return path
 
 
+def install_documents() -> list[dict[str, Any]]:
+    """What ``kubectl apply -k manifests/`` installs, less the Deployment (tests run karpy as a local process)."""
+    docs = load_documents(ROOT / "manifests" / "crds")
+    return docs + [d for d in load_documents(ROOT / "manifests") if d["kind"] != "Deployment"]
+
+
+async def karpy_process(
+    client: KubeClient, server: str, cluster_name: str, work: Path, env: Mapping[str, str], **settings: str
+) -> KarpyProcess:
+    """karpy's CRDs and RBAC installed, and karpy (not started yet) authenticated as its own ServiceAccount.
+
+    ``env`` carries the AWS variables of the local cluster; ``settings`` add or override karpy's environment
+    variables (defaults: no metrics port, a free probe port, 1 s / 10 s batch windows, info logs). Logs go to
+    ``work/karpy.log``, its kubeconfig to ``work/karpy.kubeconfig``.
+    """
+    await apply(client, install_documents())
+    kubeconfig = await service_account_kubeconfig(client, server, "karpy", "karpy", work / "karpy.kubeconfig")
+    return KarpyProcess(
+        {
+            **env,
+            "KUBECONFIG": str(kubeconfig),
+            "CLUSTER_NAME": cluster_name,
+            "CLUSTER_ENDPOINT": server,
+            "METRICS_PORT": "0",
+            "HEALTH_PROBE_PORT": str(free_port()),
+            "BATCH_IDLE_DURATION": "1s",
+            "BATCH_MAX_DURATION": "10s",
+            "LOG_LEVEL": "info",
+            **settings,
+        },
+        work / "karpy.log",
+    )
+
+
+def aws_client(service: str, endpoint_url: str) -> Any:
+    """A boto3 client on the local moto server (us-east-1, moto's test credentials)."""
+    import boto3
+
+    return boto3.client(
+        service,
+        region_name="us-east-1",
+        endpoint_url=endpoint_url,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
 def free_port() -> int:
     """A free TCP port on 127.0.0.1."""
     import socket

@@ -27,17 +27,15 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import boto3
 import pytest
 
 from e2e.helpers import (
     ROOT,
     KarpyProcess,
     apply,
-    free_port,
-    load_documents,
+    aws_client,
+    karpy_process,
     scale,
-    service_account_kubeconfig,
     wait_for,
 )
 from karpy.apis import labels as wk
@@ -183,36 +181,21 @@ def cost(claims: list[dict[str, Any]]) -> float:
 @pytest.fixture(scope="module")
 async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
     client = await KubeClient.from_environment(str(local_cluster.kubeconfig))
-    docs = load_documents(ROOT / "manifests" / "crds")
-    docs += [d for d in load_documents(ROOT / "manifests") if d["kind"] != "Deployment"]
-    await apply(client, docs)
     work = tmp_path_factory.mktemp("karpy-disruption")
-    kubeconfig = await service_account_kubeconfig(client, local_cluster.server, "karpy", "karpy", work / "kubeconfig")
-    karpy = KarpyProcess(
-        {
-            **local_cluster.aws_env,
-            "KUBECONFIG": str(kubeconfig),
-            "CLUSTER_NAME": local_cluster.cluster_name,
-            "CLUSTER_ENDPOINT": local_cluster.server,
-            "METRICS_PORT": "0",
-            "HEALTH_PROBE_PORT": str(free_port()),
-            "BATCH_IDLE_DURATION": "1s",
-            "BATCH_MAX_DURATION": "5s",
-            "DISRUPTION_POLL_INTERVAL": "1s",
-            "DISRUPTION_VALIDATION_DELAY": "3s",
-            "DISRUPTION_REPLACEMENT_TIMEOUT": "25s",
-            "LOG_LEVEL": "info",
-        },
-        work / "karpy.log",
+    c = local_cluster
+    karpy = await karpy_process(
+        client,
+        c.server,
+        c.cluster_name,
+        work,
+        c.aws_env,
+        BATCH_MAX_DURATION="5s",
+        DISRUPTION_POLL_INTERVAL="1s",
+        DISRUPTION_VALIDATION_DELAY="3s",
+        DISRUPTION_REPLACEMENT_TIMEOUT="25s",
     )
     karpy.start()
-    ec2 = boto3.client(
-        "ec2",
-        region_name="us-east-1",
-        endpoint_url=local_cluster.aws_env["AWS_ENDPOINT_URL"],
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    ec2 = aws_client("ec2", c.aws_env["AWS_ENDPOINT_URL"])
     e = Env(local_cluster, client, karpy, ec2)
     try:
         yield e

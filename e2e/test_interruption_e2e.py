@@ -23,11 +23,16 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
-import boto3
 import pytest
 
 from e2e.cluster.aws import interruption_queue_name
-from e2e.helpers import ROOT, KarpyProcess, apply, free_port, load_documents, service_account_kubeconfig, wait_for
+from e2e.helpers import (
+    KarpyProcess,
+    apply,
+    aws_client,
+    karpy_process,
+    wait_for,
+)
 from e2e.test_karpy_e2e import record
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
@@ -132,46 +137,20 @@ class Env:
         return int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"])
 
 
-def _aws(service: str, endpoint: str) -> Any:
-    return boto3.client(
-        service,
-        region_name="us-east-1",
-        endpoint_url=endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-
 
 @pytest.fixture(scope="module")
 async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
     """CRDs and RBAC as `kubectl apply -k manifests/` would, then karpy as its ServiceAccount with the queue."""
     client = await KubeClient.from_environment(str(local_cluster.kubeconfig))
-    docs = load_documents(ROOT / "manifests" / "crds")
-    docs += [d for d in load_documents(ROOT / "manifests") if d["kind"] != "Deployment"]
-    await apply(client, docs)
     endpoint = local_cluster.aws_env["AWS_ENDPOINT_URL"]
-    sqs = _aws("sqs", endpoint)
+    sqs = aws_client("sqs", endpoint)
     queue = interruption_queue_name(local_cluster.cluster_name)
     url = sqs.get_queue_url(QueueName=queue)["QueueUrl"]  # created by the cluster's seed_cluster
     work = tmp_path_factory.mktemp("karpy-interruption")
-    kubeconfig = await service_account_kubeconfig(client, local_cluster.server, "karpy", "karpy", work / "kubeconfig")
-    karpy = KarpyProcess(
-        {
-            **local_cluster.aws_env,
-            "KUBECONFIG": str(kubeconfig),
-            "CLUSTER_NAME": local_cluster.cluster_name,
-            "CLUSTER_ENDPOINT": local_cluster.server,
-            "INTERRUPTION_QUEUE": queue,
-            "METRICS_PORT": "0",
-            "HEALTH_PROBE_PORT": str(free_port()),
-            "BATCH_IDLE_DURATION": "1s",
-            "BATCH_MAX_DURATION": "10s",
-            "LOG_LEVEL": "info",
-        },
-        work / "karpy.log",
-    )
+    c = local_cluster
+    karpy = await karpy_process(client, c.server, c.cluster_name, work, c.aws_env, INTERRUPTION_QUEUE=queue)
     karpy.start()
-    e = Env(local_cluster, client, karpy, _aws("ec2", endpoint), sqs, url)
+    e = Env(local_cluster, client, karpy, aws_client("ec2", endpoint), sqs, url)
     try:
         yield e
     finally:

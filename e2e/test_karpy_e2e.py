@@ -14,17 +14,15 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import boto3
 import pytest
 
 from e2e.helpers import (
     ROOT,
     KarpyProcess,
     apply,
-    free_port,
-    load_documents,
+    aws_client,
+    karpy_process,
     scale,
-    service_account_kubeconfig,
     wait_for,
 )
 from karpy.apis import labels as wk
@@ -94,31 +92,11 @@ class Env:
 async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
     """Install CRDs and RBAC as `kubectl apply -k manifests/` would, then run karpy as its ServiceAccount."""
     client = await KubeClient.from_environment(str(local_cluster.kubeconfig))
-    docs = load_documents(ROOT / "manifests" / "crds")
-    docs += [d for d in load_documents(ROOT / "manifests") if d["kind"] != "Deployment"]
-    await apply(client, docs)
     work = tmp_path_factory.mktemp("karpy")
-    kubeconfig = await service_account_kubeconfig(client, local_cluster.server, "karpy", "karpy", work / "kubeconfig")
-    karpy_env = {
-        **local_cluster.aws_env,
-        "KUBECONFIG": str(kubeconfig),
-        "CLUSTER_NAME": local_cluster.cluster_name,
-        "CLUSTER_ENDPOINT": local_cluster.server,
-        "METRICS_PORT": "0",
-        "HEALTH_PROBE_PORT": str(free_port()),
-        "BATCH_IDLE_DURATION": "1s",
-        "BATCH_MAX_DURATION": "10s",
-        "LOG_LEVEL": "info",
-    }
-    karpy = KarpyProcess(karpy_env, work / "karpy.log")
+    c = local_cluster
+    karpy = await karpy_process(client, c.server, c.cluster_name, work, c.aws_env)
     karpy.start()
-    ec2 = boto3.client(
-        "ec2",
-        region_name="us-east-1",
-        endpoint_url=local_cluster.aws_env["AWS_ENDPOINT_URL"],
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    ec2 = aws_client("ec2", c.aws_env["AWS_ENDPOINT_URL"])
     try:
         await apply(client, user_manifests(local_cluster.cluster_name, "inflate.yaml"))
         yield Env(local_cluster, client, karpy, ec2)

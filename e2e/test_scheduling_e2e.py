@@ -35,10 +35,16 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
-import boto3
 import pytest
 
-from e2e.helpers import ROOT, KarpyProcess, apply, free_port, load_documents, service_account_kubeconfig, wait_for
+from e2e.helpers import (
+    ROOT,
+    KarpyProcess,
+    apply,
+    aws_client,
+    karpy_process,
+    wait_for,
+)
 from karpy.apis import labels as wk
 from karpy.apis.quantity import parse_resource_list
 from karpy.kube import resources as r
@@ -336,32 +342,10 @@ async def _ready(client: KubeClient, res: r.Resource, name: str) -> bool:
 @pytest.fixture(scope="module")
 async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
     client = await KubeClient.from_environment(str(local_cluster.kubeconfig))
-    docs = load_documents(ROOT / "manifests" / "crds")
-    docs += [d for d in load_documents(ROOT / "manifests") if d["kind"] != "Deployment"]
-    await apply(client, docs)
     work = tmp_path_factory.mktemp("karpy-scheduling")
-    kubeconfig = await service_account_kubeconfig(client, local_cluster.server, "karpy", "karpy", work / "kubeconfig")
-    karpy = KarpyProcess(
-        {
-            **local_cluster.aws_env,
-            "KUBECONFIG": str(kubeconfig),
-            "CLUSTER_NAME": local_cluster.cluster_name,
-            "CLUSTER_ENDPOINT": local_cluster.server,
-            "METRICS_PORT": "0",
-            "HEALTH_PROBE_PORT": str(free_port()),
-            "BATCH_IDLE_DURATION": "1s",
-            "BATCH_MAX_DURATION": "5s",
-            "LOG_LEVEL": "info",
-        },
-        work / "karpy.log",
-    )
-    ec2 = boto3.client(
-        "ec2",
-        region_name="us-east-1",
-        endpoint_url=local_cluster.aws_env["AWS_ENDPOINT_URL"],
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    c = local_cluster
+    karpy = await karpy_process(client, c.server, c.cluster_name, work, c.aws_env, BATCH_MAX_DURATION="5s")
+    ec2 = aws_client("ec2", c.aws_env["AWS_ENDPOINT_URL"])
     e = Env(local_cluster, client, karpy, ec2)
     karpy.start()
     try:

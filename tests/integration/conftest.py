@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from e2e.helpers import ROOT, apply, load_documents
+from e2e.helpers import apply, install_documents
 from karpy.kube.client import KubeClient
 
 
@@ -15,8 +15,6 @@ from karpy.kube.client import KubeClient
 async def kube(local_cluster: Any) -> AsyncIterator[KubeClient]:
     """An admin client on the local cluster with karpy's CRDs and RBAC applied."""
     client = await KubeClient.from_environment(str(local_cluster.kubeconfig))
-    docs = load_documents(ROOT / "manifests" / "crds")
-    docs += [d for d in load_documents(ROOT / "manifests") if d["kind"] != "Deployment"]
-    await apply(client, docs)
+    await apply(client, install_documents())
     yield client
     await client.close()

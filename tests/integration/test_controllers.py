@@ -12,16 +12,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from operator_harness import running_operator
 
 from e2e.helpers import apply, wait_for
 from karpy.apis import labels as wk
-from karpy.aws.cloudprovider import AWSCloudProvider
-from karpy.aws.session import AWSClients
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
-from karpy.operator import Operator, kubernetes_version
-from karpy.settings import from_environment
+from karpy.operator import Operator
 
 pytestmark = [pytest.mark.integration]
 
@@ -77,34 +75,11 @@ def pod(name: str, cpu: str = "500m", memory: str = "256Mi", **spec: Any) -> dic
 @pytest.fixture(scope="module")
 async def operator(local_cluster: Any, kube: KubeClient) -> AsyncIterator[Operator]:
     """The operator graph, running in-process against the local cluster and moto."""
-    settings = from_environment(
-        {
-            **local_cluster.aws_env,
-            "CLUSTER_NAME": local_cluster.cluster_name,
-            "BATCH_IDLE_DURATION": "200ms",
-            "BATCH_MAX_DURATION": "2s",
-        }
-    )
-    async with AWSClients.create(settings.aws_region, settings.aws_endpoint_url) as clients:
-        cloud = AWSCloudProvider(
-            clients,
-            cluster_name=settings.cluster_name,
-            cluster_endpoint=local_cluster.server,
-            cluster_ca_bundle="",
-            region=settings.aws_region,
-            k8s_version=await kubernetes_version(kube),
-        )
-        op = Operator(settings, kube, cloud)
-        task = asyncio.create_task(op.run())
-        await asyncio.wait_for(op.state.wait_synced(), 30)
+    async with running_operator(local_cluster, kube) as op:
         try:
             yield op
         finally:
             await _remove_everything_made_here(kube)
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-
 
 async def _remove_everything_made_here(kube: KubeClient) -> None:
     """Delete this module's NodePools, pods and NodeClaims while the operator still runs (its terminator
@@ -162,7 +137,14 @@ async def test_pending_pod_gets_one_nodeclaim_and_is_bound(
         return str(p["spec"].get("nodeName") or "")
 
     node_name = await wait_for(bound, timeout=60, what="pod bound")
-    claims = [c for c in (await kube.list(r.NODECLAIMS))[0] if c["metadata"]["labels"][wk.LABEL_NODEPOOL] == "it"]
+
+    async def registered() -> list[dict[str, Any]]:
+        # karpy binds while registration still holds the unregistered taint (as NoSchedule), so the pod can be
+        # bound a moment before the NodeClaim records its node and the taint is dropped.
+        claims = [c for c in (await kube.list(r.NODECLAIMS))[0] if c["metadata"]["labels"][wk.LABEL_NODEPOOL] == "it"]
+        return claims if all((c.get("status") or {}).get("nodeName") for c in claims) else []
+
+    claims = await wait_for(registered, timeout=30, what="nodeclaim registered")
     assert len(claims) == 1
     claim = claims[0]
     assert claim["status"]["nodeName"] == node_name

@@ -14,17 +14,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from operator_harness import running_operator
 
 from e2e.helpers import apply, wait_for
 from karpy.apis import labels as wk
-from karpy.aws.cloudprovider import AWSCloudProvider
-from karpy.aws.session import AWSClients
 from karpy.controllers.disruption import controls
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
-from karpy.operator import Operator, kubernetes_version
-from karpy.settings import from_environment
+from karpy.operator import Operator
 
 pytestmark = [pytest.mark.integration]
 POOL = "disr-it"
@@ -95,37 +93,18 @@ def namespace(paused: bool) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 async def operator(local_cluster: Any, kube: KubeClient) -> AsyncIterator[Operator]:
-    settings = from_environment(
-        {
-            **local_cluster.aws_env,
-            "CLUSTER_NAME": local_cluster.cluster_name,
-            "BATCH_IDLE_DURATION": "200ms",
-            "BATCH_MAX_DURATION": "2s",
-            "DISRUPTION_POLL_INTERVAL": "500ms",
-            "DISRUPTION_VALIDATION_DELAY": "1s",
-            "DISRUPTION_PAUSE_NAMESPACE": PAUSE_NS,
-        }
-    )
     await apply(kube, [namespace(paused=True)])
-    async with AWSClients.create(settings.aws_region, settings.aws_endpoint_url) as clients:
-        cloud = AWSCloudProvider(
-            clients,
-            cluster_name=settings.cluster_name,
-            cluster_endpoint=local_cluster.server,
-            cluster_ca_bundle="",
-            region=settings.aws_region,
-            k8s_version=await kubernetes_version(kube),
-        )
-        op = Operator(settings, kube, cloud)
-        task = asyncio.create_task(op.run())
-        await asyncio.wait_for(op.state.wait_synced(), 30)
+    async with running_operator(
+        local_cluster,
+        kube,
+        DISRUPTION_POLL_INTERVAL="500ms",
+        DISRUPTION_VALIDATION_DELAY="1s",
+        DISRUPTION_PAUSE_NAMESPACE=PAUSE_NS,
+    ) as op:
         try:
             yield op
         finally:
             await _cleanup(kube)
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
 
 
 async def _claims(kube: KubeClient) -> list[dict[str, Any]]:

@@ -18,17 +18,16 @@ from typing import Any
 
 import boto3
 import pytest
+from operator_harness import running_operator
 
 from e2e.helpers import apply, wait_for
 from karpy.apis import labels as wk
-from karpy.aws.cloudprovider import AWSCloudProvider
 from karpy.aws.session import AWSClients
 from karpy.aws.sqs import SQSInterruptionQueue
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
-from karpy.operator import Operator, kubernetes_version
-from karpy.settings import from_environment
+from karpy.operator import Operator
 
 pytestmark = [pytest.mark.integration]
 POOL = "intr-it"
@@ -126,34 +125,14 @@ async def aws(local_cluster: Any) -> AWS:
 @pytest.fixture(scope="module")
 async def operator(local_cluster: Any, kube: KubeClient, aws: AWS) -> AsyncIterator[Operator]:
     """The operator graph with this module's queue (1 s long poll, 1 s visibility timeout)."""
-    settings = from_environment(
-        {
-            **local_cluster.aws_env,
-            "CLUSTER_NAME": local_cluster.cluster_name,
-            "BATCH_IDLE_DURATION": "200ms",
-            "BATCH_MAX_DURATION": "2s",
-        }
-    )
-    async with AWSClients.create(settings.aws_region, settings.aws_endpoint_url) as clients:
-        cloud = AWSCloudProvider(
-            clients,
-            cluster_name=settings.cluster_name,
-            cluster_endpoint=local_cluster.server,
-            cluster_ca_bundle="",
-            region=settings.aws_region,
-            k8s_version=await kubernetes_version(kube),
-        )
-        queue = SQSInterruptionQueue(clients.sqs, QUEUE, wait_time_seconds=1, visibility_timeout=1)
-        op = Operator(settings, kube, cloud, interruption_queue=queue)
-        task = asyncio.create_task(op.run())
-        await asyncio.wait_for(op.state.wait_synced(), 30)
+    def queue(clients: AWSClients) -> SQSInterruptionQueue:
+        return SQSInterruptionQueue(clients.sqs, QUEUE, wait_time_seconds=1, visibility_timeout=1)
+
+    async with running_operator(local_cluster, kube, queue=queue) as op:
         try:
             yield op
         finally:
             await _cleanup(kube)
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
 
 
 async def _cleanup(kube: KubeClient) -> None:
