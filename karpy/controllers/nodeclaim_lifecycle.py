@@ -14,7 +14,8 @@ Karpenter core ``nodeclaim/lifecycle`` (§4 of the behaviour reference, C10–C1
   karpy binds its pods itself: the first patch turns ``karpenter.sh/unregistered`` from NoExecute into
   NoSchedule, so the binder can bind the pods planned onto this NodeClaim (a Binding ignores NoSchedule, and
   NoExecute would have the taint manager evict them) while kube-scheduler cannot race it onto the new node;
-  the taint is removed once every planned pod is bound or ``BIND_HOLD`` seconds have passed.
+  the taint is removed once every pod planned onto this or a still-unregistered NodeClaim is bound, or
+  ``BIND_HOLD`` seconds after the Node appeared.
 * **Initialization**: Node Ready, startup and ephemeral taints gone, requested extended resources present →
   ``karpenter.sh/initialized=true``, ``Initialized=True``, ``Ready=True``.
 * **Liveness**: not launched 5 min after creation, or not registered 15 min after launch → delete.
@@ -214,22 +215,32 @@ class NodeClaimLifecycle:
         return await self._initialize(updated)
 
     def _binding_pending(self, claim: JSON, node: NodeInfo) -> bool:
-        """Pods planned onto this NodeClaim still wait for karpy's binder, within ``BIND_HOLD`` of the Node's
-        creation."""
+        """Pods planned onto this NodeClaim, or onto another one that has not registered yet, still wait for
+        karpy's binder — within ``BIND_HOLD`` seconds of the Node's creation.
+
+        The other NodeClaims count because a node that registers early with room to spare would otherwise let
+        kube-scheduler take pods planned for a node still booting (their plans were made together); holding the
+        early node until the late one registers keeps every planned pod where the plan put it.
+        """
         if self.clock() - node.created > BIND_HOLD:
             return False
         name = claim["metadata"]["name"]
         for pod_key, claim_name in self.state.planned.items():
+            if claim_name != name and not self._unregistered_inflight(claim_name):
+                continue
             info = self.state.pods.get(pod_key)
             if (
-                claim_name == name
-                and info is not None
+                info is not None
                 and not info.node_name
                 and not info.deleting
                 and not self.state.waits_for_volume_binding(pod_key)
             ):
                 return True
         return False
+
+    def _unregistered_inflight(self, claim_name: str) -> bool:
+        other = self.state.nodeclaims.get(claim_name)
+        return other is not None and not deleting(other) and not condition_true(other, wk.COND_REGISTERED)
 
     async def _sync_node(self, claim: JSON, node: NodeInfo, *, hold: bool = False) -> None:
         """Labels, taints, finalizer and ownerReference onto the Node; the unregistered taint becomes

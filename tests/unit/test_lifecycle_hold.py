@@ -1,0 +1,62 @@
+"""Registration holds the unregistered taint while karpy binds the pods planned onto the batch's NodeClaims."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from karpy.apis import labels as wk
+from karpy.controllers.nodeclaim_lifecycle import BIND_HOLD, NodeClaimLifecycle
+from karpy.state.cluster import ClusterState
+from karpy.state.views import node_info
+
+NOW = 1_800_000_000.0
+
+
+def claim(name: str, pods: list[str], *, registered: bool = False, rv: str = "1") -> dict[str, Any]:
+    conditions = [{"type": wk.COND_REGISTERED, "status": "True"}] if registered else []
+    return {
+        "metadata": {
+            "name": name,
+            "resourceVersion": rv,
+            "annotations": {wk.ANNOTATION_PLANNED_PODS: json.dumps(pods)},
+        },
+        "status": {"providerID": f"aws:///us-east-1a/i-{name}", "conditions": conditions},
+    }
+
+
+def pending(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "d", "uid": name, "resourceVersion": "1"}, "spec": {}}
+
+
+def lifecycle(state: ClusterState) -> NodeClaimLifecycle:
+    return NodeClaimLifecycle(None, state, None, None, clock=lambda: NOW)  # type: ignore[arg-type]
+
+
+def node(age: float) -> Any:
+    stamp = datetime.fromtimestamp(NOW - age, UTC).isoformat()
+    return node_info({"metadata": {"name": "n", "creationTimestamp": stamp}})
+
+
+def test_hold_covers_pods_of_unregistered_sibling_claims_only() -> None:
+    """A pod planned for a sibling still booting holds this node; a registered sibling's pods do not."""
+    state = ClusterState()
+    for p in ("a", "b"):
+        state.apply("Pod", "ADDED", pending(p))
+    state.apply("NodeClaim", "ADDED", claim("early", []))
+    state.apply("NodeClaim", "ADDED", claim("late", ["d/a"]))
+    early = state.nodeclaims["early"]
+    assert lifecycle(state)._binding_pending(early, node(age=1)), "late's pod must not be taken by kube-scheduler"
+    state.apply("NodeClaim", "MODIFIED", claim("late", ["d/a"], registered=True, rv="2"))
+    assert not lifecycle(state)._binding_pending(early, node(age=1)), "late registered: its own hold applies"
+
+
+def test_hold_ends_after_bind_hold_seconds() -> None:
+    """However many planned pods are left, a node older than BIND_HOLD is released to kube-scheduler."""
+    state = ClusterState()
+    state.apply("Pod", "ADDED", pending("a"))
+    state.apply("NodeClaim", "ADDED", claim("self", ["d/a"]))
+    mine = state.nodeclaims["self"]
+    assert lifecycle(state)._binding_pending(mine, node(age=1))
+    assert not lifecycle(state)._binding_pending(mine, node(age=BIND_HOLD + 1))
