@@ -131,6 +131,36 @@ async def service_account_kubeconfig(client: KubeClient, server: str, namespace:
     return path
 
 
+def ec2nodeclass(name: str, cluster: str, **spec: Any) -> dict[str, Any]:
+    """An EC2NodeClass written as a Karpenter user writes one for the local cluster: the discovery-tagged subnets
+    and security groups, the cluster's node role, AL2023 AMIs by alias; ``spec`` adds or overrides fields."""
+    return {
+        "apiVersion": "karpenter.k8s.aws/v1",
+        "kind": "EC2NodeClass",
+        "metadata": {"name": name},
+        "spec": {
+            "role": f"KarpenterNodeRole-{cluster}",
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
+            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
+            **spec,
+        },
+    }
+
+
+def record_figures(**values: Any) -> None:
+    """Merge measured figures into ``.e2e-run/phases.json`` (every e2e module adds its own keys; the closing
+    notes quote them)."""
+    out = ROOT / ".e2e-run"
+    out.mkdir(exist_ok=True)
+    path = out / "phases.json"
+    try:
+        current = json.loads(path.read_text())
+    except (OSError, ValueError):
+        current = {}
+    path.write_text(json.dumps({**current, **values}, indent=2))
+
+
 def install_documents() -> list[dict[str, Any]]:
     """What ``kubectl apply -k manifests/`` installs, less the Deployment (tests run karpy as a local process)."""
     docs = load_documents(ROOT / "manifests" / "crds")

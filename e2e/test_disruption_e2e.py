@@ -30,11 +30,12 @@ from typing import Any
 import pytest
 
 from e2e.helpers import (
-    ROOT,
     KarpyProcess,
     apply,
     aws_client,
+    ec2nodeclass,
     karpy_process,
+    record_figures,
     scale,
     wait_for,
 )
@@ -55,33 +56,11 @@ FIGURES: dict[str, Any] = {}
 
 
 def record(**values: Any) -> None:
-    """Merge figures into .e2e-run/phases.json (other modules write their own keys there)."""
+    """Keep this module's figures and merge them into .e2e-run/phases.json."""
     FIGURES.update(values)
-    out = ROOT / ".e2e-run"
-    out.mkdir(exist_ok=True)
-    path = out / "phases.json"
-    try:
-        current = json.loads(path.read_text())
-    except (OSError, ValueError):
-        current = {}
-    current.update(values)
-    path.write_text(json.dumps(current, indent=2))
+    record_figures(**values)
     print("disruption figures:", json.dumps(values))
 
-
-def nodeclass(name: str, cluster: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "karpenter.k8s.aws/v1",
-        "kind": "EC2NodeClass",
-        "metadata": {"name": name},
-        "spec": {
-            "role": f"KarpenterNodeRole-{cluster}",
-            "amiSelectorTerms": [{"alias": "al2023@latest"}],
-            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
-            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
-            **spec,
-        },
-    }
 
 
 def nodepool(name: str, nodeclass_name: str, disruption: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
@@ -292,7 +271,7 @@ class Watch:
 
 async def test_01_consolidation_to_fewer_cheaper_nodes(env: Env) -> None:
     cluster = env.cluster.cluster_name
-    await apply(env.client, [nodeclass("disr", cluster), nodeclass("disr-drift", cluster)])
+    await apply(env.client, [ec2nodeclass("disr", cluster), ec2nodeclass("disr-drift", cluster)])
     paused = {controls.ANNOTATION_PAUSED: "true", controls.ANNOTATION_COOLDOWN: "0s"}
     consol = {
         "consolidationPolicy": "WhenEmptyOrUnderutilized",

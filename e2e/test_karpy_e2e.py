@@ -8,7 +8,6 @@ instance per NodeClaim. karpy runs with its own ServiceAccount's RBAC from ``man
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import AsyncIterator
@@ -22,6 +21,7 @@ from e2e.helpers import (
     apply,
     aws_client,
     karpy_process,
+    record_figures,
     scale,
     wait_for,
 )
@@ -35,16 +35,9 @@ PHASES: dict[str, float] = {}
 
 
 def record(phase: str, seconds: float) -> None:
-    """Keep the wall time of a phase; written to .e2e-run/phases.json for the closing note."""
+    """Keep the wall time of a phase (seconds, one decimal) in .e2e-run/phases.json for the closing note."""
     PHASES[phase] = round(seconds, 1)
-    out = ROOT / ".e2e-run"
-    out.mkdir(exist_ok=True)
-    path = out / "phases.json"
-    try:  # other e2e modules record their figures in the same file: merge, never erase them
-        known = json.loads(path.read_text())
-    except (OSError, ValueError):
-        known = {}
-    path.write_text(json.dumps({**known, **PHASES}, indent=2))
+    record_figures(**{phase: PHASES[phase]})
 
 
 def user_manifests(cluster_name: str, name: str) -> list[dict[str, Any]]:

@@ -38,11 +38,12 @@ from typing import Any
 import pytest
 
 from e2e.helpers import (
-    ROOT,
     KarpyProcess,
     apply,
     aws_client,
+    ec2nodeclass,
     karpy_process,
+    record_figures,
     wait_for,
 )
 from karpy.apis import labels as wk
@@ -72,36 +73,14 @@ FIGURES: dict[str, Any] = {}
 
 
 def record(**values: Any) -> None:
-    """Merge figures into .e2e-run/phases.json (other modules write their own keys there)."""
+    """Keep this module's figures and merge them into .e2e-run/phases.json."""
     FIGURES.update(values)
-    out = ROOT / ".e2e-run"
-    out.mkdir(exist_ok=True)
-    path = out / "phases.json"
-    try:
-        current = json.loads(path.read_text())
-    except (OSError, ValueError):
-        current = {}
-    current.update(values)
-    path.write_text(json.dumps(current, indent=2))
+    record_figures(**values)
     print("scheduling figures:", json.dumps(values))
 
 
 # --- manifests ------------------------------------------------------------------------------------------------
 
-
-def nodeclass(name: str, cluster: str, ami_terms: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "karpenter.k8s.aws/v1",
-        "kind": "EC2NodeClass",
-        "metadata": {"name": name},
-        "spec": {
-            "role": f"KarpenterNodeRole-{cluster}",
-            "amiSelectorTerms": ami_terms,
-            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
-            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
-            **spec,
-        },
-    }
 
 
 def nodepool(name: str, nodeclass_name: str, requirements: list[dict[str, Any]], **template: Any) -> dict[str, Any]:
@@ -407,8 +386,8 @@ async def test_01_all_workloads_provisioned(env: Env) -> None:
     await apply(
         env.client,
         [
-            nodeclass("sched", cluster, [{"alias": "al2023@latest"}]),
-            nodeclass("sched-gpu", cluster, [{"id": _standard_ami(env.ec2)}], amiFamily="AL2023"),
+            ec2nodeclass("sched", cluster),
+            ec2nodeclass("sched-gpu", cluster, amiSelectorTerms=[{"id": _standard_ami(env.ec2)}], amiFamily="AL2023"),
             nodepool(
                 GPU,
                 "sched-gpu",

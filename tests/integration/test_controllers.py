@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from operator_harness import running_operator
 
-from e2e.helpers import apply, wait_for
+from e2e.helpers import apply, ec2nodeclass, wait_for
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
@@ -23,19 +23,6 @@ from karpy.operator import Operator
 
 pytestmark = [pytest.mark.integration]
 
-
-def nodeclass(name: str, cluster: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "karpenter.k8s.aws/v1",
-        "kind": "EC2NodeClass",
-        "metadata": {"name": name},
-        "spec": {
-            "role": f"KarpenterNodeRole-{cluster}",
-            "amiSelectorTerms": [{"alias": "al2023@latest"}],
-            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
-            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
-        },
-    }
 
 
 def nodepool(name: str, nodeclass_name: str, **spec: Any) -> dict[str, Any]:
@@ -116,7 +103,7 @@ async def test_nodepool_readiness_follows_its_nodeclass(
         return (await _condition(kube, r.NODEPOOLS, "np-late", "Ready")).get("reason") == "NodeClassNotFound"
 
     await wait_for(not_found, timeout=20, what="NodeClassNotFound")
-    await apply(kube, [nodeclass("late-class", local_cluster.cluster_name)])
+    await apply(kube, [ec2nodeclass("late-class", local_cluster.cluster_name)])
 
     async def ready() -> bool:
         return (await _condition(kube, r.NODEPOOLS, "np-late", "Ready")).get("status") == "True"
@@ -129,7 +116,7 @@ async def test_pending_pod_gets_one_nodeclaim_and_is_bound(
     operator: Operator, kube: KubeClient, local_cluster: Any
 ) -> None:
     """An unschedulable pod yields exactly one NodeClaim; its node registers; karpy binds the pod."""
-    await apply(kube, [nodeclass("it", local_cluster.cluster_name), nodepool("it", "it")])
+    await apply(kube, [ec2nodeclass("it", local_cluster.cluster_name), nodepool("it", "it")])
     await kube.create(r.PODS, pod("it-one", cpu="1500m", nodeSelector={wk.LABEL_NODEPOOL: "it"}), "default")
 
     async def bound() -> str:

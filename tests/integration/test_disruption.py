@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from operator_harness import running_operator
 
-from e2e.helpers import apply, wait_for
+from e2e.helpers import apply, ec2nodeclass, wait_for
 from karpy.apis import labels as wk
 from karpy.controllers.disruption import controls
 from karpy.kube import resources as r
@@ -29,19 +29,6 @@ POOL = "disr-it"
 TAINT = "karpy-test/disr-it"
 PAUSE_NS = "karpy-it-disruption-pause"
 
-
-def nodeclass(cluster: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "karpenter.k8s.aws/v1",
-        "kind": "EC2NodeClass",
-        "metadata": {"name": POOL},
-        "spec": {
-            "role": f"KarpenterNodeRole-{cluster}",
-            "amiSelectorTerms": [{"alias": "al2023@latest"}],
-            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
-            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
-        },
-    }
 
 
 def nodepool() -> dict[str, Any]:
@@ -130,7 +117,7 @@ async def _cleanup(kube: KubeClient) -> None:
 async def test_pause_namespace_holds_then_emptiness_deletes_with_a_decision_record(
     operator: Operator, kube: KubeClient, local_cluster: Any
 ) -> None:
-    await apply(kube, [nodeclass(local_cluster.cluster_name), nodepool()])
+    await apply(kube, [ec2nodeclass(POOL, local_cluster.cluster_name), nodepool()])
     await kube.create(r.PODS, pod(), "default")
 
     async def bound() -> str:

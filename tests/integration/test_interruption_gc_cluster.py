@@ -20,7 +20,7 @@ import boto3
 import pytest
 from operator_harness import running_operator
 
-from e2e.helpers import apply, wait_for
+from e2e.helpers import apply, ec2nodeclass, wait_for
 from karpy.apis import labels as wk
 from karpy.aws.session import AWSClients
 from karpy.aws.sqs import SQSInterruptionQueue
@@ -37,19 +37,6 @@ POLICY = "karpy-it-undeletable-nodeclaims"
 UNDELETABLE = "karpy-test/undeletable"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 
-
-def nodeclass(cluster: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "karpenter.k8s.aws/v1",
-        "kind": "EC2NodeClass",
-        "metadata": {"name": POOL},
-        "spec": {
-            "role": f"KarpenterNodeRole-{cluster}",
-            "amiSelectorTerms": [{"alias": "al2023@latest"}],
-            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
-            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
-        },
-    }
 
 
 def nodepool() -> dict[str, Any]:
@@ -206,7 +193,7 @@ async def test_state_change_message_deletes_nodeclaim_and_message(
     operator: Operator, kube: KubeClient, aws: AWS, local_cluster: Any
 ) -> None:
     """'stopping' for a karpy node: its NodeClaim is deleted (then drained and terminated), the message too."""
-    await apply(kube, [nodeclass(local_cluster.cluster_name), nodepool()])
+    await apply(kube, [ec2nodeclass(POOL, local_cluster.cluster_name), nodepool()])
     claim = await _node_for(kube, "intr-1")
     name, instance_id = claim["metadata"]["name"], claim["status"]["providerID"].rsplit("/", 1)[-1]
     aws.send(state_change(instance_id, "stopping"))
