@@ -175,11 +175,11 @@ class Operator:
         ]
         tasks += [
             ("provisioner", self.provisioner.run),
-            ("nodeclaim.lifecycle", self.lifecycle.run),
-            ("binder", self.binder.run),
-            ("terminator", self.terminator.run),
-            ("nodepool.status", self.nodepool_status.run),
-            ("ec2nodeclass.status", self.nodeclass_status.run),
+            ("nodeclaim.lifecycle", self._after_sync(self.lifecycle.run)),
+            ("binder", self._after_sync(self.binder.run)),
+            ("terminator", self._after_sync(self.terminator.run)),
+            ("nodepool.status", self._after_sync(self.nodepool_status.run)),
+            ("ec2nodeclass.status", self._after_sync(self.nodeclass_status.run)),
             ("disruption", self.disruption.run),
             ("garbagecollection", self.garbage_collection.run),
             ("observability", self._observe),
@@ -189,6 +189,17 @@ class Operator:
         async with asyncio.TaskGroup() as group:
             for name, factory in tasks:
                 group.create_task(supervise(name, factory), name=name)
+
+    def _after_sync(self, run: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+        """``run`` once every informer has listed: a keyed reconciler acting on a half-listed cluster would
+        delete NodeClaims whose EC2NodeClass is not listed yet, or drop plans of pods not listed yet. Keys
+        enqueued meanwhile wait in the queue."""
+
+        async def gated() -> None:
+            await self.state.wait_synced()
+            await run()
+
+        return gated
 
     async def _observe(self) -> None:
         logged = False

@@ -18,6 +18,7 @@ template's SecurityGroupIds and IamInstanceProfile and the fleet's volume tags, 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Final
@@ -55,6 +56,8 @@ from karpy.cloudprovider.types import (
 
 log = structlog.get_logger("karpy.aws.cloudprovider")
 JSON = dict[str, Any]
+# DescribeInstances retries after CreateFleet (0.2 s doubling: about 6 s in all) before a launch counts as lost.
+DESCRIBE_AFTER_LAUNCH_ATTEMPTS: Final = 5
 RESTRICTED_TAG_PREFIXES: Final = ("kubernetes.io/cluster/",)
 RESTRICTED_TAGS: Final = frozenset({wk.TAG_EKS_CLUSTER_NAME, wk.TAG_NODEPOOL, wk.TAG_NODECLAIM, wk.TAG_NODECLASS})
 
@@ -166,9 +169,7 @@ class AWSCloudProvider:
         except Exception as err:  # launch templates, IAM, … : the protocol's generic, retryable error
             raise CloudProviderError(f"launching {request.nodeclaim_name}: {err}") from err
         try:
-            instance = await self._describe_one(instance_id)
-            if instance is None:
-                raise CloudProviderError(f"launched instance {instance_id} not found")
+            instance = await self._describe_launched(instance_id)
             return await self._result(request, instance)
         except BaseException as err:
             await self._terminate_quietly(instance_id)  # never leak an instance the NodeClaim cannot record
@@ -355,6 +356,21 @@ class AWSCloudProvider:
             for reservation in page.get("Reservations") or []:
                 instances.extend(reservation.get("Instances") or [])
         return instances
+
+    async def _describe_launched(self, instance_id: str) -> CloudInstance:
+        """A just-launched instance. EC2 is eventually consistent: DescribeInstances may answer NotFound for a
+        moment after CreateFleet returned the id, so NotFound is retried (about 6 s in all) rather than taken as
+        a failed launch, which would terminate a good instance.
+
+        Raises:
+            CloudProviderError: still not found, or EC2 refused.
+        """
+        for attempt in range(DESCRIBE_AFTER_LAUNCH_ATTEMPTS):
+            instance = await self._describe_one(instance_id)
+            if instance is not None:
+                return instance
+            await asyncio.sleep(0.2 * 2**attempt)
+        raise CloudProviderError(f"launched instance {instance_id} not found")
 
     async def _describe_one(self, instance_id: str) -> CloudInstance | None:
         try:

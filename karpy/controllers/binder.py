@@ -96,13 +96,14 @@ class Binder:
         try:
             await self.client.create_subresource(PODS, pod.name, "binding", body, pod.namespace)
         except ApiError as err:
-            self.state.planned.pop(pod.key, None)
             if err.conflict:
                 current = await self._current_node(pod)
                 if current == node_name:
-                    return True
+                    return True  # our own earlier Binding, not yet seen through the watch: the plan holds
+                self.state.planned.pop(pod.key, None)
                 log.info("pod already bound elsewhere", pod=pod.key, node=current)
                 return False
+            self.state.planned.pop(pod.key, None)
             if err.not_found:
                 return False
             log.warning("binding failed, leaving pod to kube-scheduler", pod=pod.key, error=str(err))
@@ -112,8 +113,10 @@ class Binder:
         return True
 
     async def _current_node(self, pod: Pod) -> str:
+        """The pod's node as the apiserver has it now; the answer is applied to cluster state (read-your-writes)."""
         try:
             obj = await self.client.get(PODS, pod.name, pod.namespace)
         except ApiError:
             return ""
+        self.state.apply("Pod", "MODIFIED", obj)
         return str((obj.get("spec") or {}).get("nodeName") or "")

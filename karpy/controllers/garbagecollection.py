@@ -79,14 +79,21 @@ def leaked_instances(
     grace: float = INSTANCE_GRACE,
 ) -> list[CloudInstance]:
     """Instances karpy owns (:func:`owned_by_karpy`) that no NodeClaim in ``nodeclaims`` (name → JSON) owns by
-    providerID or by the ``karpenter.sh/nodeclaim`` tag, not already shutting down, launched ≥ ``grace``
+    providerID or (while that NodeClaim has no providerID yet) by the ``karpenter.sh/nodeclaim`` tag, not already
+    shutting down, launched ≥ ``grace``
     seconds before ``now`` (aware UTC). Pure."""
     claimed = {instance_id_of(provider_id(c)) for c in nodeclaims.values()} - {""}
     out = []
     for instance in instances:
         if not owned_by_karpy(instance, cluster_name) or instance.state in GONE_STATES:
             continue
-        if instance.instance_id in claimed or instance.tags.get(wk.TAG_NODECLAIM, "") in nodeclaims:
+        if instance.instance_id in claimed:
+            continue
+        # The tag protects an instance only while its NodeClaim's launch is unrecorded (no providerID: the
+        # lifecycle will adopt it). Once the NodeClaim points at an instance, another one carrying its tag is a
+        # second launch (a retried CreateFleet whose first answer was lost) and is leaked.
+        owner = nodeclaims.get(instance.tags.get(wk.TAG_NODECLAIM, ""))
+        if owner is not None and not provider_id(owner):
             continue
         if (now - instance.launch_time).total_seconds() < grace:
             continue

@@ -36,6 +36,7 @@ from karpy.cloudprovider.types import (
     InsufficientCapacityError,
     LaunchRequest,
     LaunchResult,
+    NodeClaimNotFoundError,
     NodeClassNotReadyError,
 )
 from karpy.controllers.conditions import set_condition
@@ -161,12 +162,21 @@ class NodeClaimLifecycle:
             "allocatable": format_resource_list(dict(result.allocatable)),
             "conditions": conditions,
         }
-        updated = await self.client.merge_patch(NODECLAIMS, name, {"status": status}, subresource="status")
+        try:
+            # Labels first: once Launched=True is written, a retry goes straight to registration and would never
+            # write them (and the Node would never get the instance type, zone and capacity type).
+            labels = {k: v for k, v in result.labels.items() if (claim["metadata"].get("labels") or {}).get(k) != v}
+            if labels:
+                labelled = await self.client.merge_patch(NODECLAIMS, name, {"metadata": {"labels": labels}})
+                self.state.apply("NodeClaim", "MODIFIED", labelled)
+            updated = await self.client.merge_patch(NODECLAIMS, name, {"status": status}, subresource="status")
+        except ApiError as err:
+            if err.not_found:
+                # Deleted while launching: its terminator found no instance yet and let it go; nothing else
+                # would terminate this one before garbage collection's grace period.
+                await self._terminate_unrecorded(result)
+            raise
         self.state.apply("NodeClaim", "MODIFIED", updated)
-        labels = {k: v for k, v in result.labels.items() if (updated["metadata"].get("labels") or {}).get(k) != v}
-        if labels:
-            updated = await self.client.merge_patch(NODECLAIMS, name, {"metadata": {"labels": labels}})
-            self.state.apply("NodeClaim", "MODIFIED", updated)
         log.info(
             "launched nodeclaim",
             nodeclaim=name,
@@ -176,6 +186,13 @@ class NodeClaimLifecycle:
             capacity_type=result.capacity_type,
         )
         self.events.publish(updated, NORMAL, "Launched", f"Launched {result.instance_type} in {result.zone}")
+
+    async def _terminate_unrecorded(self, result: LaunchResult) -> None:
+        try:
+            await self.cloud.delete(result.provider_id)
+        except NodeClaimNotFoundError:
+            return
+        log.info("terminated instance of a deleted nodeclaim", provider_id=result.provider_id)
 
     # Registration -------------------------------------------------------------------------------------
 

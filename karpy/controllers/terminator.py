@@ -124,7 +124,7 @@ class Terminator:
             return Result()
         claim = await self._stamp_deadline(claim)
         node = self.state.node_for_nodeclaim(claim)
-        if node is not None:
+        if node is not None and not await self._instance_gone_under_unready_node(claim, node):
             await self._cordon(node)
             remaining = await self._drain(node, termination_deadline(claim))
             if remaining:
@@ -135,6 +135,22 @@ class Terminator:
             return Result(requeue_after=DRAIN_POLL)
         await self._release(claim)
         return Result()
+
+    async def _instance_gone_under_unready_node(self, claim: JSON, node: NodeInfo) -> bool:
+        """The Node is NotReady and its instance no longer exists: nothing can confirm an eviction there, so the
+        drain is skipped (Karpenter does the same); kube-controller-manager's pod GC removes the pods once the
+        Node is deleted, and their controllers recreate them elsewhere."""
+        if node.ready:
+            return False
+        pid = provider_id(claim)
+        if not pid:
+            return False
+        try:
+            await self.cloud.get(pid)
+        except NodeClaimNotFoundError:
+            log.info("instance gone under a NotReady node, skipping drain", node=node.name, provider_id=pid)
+            return True
+        return False
 
     async def _node_deleted(self, node_name: str) -> Result:
         node = self.state.nodes.get(node_name)

@@ -63,7 +63,9 @@ class Controller:
             except Exception as err:
                 delay = self.queue.add_rate_limited(key)
                 self._log.warning("reconcile failed", key=key, error=repr(err), retry_in=round(delay, 2))
-                self.queue.done(key)
+                # A change seen while failing (often the reconciler's own status write) must not bypass the
+                # backoff: the delayed retry reads the latest state anyway.
+                self.queue.done(key, requeue_if_dirty=False)
                 continue
             self.queue.forget(key)
             self.queue.done(key)

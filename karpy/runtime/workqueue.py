@@ -74,12 +74,14 @@ class WorkQueue:
             self._processing.add(key)
             return key
 
-    def done(self, key: str) -> None:
-        """Finish processing ``key``; re-queue it if it was added meanwhile."""
+    def done(self, key: str, *, requeue_if_dirty: bool = True) -> None:
+        """Finish processing ``key``; re-queue it if it was added meanwhile (unless ``requeue_if_dirty`` is
+        False: after a failure the rate-limited retry already scheduled covers that change)."""
         self._processing.discard(key)
         if key in self._dirty:
             self._dirty.discard(key)
-            self.add(key)
+            if requeue_if_dirty:
+                self.add(key)
 
     def _wake(self) -> None:
         async def notify() -> None:

@@ -207,8 +207,7 @@ class ClusterState:
             pid = provider_id(old)
             if pid and self.nodeclaim_by_provider_id.get(pid) == key:
                 self.nodeclaim_by_provider_id.pop(pid, None)
-            for pod_key in [p for p, nc in self.planned.items() if nc == key]:
-                self.planned.pop(pod_key, None)
+            self._replan_away_from(key)
         self._notify(kind, "DELETED", key, old, None)
 
     def _put_pod(self, key: str, info: PodInfo) -> None:
@@ -258,10 +257,39 @@ class ClusterState:
         pid = provider_id(obj)
         if pid:
             self.nodeclaim_by_provider_id[pid] = key
+        if deleting(obj):
+            self._replan_away_from(key)
+            return
         for pod_key in planned_pods(obj):
             pod = self.pods.get(pod_key)
-            if pod is None or not pod.node_name:
-                self.planned.setdefault(pod_key, key)
+            if pod is not None and pod.node_name:
+                continue
+            owner = self.planned.get(pod_key)
+            # A pod re-planned onto this NodeClaim after its first one failed (deleted, e.g. on ICE) belongs
+            # here now: keeping the dead owner would make the provisioner plan it again and again.
+            if owner is None or owner == key or not self._live_nodeclaim(owner):
+                self.planned[pod_key] = key
+
+    def _live_nodeclaim(self, name: str) -> bool:
+        claim = self.nodeclaims.get(name)
+        return claim is not None and not deleting(claim)
+
+    def _replan_away_from(self, name: str) -> None:
+        """Pods planned onto NodeClaim ``name`` (deleting or deleted) move to another live NodeClaim whose plan
+        lists them, or become pending again."""
+        moved = [p for p, nc in self.planned.items() if nc == name]
+        if not moved:
+            return
+        for pod_key in moved:
+            self.planned.pop(pod_key, None)
+        wanted = set(moved)
+        for other, claim in self.nodeclaims.items():
+            if other == name or deleting(claim):
+                continue
+            for pod_key in planned_pods(claim):
+                if pod_key in wanted:
+                    self.planned[pod_key] = other
+                    wanted.discard(pod_key)
 
     # Queries ----------------------------------------------------------------------------------------
 

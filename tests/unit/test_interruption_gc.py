@@ -252,9 +252,10 @@ def test_leaked_instances_only_unowned_old_karpy_instances() -> None:
         instance("i-other", nodepool=False),  # another node manager (cluster tag only)
         instance("i-dying", state="shutting-down"),
         instance("i-leak2"),
+        instance("i-second", nodeclaim="a"),  # a second launch for "a", which already points at i-a
     ]
     leaked = leaked_instances(instances, claims, cluster_name=CLUSTER, now=NOW)
-    assert [i.instance_id for i in leaked] == ["i-leak", "i-leak2"]
+    assert [i.instance_id for i in leaked] == ["i-leak", "i-leak2", "i-second"]
     assert not owned_by_karpy(instance("i-x"), "another-cluster")
 
 

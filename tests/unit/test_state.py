@@ -97,3 +97,23 @@ def test_pod_waits_for_volume_binding_until_its_claims_are_bound() -> None:
     assert state.waits_for_volume_binding("d/db"), "the ephemeral claim is still unbound"
     state.apply("PersistentVolumeClaim", "MODIFIED", claim("db-scratch", "pv-2", "5"))
     assert not state.waits_for_volume_binding("d/db")
+
+
+def test_pods_of_a_failed_nodeclaim_follow_their_new_plan() -> None:
+    """A NodeClaim deleted (e.g. after ICE) hands its pods to the NodeClaim re-planned for them, so they are not
+    pending again and no third NodeClaim is made; with no other plan they become pending."""
+    state = ClusterState()
+    state.apply("Pod", "ADDED", pod("a", "1"))
+    state.apply("NodeClaim", "ADDED", nodeclaim("first", "2", planned=["d/a"]))
+    failed = nodeclaim("first", "3", planned=["d/a"])
+    failed["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    state.apply("NodeClaim", "MODIFIED", failed)
+    assert "d/a" not in state.planned and [p.key for p in state.pending_pods()] == ["d/a"]
+    state.apply("NodeClaim", "ADDED", nodeclaim("second", "4", planned=["d/a"]))
+    assert state.planned["d/a"] == "second" and not state.pending_pods()
+    state.apply("NodeClaim", "DELETED", failed)
+    assert state.planned["d/a"] == "second", "the old NodeClaim going away keeps the new plan"
+    state.apply("NodeClaim", "MODIFIED", {**nodeclaim("second", "5", planned=["d/a"]),
+                                          "metadata": {**nodeclaim("second", "5", planned=["d/a"])["metadata"],
+                                                       "deletionTimestamp": "2026-01-01T00:00:00Z"}})
+    assert "d/a" not in state.planned

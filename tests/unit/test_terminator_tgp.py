@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from karpy.apis import labels as wk
-from karpy.cloudprovider.types import CloudInstance
+from karpy.cloudprovider.types import CloudInstance, NodeClaimNotFoundError
 from karpy.controllers.terminator import Terminator, deadline_for, force_delete_grace, termination_deadline
 from karpy.kube.events import EventRecorder
 from tests.unit.disruption_builders import T0, FakeKube, loaded_state, node, nodeclaim, nodeclass, nodepool, pod, ts
@@ -106,3 +106,30 @@ async def test_without_tgp_do_not_disrupt_blocks_the_drain() -> None:
         assert (await term.reconcile("a")).requeue_after is not None
     assert not [c for c in kube.calls if c[0] in ("eviction", "delete")]
     assert wk.ANNOTATION_TERMINATION_TIMESTAMP not in kube.objects("nodeclaims")["a"]["metadata"]["annotations"]
+
+
+class GoneCloud(NoCloud):
+    """The instance is gone; termination is already complete."""
+
+    async def get(self, provider_id: str) -> CloudInstance:
+        raise NodeClaimNotFoundError(provider_id)
+
+    async def delete(self, provider_id: str) -> None:
+        raise NodeClaimNotFoundError(provider_id)
+
+
+async def test_a_gone_instance_under_a_not_ready_node_skips_the_drain() -> None:
+    """Nothing can confirm an eviction on a dead node: no eviction, the Node and the NodeClaim are released."""
+    pool = nodepool()
+    claim = nodeclaim("a", pool)
+    claim["metadata"]["deletionTimestamp"] = ts(T0)
+    guarded = pod("guarded", "node-a", owner="guarded")
+    objs = [nodeclass(), pool, claim, node(claim, ready=False), guarded]
+    state = loaded_state(objs)
+    kube = FakeKube(state, objs)
+    kube.blocked_evictions = {"guarded"}
+    term = Terminator(kube, state, GoneCloud(), EventRecorder(kube), clock=lambda: T0)  # type: ignore[arg-type]
+    for _ in range(3):
+        await term.reconcile("a")
+    assert not [c for c in kube.calls if c[0] == "eviction"]
+    assert wk.FINALIZER_TERMINATION not in (kube.objects("nodeclaims")["a"]["metadata"].get("finalizers") or [])
