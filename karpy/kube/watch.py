@@ -26,8 +26,8 @@ log = structlog.get_logger("karpy.watch")
 class WatchSink(Protocol):
     """Where an informer delivers objects (the cluster state)."""
 
-    def replace(self, kind: str, items: list[JSON]) -> None:
-        """The complete current set after a LIST (objects not in it are gone)."""
+    def replace(self, kind: str, items: list[JSON], resource_version: str = "") -> None:
+        """The complete set as of the LIST's ``resource_version`` (objects not in it and not newer are gone)."""
 
     def apply(self, kind: str, event_type: str, obj: JSON) -> None:
         """One watch event: ``ADDED``, ``MODIFIED`` or ``DELETED``."""
@@ -98,7 +98,7 @@ class Informer:
             # LIST items omit kind/apiVersion; the sink and our writers expect them.
             item.setdefault("kind", self.resource.kind)
             item.setdefault("apiVersion", self.resource.api_version)
-        self.sink.replace(self.resource.kind, items)
+        self.sink.replace(self.resource.kind, items, rv)
         self.resource_version = rv
         if not self.synced.is_set():
             self._log.info("synced", count=len(items))

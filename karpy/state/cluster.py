@@ -134,14 +134,21 @@ class ClusterState:
 
     # WatchSink ------------------------------------------------------------------------------------------
 
-    def replace(self, kind: str, items: list[JSON]) -> None:
-        """A complete LIST of ``kind``: apply every item, and drop what is no longer there."""
+    def replace(self, kind: str, items: list[JSON], resource_version: str = "") -> None:
+        """A complete LIST of ``kind`` taken at ``resource_version``: apply every item, and drop what is no
+        longer there.
+
+        A re-list (after 410 Gone) must not undo karpy's own writes made after the LIST's snapshot: an item older
+        than the stored object is skipped, and an object missing from the LIST is kept when it is newer than the
+        snapshot (created after it; its deletion, if any, arrives through the watch).
+        """
         current = {object_key(i) for i in items}
-        for key in list(self._store(kind)):
-            if key not in current:
+        store = self._store(kind)
+        for key in list(store):
+            if key not in current and not _older(resource_version, _rv(store[key])):
                 self._delete(kind, key)
         for item in items:
-            self.apply(kind, "MODIFIED", item, force=True)
+            self.apply(kind, "MODIFIED", item)
         self._synced_kinds.add(kind)
         if self.synced:
             self._synced_event.set()

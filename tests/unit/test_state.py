@@ -117,3 +117,16 @@ def test_pods_of_a_failed_nodeclaim_follow_their_new_plan() -> None:
                                           "metadata": {**nodeclaim("second", "5", planned=["d/a"])["metadata"],
                                                        "deletionTimestamp": "2026-01-01T00:00:00Z"}})
     assert "d/a" not in state.planned
+
+
+def test_relist_keeps_writes_newer_than_its_snapshot() -> None:
+    """After 410 Gone, a LIST older than karpy's own write neither removes nor rolls back what karpy wrote."""
+    state = ClusterState()
+    state.replace("NodeClaim", [nodeclaim("old", "5")], "5")
+    state.apply("NodeClaim", "ADDED", nodeclaim("mine", "10"))  # created after the next LIST's snapshot
+    state.apply("NodeClaim", "MODIFIED", nodeclaim("old", "11", pid="aws:///z/i-1"))
+    state.replace("NodeClaim", [nodeclaim("old", "5")], "8")
+    assert "mine" in state.nodeclaims, "created after the snapshot: kept"
+    assert state.nodeclaims["old"]["status"] == {"providerID": "aws:///z/i-1"}, "the newer write is not rolled back"
+    state.replace("NodeClaim", [], "12")
+    assert not state.nodeclaims, "gone as of a newer snapshot: dropped"
