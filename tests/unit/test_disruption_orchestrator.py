@@ -18,6 +18,7 @@ from karpy.controllers.disruption import orchestrator as orch
 from karpy.controllers.disruption.controls import DisruptionSettings
 from karpy.controllers.disruption.orchestrator import Disruption
 from karpy.controllers.provisioner import Provisioner
+from karpy.kube.errors import ApiError
 from karpy.kube.events import EventRecorder
 from karpy.state.cluster import condition, condition_true
 from tests.unit.disruption_builders import (
@@ -554,3 +555,26 @@ async def test_bare_pods_of_a_deleting_node_get_no_capacity() -> None:
     bare["metadata"]["ownerReferences"] = []
     h = Harness([nodeclass(), pool, claim, node(claim), bare, pod("owned", "node-a")])
     assert [p.key for p in h.provisioner.displaced_pods()] == ["default/owned"]
+
+
+async def test_a_failed_evaluation_keeps_the_loop_and_its_commands_alive() -> None:
+    """An API error in one pass is logged; the loop keeps running (commands in flight are not cancelled)."""
+    h = Harness(two_nodes())
+    calls = 0
+    third = asyncio.Event()
+
+    async def flaky() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise ApiError(500, "InternalError", "etcd timeout")
+        if calls >= 3:
+            third.set()
+
+    h.disruption.evaluate = flaky  # type: ignore[method-assign, assignment]
+    loop = asyncio.create_task(h.disruption.run())
+    try:
+        await asyncio.wait_for(third.wait(), 5)
+        assert not loop.done()
+    finally:
+        loop.cancel()

@@ -172,7 +172,12 @@ class Disruption:
             while True:
                 started = None
                 if self.state.synced:
-                    started = await self.evaluate()
+                    try:
+                        started = await self.evaluate()
+                    except Exception as err:
+                        # One failed API call must not end the loop: that would cancel the commands in flight
+                        # halfway (replacements launched, candidates not yet deleted). The next pass retries.
+                        log.warning("disruption evaluation failed", evaluation=self.evaluations, error=repr(err))
                 if started is None:
                     await asyncio.sleep(self.settings.poll)
                 else:
