@@ -195,6 +195,31 @@ async def karpy_process(
     )
 
 
+async def stop_karpy(karpy: KarpyProcess, client: KubeClient, cleanup: Awaitable[None] | None = None) -> None:
+    """End of an e2e module: ``cleanup`` (run while karpy still runs, so its terminator releases finalizers),
+    then karpy stopped, its log tail printed, the client closed — whatever ``cleanup`` raised."""
+    try:
+        if cleanup is not None:
+            await cleanup
+    finally:
+        karpy.stop()
+        print(f"\nkarpy log: {karpy.log_path}\n{karpy.tail(20)}")
+        await client.close()
+
+
+def run_tagged_instance(ec2: Any, cluster_name: str, tags: Mapping[str, str]) -> str:
+    """Launch an m5.large by hand (not through karpy) in a subnet of the cluster, from a seeded AMI, with
+    ``tags``: a leaked or foreign instance for garbage-collection tests. Returns the instance id."""
+    discovery = [{"Name": "tag:karpenter.sh/discovery", "Values": [cluster_name]}]
+    subnet = ec2.describe_subnets(Filters=discovery)["Subnets"][0]["SubnetId"]
+    image = ec2.describe_images(Owners=["self"])["Images"][0]["ImageId"]
+    spec = [{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
+    out = ec2.run_instances(
+        ImageId=image, InstanceType="m5.large", MinCount=1, MaxCount=1, SubnetId=subnet, TagSpecifications=spec
+    )
+    return str(out["Instances"][0]["InstanceId"])
+
+
 def aws_client(service: str, endpoint_url: str) -> Any:
     """A boto3 client on the local moto server (us-east-1, moto's test credentials)."""
     import boto3

@@ -31,6 +31,8 @@ from e2e.helpers import (
     apply,
     aws_client,
     karpy_process,
+    run_tagged_instance,
+    stop_karpy,
     wait_for,
 )
 from e2e.test_karpy_e2e import record
@@ -154,12 +156,7 @@ async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> A
     try:
         yield e
     finally:
-        try:
-            await _cleanup(e)
-        finally:
-            karpy.stop()
-            print(f"\nkarpy log: {karpy.log_path}\n{karpy.tail(15)}")
-            await client.close()
+        await stop_karpy(karpy, client, _cleanup(e))
 
 
 async def _cleanup(env: Env) -> None:
@@ -337,17 +334,9 @@ async def test_02_gc_terminates_leak_only(env: Env) -> None:
     cluster = env.cluster.cluster_name
     claimed = await _standing_instances(env)
     assert claimed, "the Deployment's node is still there"
-    subnet = env.ec2.describe_subnets(Filters=[{"Name": "tag:karpenter.sh/discovery", "Values": [cluster]}])[
-        "Subnets"
-    ][0]["SubnetId"]
-    image = env.ec2.describe_images(Owners=["self"])["Images"][0]["ImageId"]
 
     def run(tags: dict[str, str]) -> str:
-        spec = [{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
-        out = env.ec2.run_instances(
-            ImageId=image, InstanceType="m5.large", MinCount=1, MaxCount=1, SubnetId=subnet, TagSpecifications=spec
-        )
-        return str(out["Instances"][0]["InstanceId"])
+        return run_tagged_instance(env.ec2, cluster, tags)
 
     cluster_tag = {wk.cluster_tag(cluster): "owned"}
     leak = run({**cluster_tag, wk.TAG_NODEPOOL: POOL, wk.TAG_NODECLAIM: "intr-e2e-never-existed"})

@@ -23,6 +23,7 @@ from e2e.helpers import (
     karpy_process,
     record_figures,
     scale,
+    stop_karpy,
     wait_for,
 )
 from karpy.apis import labels as wk
@@ -94,9 +95,7 @@ async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> A
         await apply(client, user_manifests(local_cluster.cluster_name, "inflate.yaml"))
         yield Env(local_cluster, client, karpy, ec2)
     finally:
-        karpy.stop()
-        print(f"\nkarpy log: {karpy.log_path}\n{karpy.tail(15)}")
-        await client.close()
+        await stop_karpy(karpy, client)
 
 
 async def _ready(client: KubeClient, res: r.Resource, name: str) -> str:

@@ -44,6 +44,7 @@ from e2e.helpers import (
     ec2nodeclass,
     karpy_process,
     record_figures,
+    stop_karpy,
     wait_for,
 )
 from karpy.apis import labels as wk
@@ -330,12 +331,7 @@ async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> A
     try:
         yield e
     finally:
-        try:
-            await _cleanup(e)
-        finally:
-            karpy.stop()
-            print(f"\nkarpy log: {karpy.log_path}\n{karpy.tail(20)}")
-            await client.close()
+        await stop_karpy(karpy, client, _cleanup(e))
 
 
 async def _cleanup(env: Env) -> None:

@@ -20,7 +20,7 @@ import boto3
 import pytest
 from operator_harness import running_operator
 
-from e2e.helpers import apply, ec2nodeclass, wait_for
+from e2e.helpers import apply, ec2nodeclass, run_tagged_instance, wait_for
 from karpy.apis import labels as wk
 from karpy.aws.session import AWSClients
 from karpy.aws.sqs import SQSInterruptionQueue
@@ -292,17 +292,9 @@ async def test_gc_terminates_a_leak_and_never_another_managers_instance(
     cluster = local_cluster.cluster_name
     claim = await _node_for(kube, "intr-3")
     owned_id = claim["status"]["providerID"].rsplit("/", 1)[-1]
-    subnet = aws.ec2.describe_subnets(Filters=[{"Name": "tag:karpenter.sh/discovery", "Values": [cluster]}])[
-        "Subnets"
-    ][0]["SubnetId"]
-    image = aws.ec2.describe_images(Owners=["self"])["Images"][0]["ImageId"]
 
     def run(tags: dict[str, str]) -> str:
-        spec = [{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
-        out = aws.ec2.run_instances(
-            ImageId=image, InstanceType="m5.large", MinCount=1, MaxCount=1, SubnetId=subnet, TagSpecifications=spec
-        )
-        return str(out["Instances"][0]["InstanceId"])
+        return run_tagged_instance(aws.ec2, cluster, tags)
 
     leak = run({wk.cluster_tag(cluster): "owned", wk.TAG_NODEPOOL: POOL, wk.TAG_NODECLAIM: "intr-never-existed"})
     other = run({wk.cluster_tag(cluster): "owned"})
