@@ -36,7 +36,8 @@ from karpy.metrics import CLUSTER_STATE_NODE_COUNT, CLUSTER_STATE_SYNCED, serve
 from karpy.runtime.controller import Controller
 from karpy.runtime.supervisor import supervise
 from karpy.settings import Settings
-from karpy.state.cluster import ClusterState, condition_true, planned_pods
+from karpy.state.cluster import ClusterState, condition_true
+from karpy.state.plans import Plans
 from karpy.state.views import NodeInfo, PodInfo
 
 log = structlog.get_logger("karpy.operator")
@@ -61,6 +62,8 @@ class Operator:
         self.client = client
         self.cloud = cloud
         self.state = ClusterState()
+        # The plan owner first: its index must be current when the routing below (and every reconciler) runs.
+        self.plans = Plans(self.state)
         self.events = EventRecorder(client)
         self.informers = [Informer(client, res, self.state) for res in WATCHED]
         self.provisioner = Provisioner(
@@ -71,9 +74,12 @@ class Operator:
             batch_idle=settings.batch_idle_duration,
             batch_max=settings.batch_max_duration,
             preference_policy=settings.preference_policy,
+            plans=self.plans,
         )
-        self.lifecycle = Controller(NodeClaimLifecycle(client, self.state, cloud, self.events), workers=8)
-        self.binder = Controller(Binder(client, self.state), workers=4)
+        self.lifecycle = Controller(
+            NodeClaimLifecycle(client, self.state, cloud, self.events, plans=self.plans), workers=8
+        )
+        self.binder = Controller(Binder(client, self.state, self.plans), workers=4)
         from karpy.controllers.terminator import Terminator
 
         self.terminator = Controller(Terminator(client, self.state, cloud, self.events), workers=8)
@@ -112,6 +118,14 @@ class Operator:
                 rebalance_replacement=settings.interruption_rebalance_replacement,
             )
         self.state.subscribe(self._route)
+        self.plans.subscribe(self._route_plan)
+
+    def _route_plan(self, nodeclaim: str) -> None:
+        """The pods planned onto ``nodeclaim`` or its registration changed: its binder may bind them, and the
+        registration hold of every NodeClaim of its batch may end."""
+        self.binder.enqueue(nodeclaim)
+        for sibling in self.plans.batch_of(nodeclaim):
+            self.lifecycle.enqueue(sibling)
 
     def _route(self, kind: str, event: str, key: str, old: Any, new: Any) -> None:
         """Map a state change to the reconcilers that care (the controller-runtime ``Watches`` role)."""
@@ -152,9 +166,6 @@ class Operator:
             return
         if info.provisionable:
             self.provisioner.trigger()
-        claim = self.state.planned.get(info.key)
-        if claim:
-            self.binder.enqueue(claim)
 
     def _route_node(self, key: str, node: NodeInfo | None) -> None:
         if node is None:
@@ -214,7 +225,7 @@ class Operator:
                     pods=len(self.state.pods),
                     nodeclaims=len(self.state.nodeclaims),
                     nodepools=len(self.state.nodepools),
-                    planned=len(self.state.planned),
+                    planned=len(self.plans),
                 )
             await asyncio.sleep(5)
 
@@ -279,4 +290,4 @@ async def run(settings: Settings) -> None:
     log.info("karpy stopped")
 
 
-__all__ = ["Operator", "planned_pods", "run"]
+__all__ = ["Operator", "run"]

@@ -125,6 +125,9 @@ ANNOTATION_TAGGED: Final = "karpenter.k8s.aws/tagged"
 # karpy's own: the pods the provisioner planned onto a NodeClaim (JSON list of "namespace/name"),
 # so the binder survives a restart between NodeClaim creation and Node registration.
 ANNOTATION_PLANNED_PODS: Final = "karpy.sh/planned-pods"
+# karpy's own: the same plan keyed by pod uid, with the provisioning decision (batch) that made it
+# (JSON {"batch": id, "pods": {uid: "namespace/name"}}); see karpy.state.plans.
+ANNOTATION_PLAN: Final = "karpy.sh/plan"
 # karpy's own: why a NodeClaim was created (JSON: pods, instance types, cheapest price, nodepool).
 ANNOTATION_DECISION: Final = "karpy.sh/provisioning-decision"
 

@@ -5,7 +5,8 @@ instead of waiting for kube-scheduler's next retry (which can take its unschedul
 minutes). A pod that is gone or already bound is skipped; a 409 whose pod already sits on that node counts
 as done; any other failure, or a pod that no longer fits or tolerates the node, is left to kube-scheduler. So
 is a pod with a PVC not bound yet (WaitForFirstConsumer): kube-scheduler's volume binding must pick its node.
-Keyed by NodeClaim name.
+Keyed by NodeClaim name; enqueued by the plan owner (:class:`~karpy.state.plans.Plans`) when pods are planned
+onto a NodeClaim, and by its Node's changes. A pod left to kube-scheduler is released from its plan.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from karpy.runtime.controller import Result
 from karpy.scheduling.model import Pod, Taint
 from karpy.scheduling.taints import tolerates
 from karpy.state.cluster import ClusterState, deleting
+from karpy.state.plans import Plans
 from karpy.state.views import NodeInfo
 
 log = structlog.get_logger("karpy.binder")
@@ -46,9 +48,10 @@ class Binder:
 
     name = "binder"
 
-    def __init__(self, client: KubeClient, state: ClusterState) -> None:
+    def __init__(self, client: KubeClient, state: ClusterState, plans: Plans | None = None) -> None:
         self.client = client
         self.state = state
+        self.plans = plans if plans is not None else Plans(state)
 
     async def reconcile(self, key: str) -> Result:
         """Bind the NodeClaim's planned, still-unbound pods to its registered Node."""
@@ -60,13 +63,9 @@ class Binder:
         # NoSchedule: from then on a Binding is safe (no NoExecute eviction) and kube-scheduler cannot race it.
         if node is None or node.deleting or node.labels.get(wk.LABEL_REGISTERED) != "true":
             return Result()
-        planned = sorted(k for k, c in self.state.planned.items() if c == key)
         used = add(*(p.pod.requests for p in self.state.pods_on(node.name)))
-        for pod_key in planned:
-            info = self.state.pods.get(pod_key)
-            if info is None or info.node_name or info.deleting:
-                self.state.planned.pop(pod_key, None)
-                continue
+        for info in self.plans.pods_of(key):
+            pod_key = info.key
             if self.state.waits_for_volume_binding(pod_key):
                 # Left to kube-scheduler but kept planned: the provisioner must not launch for it again.
                 log.debug("leaving pod to kube-scheduler", pod=pod_key, node=node.name, reason="volume binding")
@@ -80,7 +79,7 @@ class Binder:
                     node=node.name,
                     reason=f"taint {taint.key}" if taint else "does not fit",
                 )
-                self.state.planned.pop(pod_key, None)
+                self.plans.release(info.pod.uid)
                 continue
             if await self._bind(info.pod, node.name):
                 used = add(used, info.pod.requests)
@@ -100,10 +99,10 @@ class Binder:
                 current = await self._current_node(pod)
                 if current == node_name:
                     return True  # our own earlier Binding, not yet seen through the watch: the plan holds
-                self.state.planned.pop(pod.key, None)
+                self.plans.release(pod.uid)
                 log.info("pod already bound elsewhere", pod=pod.key, node=current)
                 return False
-            self.state.planned.pop(pod.key, None)
+            self.plans.release(pod.uid)
             if err.not_found:
                 return False
             log.warning("binding failed, leaving pod to kube-scheduler", pod=pod.key, error=str(err))

@@ -14,8 +14,11 @@ Karpenter core ``nodeclaim/lifecycle`` (§4 of the behaviour reference, C10–C1
   karpy binds its pods itself: the first patch turns ``karpenter.sh/unregistered`` from NoExecute into
   NoSchedule, so the binder can bind the pods planned onto this NodeClaim (a Binding ignores NoSchedule, and
   NoExecute would have the taint manager evict them) while kube-scheduler cannot race it onto the new node;
-  the taint is removed once every pod planned onto this or a still-unregistered NodeClaim is bound, or
-  ``BIND_HOLD`` seconds after the Node appeared.
+  the taint is removed once every pod planned onto this NodeClaim or a still-unregistered one of its batch (the
+  same provisioning decision) is bound, or ``BIND_HOLD`` seconds after the Node appeared. The plan owner
+  (:class:`~karpy.state.plans.Plans`) re-enqueues the hold when one of those pods is bound or a sibling
+  registers, so nothing polls. ``status.nodeName`` is written when the Node is first linked, before any pod
+  can be bound to it, so a NodeClaim never lags behind the pods running on its Node.
 * **Initialization**: Node Ready, startup and ephemeral taints gone, requested extended resources present →
   ``karpenter.sh/initialized=true``, ``Initialized=True``, ``Ready=True``.
 * **Liveness**: not launched 5 min after creation, or not registered 15 min after launch → delete.
@@ -48,6 +51,7 @@ from karpy.kube.resources import NODECLAIMS, NODES
 from karpy.runtime.controller import Result
 from karpy.scheduling.model import Taint
 from karpy.state.cluster import ClusterState, condition, condition_true, deleting
+from karpy.state.plans import Plans
 from karpy.state.views import NodeInfo, parse_time, taints, taints_json
 
 log = structlog.get_logger("karpy.nodeclaim.lifecycle")
@@ -57,7 +61,6 @@ REGISTRATION_TTL = 900.0
 # Longest time the unregistered taint is held (as NoSchedule) for karpy's binder; a pod that cannot be bound
 # by then is left to kube-scheduler (seconds since the Node was created).
 BIND_HOLD = 15.0
-BIND_POLL = 0.2
 
 
 class NodeClaimLifecycle:
@@ -73,12 +76,14 @@ class NodeClaimLifecycle:
         events: EventRecorder,
         *,
         clock: Callable[[], float] = time.time,
+        plans: Plans | None = None,
     ) -> None:
         self.client = client
         self.state = state
         self.cloud = cloud
         self.events = events
         self.clock = clock
+        self.plans = plans if plans is not None else Plans(state)
 
     async def reconcile(self, key: str) -> Result:
         """One step of the lifecycle for NodeClaim ``key``."""
@@ -206,13 +211,17 @@ class NodeClaimLifecycle:
                     claim, "registration_timeout", f"node not registered within {int(REGISTRATION_TTL)}s"
                 )
             return Result(requeue_after=REGISTRATION_TTL - since + 1)
+        if (claim.get("status") or {}).get("nodeName") != node.name:
+            claim = await self._link(claim, node)
         hold = self._binding_pending(claim, node)
         if node.labels.get(wk.LABEL_REGISTERED) != "true" or _unregistered_taint(node) != (
             "NoSchedule" if hold else None
         ):
             await self._sync_node(claim, node, hold=hold)
         if hold:
-            return Result(requeue_after=BIND_POLL)
+            # Re-enqueued by the plan owner when a pod of the batch is bound or a sibling registers; at the latest
+            # when the hold expires.
+            return Result(requeue_after=max(BIND_HOLD - (self.clock() - node.created), 0.0) + 0.1)
         conditions = set_condition(
             (claim.get("status") or {}).get("conditions") or [],
             wk.COND_REGISTERED,
@@ -231,28 +240,34 @@ class NodeClaimLifecycle:
         log.info("registered nodeclaim", nodeclaim=claim["metadata"]["name"], node=node.name)
         return await self._initialize(updated)
 
-    def _binding_pending(self, claim: JSON, node: NodeInfo) -> bool:
-        """Pods planned onto this NodeClaim, or onto another one that has not registered yet, still wait for
-        karpy's binder — within ``BIND_HOLD`` seconds of the Node's creation.
+    async def _link(self, claim: JSON, node: NodeInfo) -> JSON:
+        """Write ``status.nodeName`` as soon as the Node with the NodeClaim's providerID is seen: before the Node
+        is labelled registered, hence before the binder binds anything to it (Registered=True follows once the
+        hold ends)."""
+        updated = await self.client.merge_patch(
+            NODECLAIMS, claim["metadata"]["name"], {"status": {"nodeName": node.name}}, subresource="status"
+        )
+        self.state.apply("NodeClaim", "MODIFIED", updated)
+        return updated
 
-        The other NodeClaims count because a node that registers early with room to spare would otherwise let
-        kube-scheduler take pods planned for a node still booting (their plans were made together); holding the
-        early node until the late one registers keeps every planned pod where the plan put it.
+    def _binding_pending(self, claim: JSON, node: NodeInfo) -> bool:
+        """Pods planned onto this NodeClaim, or onto another NodeClaim of its batch that has not registered yet,
+        still wait for karpy's binder — within ``BIND_HOLD`` seconds of the Node's creation.
+
+        The batch's other NodeClaims count because a node that registers early with room to spare would otherwise
+        let kube-scheduler take pods planned for a node still booting (their plans were made together); holding
+        the early node until the late one registers keeps every planned pod where the plan put it. NodeClaims of
+        other decisions do not hold it.
         """
         if self.clock() - node.created > BIND_HOLD:
             return False
         name = claim["metadata"]["name"]
-        for pod_key, claim_name in self.state.planned.items():
-            if claim_name != name and not self._unregistered_inflight(claim_name):
+        for sibling in sorted(self.plans.batch_of(name)):
+            if sibling != name and not self._unregistered_inflight(sibling):
                 continue
-            info = self.state.pods.get(pod_key)
-            if (
-                info is not None
-                and not info.node_name
-                and not info.deleting
-                and not self.state.waits_for_volume_binding(pod_key)
-            ):
-                return True
+            for info in self.plans.pods_of(sibling):
+                if not self.state.waits_for_volume_binding(info.key):
+                    return True
         return False
 
     def _unregistered_inflight(self, claim_name: str) -> bool:

@@ -7,15 +7,18 @@ capacity first, then on new NodeClaims from Ready NodePools in weight order.
 The simulation gets the ``PREFERENCE_POLICY`` setting, namespace labels (for ``namespaceSelector``) and,
 per pending pod with PVCs, the node requirements of its volumes (:meth:`Provisioner.scheduling_pods`).
 
-Never a second launch for the same pods: every NodeClaim records the pods planned onto it (annotation
-``karpy.sh/planned-pods``); cluster state indexes those and ``pending_pods`` skips them, and the created
-NodeClaim is applied to cluster state immediately (read-your-writes), before the watch delivers it. After a
-restart the annotations rebuild the same index from the LIST.
+Never a second launch for the same pods: every NodeClaim records the pods planned onto it (annotations
+``karpy.sh/plan`` and ``karpy.sh/planned-pods``, written by the plan owner :class:`~karpy.state.plans.Plans`),
+the apiserver's answer is recorded in the plan owner at once (before the watch delivers it), and
+:meth:`Provisioner.pending_pods` skips planned pods. After a restart the annotations rebuild the same index from
+the LIST. The NodeClaims of one decision share a batch id: the registration hold of each waits only for its
+batch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -45,7 +48,8 @@ from karpy.simulate.inputs import (
     requirement_to_json,
     scheduling_nodepool,
 )
-from karpy.state.cluster import ClusterState, condition_true, deleting, planned_pods, provider_id
+from karpy.state.cluster import ClusterState, condition_true, deleting, provider_id
+from karpy.state.plans import Plans
 from karpy.state.views import NodeInfo, PodInfo, taints, taints_json
 
 log = structlog.get_logger("karpy.provisioner")
@@ -88,8 +92,10 @@ class Provisioner:
         batch_idle: float = 1.0,
         batch_max: float = 10.0,
         preference_policy: str = "Respect",
+        plans: Plans | None = None,
     ) -> None:
         self.client = client
+        self.plans = plans if plans is not None else Plans(state)
         self.preference_policy = preference_policy
         self.state = state
         self.cloud = cloud
@@ -99,6 +105,8 @@ class Provisioner:
         # disruption candidates for a while (Karpenter nomination window).
         self.nominated: dict[str, float] = {}
         self._vacating: set[str] = set()
+        self._batches = itertools.count(1)
+        self._started = int(state.clock())
 
     def trigger(self) -> None:
         """A pod may need capacity: open or extend the batch window."""
@@ -124,12 +132,16 @@ class Provisioner:
     async def _recheck(self) -> None:
         while True:
             await asyncio.sleep(RECHECK_SECONDS)
-            if self.state.synced and self.state.pending_pods():
+            if self.state.synced and self.pending_pods():
                 self.trigger()
+
+    def pending_pods(self) -> list[PodInfo]:
+        """Provisionable pods (Karpenter ``IsProvisionable``) not planned onto a live NodeClaim."""
+        return self.plans.pending()
 
     async def provision_once(self) -> list[JSON]:
         """One scheduling decision over every pending pod; returns the NodeClaims created."""
-        pending = self.state.pending_pods() + self.displaced_pods()
+        pending = self.pending_pods() + self.displaced_pods()
         if not pending:
             return []
         nodepools, nodepool_objs = await self._nodepools()
@@ -146,7 +158,10 @@ class Provisioner:
         now = self.state.clock()
         self.nominated.update({name: now for name, pods in result.existing.items() if pods})
         await self._plan_onto_existing(result.existing)
-        created = await asyncio.gather(*(self._create(nc, nodepool_objs[nc.nodepool]) for nc in result.new_nodeclaims))
+        batch = f"{self._started}-{next(self._batches)}"
+        created = await asyncio.gather(
+            *(self._create(nc, nodepool_objs[nc.nodepool], batch) for nc in result.new_nodeclaims)
+        )
         errors = {**volume_errors, **result.errors}
         self._report_errors(pending, errors)
         made = [c for c in created if c is not None]
@@ -198,7 +213,12 @@ class Provisioner:
         evict them, core#1928) and pods without a controller (once evicted nothing recreates them): capacity
         for either would sit unused.
         """
-        planned = {key for nc in self.state.nodeclaims.values() if not deleting(nc) for key in planned_pods(nc)}
+        planned = {
+            key
+            for name, nc in self.state.nodeclaims.items()
+            if not deleting(nc)
+            for key in self.plans.listed(name).values()
+        }
         out: list[PodInfo] = []
         for claim in self.state.nodeclaims.values():
             if not deleting(claim):
@@ -245,18 +265,19 @@ class Provisioner:
         """Registered nodes and in-flight NodeClaims, with what is bound or planned on each (Karpenter B15)."""
         out: list[model.ExistingNode] = []
         planned_by_claim: dict[str, list[str]] = {}
-        for pod_key, claim in self.state.planned.items():
-            planned_by_claim.setdefault(claim, []).append(pod_key)
         self._vacating = self._vacating_nodes()
         for name, nc in self.state.nodeclaims.items():
-            # A replacement launched for a node being vacated holds that node's pods even while they are still
-            # bound there: count them, or the replacement looks empty and is promised to other pods too.
             if deleting(nc):
                 continue
-            for pod_key in planned_pods(nc):
+            keys = [info.key for info in self.plans.pods_of(name)]
+            # A replacement launched for a node being vacated holds that node's pods even while they are still
+            # bound there: count them, or the replacement looks empty and is promised to other pods too.
+            for pod_key in self.plans.listed(name).values():
                 info = self.state.pods.get(pod_key)
                 if info is not None and info.node_name in self._vacating and not info.deleting:
-                    planned_by_claim.setdefault(name, []).append(pod_key)
+                    keys.append(pod_key)
+            if keys:
+                planned_by_claim[name] = keys
         seen_claims: set[str] = set()
         for node in self.state.nodes.values():
             if node.deleting:
@@ -341,7 +362,7 @@ class Provisioner:
 
     async def _plan_onto_existing(self, existing: Mapping[str, tuple[model.Pod, ...]]) -> None:
         """Record pods placed on karpy's in-flight or uninitialized capacity on that NodeClaim."""
-        by_claim: dict[str, list[str]] = {}
+        by_claim: dict[str, list[model.Pod]] = {}
         for node_name, pods in existing.items():
             claim_name = node_name.removeprefix("nodeclaim/") if node_name.startswith("nodeclaim/") else ""
             if not claim_name:
@@ -349,13 +370,14 @@ class Provisioner:
                 claim = self.state.nodeclaim_for_node(node) if node else None
                 claim_name = claim["metadata"]["name"] if claim else ""
             if claim_name:
-                by_claim.setdefault(claim_name, []).extend(p.key for p in pods)
-        for claim_name, keys in by_claim.items():
+                by_claim.setdefault(claim_name, []).extend(pods)
+        for claim_name, placed in by_claim.items():
             claim = self.state.nodeclaims.get(claim_name)
-            if claim is None:
+            if claim is None or deleting(claim):
                 continue
-            merged = sorted(set(planned_pods(claim)) | set(keys))
-            patch = {"metadata": {"annotations": {wk.ANNOTATION_PLANNED_PODS: json.dumps(merged)}}}
+            # Rewritten pruned (pods bound or gone since are dropped), so the annotation never grows stale.
+            annotations = self.plans.annotations(claim_name, self.plans.batch_id(claim_name), placed)
+            patch = {"metadata": {"annotations": annotations}}
             try:
                 updated = await self.client.merge_patch(NODECLAIMS, claim_name, patch)
             except ApiError as err:
@@ -363,9 +385,10 @@ class Provisioner:
                     continue
                 raise
             self.state.apply("NodeClaim", "MODIFIED", updated)
+            self.plans.record(updated)
 
-    async def _create(self, plan: model.NewNodeClaim, nodepool: JSON) -> JSON | None:
-        body = nodeclaim_from_plan(plan, nodepool, self.state.nodeclasses.get(nodeclass_name(nodepool)))
+    async def _create(self, plan: model.NewNodeClaim, nodepool: JSON, batch: str) -> JSON | None:
+        body = nodeclaim_from_plan(plan, nodepool, self.state.nodeclasses.get(nodeclass_name(nodepool)), batch=batch)
         try:
             created = await self.client.create(NODECLAIMS, body)
         except ApiError as err:
@@ -374,6 +397,7 @@ class Provisioner:
                 self.events.publish(_pod_ref(pod), WARNING, "FailedScheduling", f"nodeclaim not created: {err.message}")
             return None
         self.state.apply("NodeClaim", "ADDED", created)
+        self.plans.record(created)
         NODECLAIMS_CREATED.labels(nodepool=plan.nodepool, reason="provisioning").inc()
         name = created["metadata"]["name"]
         log.info(
@@ -400,6 +424,16 @@ class Provisioner:
             log.info("pods unschedulable", count=len(errors), example=next(iter(errors.values())))
 
 
+def plan_annotations(pods: Sequence[model.Pod], batch: str = "") -> dict[str, str]:
+    """``karpy.sh/plan`` and ``karpy.sh/planned-pods`` for a new NodeClaim planned for ``pods``."""
+    plan: JSON = {"batch": batch} if batch else {}
+    plan["pods"] = dict(sorted((p.uid, p.key) for p in pods))
+    return {
+        wk.ANNOTATION_PLAN: json.dumps(plan),
+        wk.ANNOTATION_PLANNED_PODS: json.dumps(sorted({p.key for p in pods})),
+    }
+
+
 def _pod_ref(pod: model.Pod) -> JSON:
     return {
         "apiVersion": "v1",
@@ -408,9 +442,14 @@ def _pod_ref(pod: model.Pod) -> JSON:
     }
 
 
-def nodeclaim_from_plan(plan: model.NewNodeClaim, nodepool: JSON, nodeclass: JSON | None = None) -> JSON:
+def nodeclaim_from_plan(
+    plan: model.NewNodeClaim, nodepool: JSON, nodeclass: JSON | None = None, *, batch: str = ""
+) -> JSON:
     """The NodeClaim JSON Karpenter would create for a plan (C3): generateName, labels, annotations,
     NodePool ownerReference, termination finalizer, requirements, requests, nodeClassRef.
+
+    The plan's pods are recorded as karpy's plan annotations (:mod:`karpy.state.plans`), with ``batch`` (the
+    provisioning decision's id; without it the NodeClaim is a batch of its own).
 
     With ``nodeclass`` (the EC2NodeClass it launches from) the NodeClaim also carries the EC2NodeClass hash
     (``karpenter.k8s.aws/ec2nodeclass-hash`` + version), as Karpenter's AWS provider stamps it at launch, so
@@ -437,7 +476,7 @@ def nodeclaim_from_plan(plan: model.NewNodeClaim, nodepool: JSON, nodeclass: JSO
         **(tmeta.get("annotations") or {}),
         wk.ANNOTATION_NODEPOOL_HASH: nodepool_hash(nodepool),
         wk.ANNOTATION_NODEPOOL_HASH_VERSION: wk.NODEPOOL_HASH_VERSION,
-        wk.ANNOTATION_PLANNED_PODS: json.dumps(sorted(p.key for p in plan.pods)),
+        **plan_annotations(plan.pods, batch),
         wk.ANNOTATION_DECISION: json.dumps(decision),
     }
     if nodeclass is not None:

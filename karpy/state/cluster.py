@@ -4,19 +4,29 @@ Namespaces, PersistentVolumes, PersistentVolumeClaims and StorageClasses are kep
 
 Fed by informers (:mod:`karpy.kube.watch`) and by the reconcilers' own writes (read-your-writes: a reconciler
 that creates or patches an object applies the apiserver's answer at once, and an older watch event for the
-same object is then ignored by resourceVersion). All mutators are synchronous and run on the event loop, so
-readers never see a half-applied event. Listeners are told about every change so controllers can enqueue keys.
+same object is then ignored by resourceVersion). A write's answer can arrive after the watch's DELETED event
+for the same object (different connections): the uids of deleted objects are kept as tombstones (uids never
+come back; bounded to the last ``TOMBSTONES``), and anything carrying a tombstoned uid is ignored, so a late
+answer never re-inserts a deleted object as a ghost. An answer that shows a Node or NodeClaim with a
+deletionTimestamp and no finalizers left is itself a deletion (the apiserver removes such an object in that
+write). All mutators are synchronous and run on the event loop, so readers never see a half-applied event.
+Listeners are told about every change so controllers (and the plan owner, :mod:`karpy.state.plans`) can act.
 
-Indexes: providerID → NodeClaim name and → Node name, node name → pod keys. ``synced`` is true once every
-informer delivered its first LIST and every launched NodeClaim's Node (if any) is known (Karpenter H8).
-What it does not do: talk to the API (the reconcilers do) or decide anything.
+Indexes: providerID → NodeClaim name and → Node name, node name → pod keys. ``synced`` (Karpenter
+``Cluster.Synced``: state represents every NodeClaim and Node the apiserver has): every kind listed at least
+once — karpy's informers are its cache, so from then on every existing NodeClaim and Node is in state, and
+ghosts are excluded by the tombstones — and the NodeClaim ↔ Node join complete: every live Node karpy
+registered (``karpenter.sh/registered=true``) has the NodeClaim with its providerID in state. The other
+direction is not required: a NodeClaim legitimately has no Node while it boots, or after its Node was deleted
+outside karpy (the disruption rules and garbage collection handle that).
+What it does not do: talk to the API (the reconcilers do), read karpy's annotations, or decide anything.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -51,6 +61,10 @@ KINDS = (
     "PersistentVolumeClaim",
     "StorageClass",
 )
+# Deleted objects' uids remembered (a write's answer for one of them is late and must not re-insert it).
+TOMBSTONES = 10_000
+# Kinds whose deletion has no grace period: a deletionTimestamp with no finalizers left means "gone".
+NO_GRACEFUL_DELETION = frozenset({"Node", "NodeClaim", "NodePool", "EC2NodeClass"})
 # Kinds kept as slim JSON views (karpy.state.storage), not whole objects.
 SLIM_VIEWS: dict[str, Callable[[Mapping[str, Any]], JSON]] = {
     "Namespace": namespace_view,
@@ -73,6 +87,24 @@ def _rv(obj: Any) -> str:
     if isinstance(obj, dict):
         return str((obj.get("metadata") or {}).get("resourceVersion", ""))
     return ""
+
+
+def _uid(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")
+
+
+def _stored_uid(obj: Any) -> str:
+    if isinstance(obj, PodInfo):
+        return obj.pod.uid
+    if isinstance(obj, NodeInfo):
+        return obj.uid
+    return _uid(obj) if isinstance(obj, dict) else ""
+
+
+def _finalized(obj: Mapping[str, Any]) -> bool:
+    """Deleting with no finalizers left: the apiserver has removed the object."""
+    meta = obj.get("metadata") or {}
+    return bool(meta.get("deletionTimestamp")) and not meta.get("finalizers")
 
 
 def _older(new_rv: str, old_rv: str) -> bool:
@@ -105,12 +137,11 @@ class ClusterState:
         self.nodeclaim_by_provider_id: dict[str, str] = {}
         # Last time a non-DaemonSet pod was bound to or left a node (Karpenter lastPodEventTime).
         self.last_pod_event: dict[str, float] = {}
-        # Pods the provisioner planned onto in-flight NodeClaims: pod key → NodeClaim name.
-        self.planned: dict[str, str] = {}
         self._listeners: list[Listener] = []
         self._synced_kinds: set[str] = set()
+        self._tombstones: OrderedDict[str, None] = OrderedDict()
+        self._sync_waiters: list[asyncio.Future[None]] = []
         self.changed = asyncio.Event()
-        self._synced_event = asyncio.Event()
         self.started_at = clock()
 
     # Listeners & sync gate ----------------------------------------------------------------------------
@@ -120,12 +151,29 @@ class ClusterState:
         self._listeners.append(listener)
 
     @property
-    def synced(self) -> bool:
-        """Every kind listed at least once (decisions must wait for this)."""
+    def listed(self) -> bool:
+        """Every kind listed at least once."""
         return self._synced_kinds.issuperset(KINDS)
+
+    @property
+    def synced(self) -> bool:
+        """Karpenter ``Cluster.Synced`` (decisions must wait for this): every kind listed, and the NodeClaim ↔
+        Node join complete (see the module docstring). Costs one pass over NodeClaims and Nodes."""
+        return self.listed and not self.unsynced_reason()
+
+    def unsynced_reason(self) -> str:
+        """Why the NodeClaim ↔ Node join is incomplete ("" when it is complete)."""
+        for name, node in self.nodes.items():
+            if node.deleting or not node.provider_id or node.labels.get(wk.LABEL_REGISTERED) != "true":
+                continue
+            if node.provider_id not in self.nodeclaim_by_provider_id:
+                return f"node {name} was registered by a nodeclaim not seen yet"
+        return ""
 
     def _notify(self, kind: str, event: str, key: str, old: Any, new: Any) -> None:
         self.changed.set()
+        if self._sync_waiters and kind in ("Node", "NodeClaim"):
+            self._wake_sync_waiters()
         for listener in self._listeners:
             try:
                 listener(kind, event, key, old, new)
@@ -150,18 +198,33 @@ class ClusterState:
         for item in items:
             self.apply(kind, "MODIFIED", item)
         self._synced_kinds.add(kind)
-        if self.synced:
-            self._synced_event.set()
+        self._wake_sync_waiters()
 
     async def wait_synced(self) -> None:
-        """Wait until every kind has been listed once."""
-        await self._synced_event.wait()
+        """Wait until :attr:`synced` holds (re-checked on every Node or NodeClaim change and every LIST)."""
+        while not self.synced:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._sync_waiters.append(waiter)
+            await waiter
+
+    def _wake_sync_waiters(self) -> None:
+        waiters, self._sync_waiters = self._sync_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def apply(self, kind: str, event_type: str, obj: JSON, *, force: bool = False) -> None:
-        """One watch event or one of our own writes (the apiserver's answer)."""
+        """One watch event or one of our own writes (the apiserver's answer).
+
+        An object whose uid was deleted is ignored (a late write answer: see the module docstring); a Node or
+        NodeClaim answer with a deletionTimestamp and no finalizers is applied as its deletion."""
         key = object_key(obj)
-        if event_type == "DELETED":
-            self._delete(kind, key)
+        uid = _uid(obj)
+        if uid and uid in self._tombstones:
+            log.debug("ignoring a deleted object", kind=kind, key=key, event_type=event_type)
+            return
+        if event_type == "DELETED" or (kind in NO_GRACEFUL_DELETION and _finalized(obj)):
+            self._delete(kind, key, uid)
             return
         store = self._store(kind)
         old = store.get(key)
@@ -197,14 +260,27 @@ class ClusterState:
         }
         return stores[kind]
 
-    def _delete(self, kind: str, key: str) -> None:
+    def _bury(self, uid: str) -> None:
+        if not uid:
+            return
+        self._tombstones[uid] = None
+        self._tombstones.move_to_end(uid)
+        while len(self._tombstones) > TOMBSTONES:
+            self._tombstones.popitem(last=False)
+
+    def _delete(self, kind: str, key: str, uid: str = "") -> None:
         store = self._store(kind)
-        old = store.pop(key, None)
+        old = store.get(key)
+        if old is not None and uid and _stored_uid(old) not in ("", uid):
+            # The DELETED event of an older object with the same name: the stored one is its successor.
+            self._bury(uid)
+            return
+        self._bury(uid or (_stored_uid(old) if old is not None else ""))
+        store.pop(key, None)
         if old is None:
             return
         if kind == "Pod":
             self._unindex_pod(old)
-            self.planned.pop(key, None)
             self.pod_volumes.pop(key, None)
         elif kind == "Node":
             if old.provider_id:
@@ -214,7 +290,6 @@ class ClusterState:
             pid = provider_id(old)
             if pid and self.nodeclaim_by_provider_id.get(pid) == key:
                 self.nodeclaim_by_provider_id.pop(pid, None)
-            self._replan_away_from(key)
         self._notify(kind, "DELETED", key, old, None)
 
     def _put_pod(self, key: str, info: PodInfo) -> None:
@@ -224,7 +299,6 @@ class ClusterState:
         self.pods[key] = info
         if info.node_name and not info.terminal:
             self.pods_by_node[info.node_name].add(key)
-            self.planned.pop(key, None)  # bound: the plan is fulfilled
             if not info.daemonset and (old is None or old.node_name != info.node_name):
                 self.last_pod_event[info.node_name] = self.clock()
 
@@ -264,39 +338,6 @@ class ClusterState:
         pid = provider_id(obj)
         if pid:
             self.nodeclaim_by_provider_id[pid] = key
-        if deleting(obj):
-            self._replan_away_from(key)
-            return
-        for pod_key in planned_pods(obj):
-            pod = self.pods.get(pod_key)
-            if pod is not None and pod.node_name:
-                continue
-            owner = self.planned.get(pod_key)
-            # A pod re-planned onto this NodeClaim after its first one failed (deleted, e.g. on ICE) belongs
-            # here now: keeping the dead owner would make the provisioner plan it again and again.
-            if owner is None or owner == key or not self._live_nodeclaim(owner):
-                self.planned[pod_key] = key
-
-    def _live_nodeclaim(self, name: str) -> bool:
-        claim = self.nodeclaims.get(name)
-        return claim is not None and not deleting(claim)
-
-    def _replan_away_from(self, name: str) -> None:
-        """Pods planned onto NodeClaim ``name`` (deleting or deleted) move to another live NodeClaim whose plan
-        lists them, or become pending again."""
-        moved = [p for p, nc in self.planned.items() if nc == name]
-        if not moved:
-            return
-        for pod_key in moved:
-            self.planned.pop(pod_key, None)
-        wanted = set(moved)
-        for other, claim in self.nodeclaims.items():
-            if other == name or deleting(claim):
-                continue
-            for pod_key in planned_pods(claim):
-                if pod_key in wanted:
-                    self.planned[pod_key] = other
-                    wanted.discard(pod_key)
 
     # Queries ----------------------------------------------------------------------------------------
 
@@ -318,21 +359,10 @@ class ClusterState:
             if info is not None:
                 yield info
 
-    def pending_pods(self) -> list[PodInfo]:
-        """Provisionable pods (Karpenter ``IsProvisionable``) not already planned onto a live NodeClaim."""
-        out = []
-        for key, info in self.pods.items():
-            if not info.provisionable:
-                continue
-            planned_on = self.planned.get(key)
-            if (
-                planned_on is not None
-                and planned_on in self.nodeclaims
-                and not deleting(self.nodeclaims[planned_on])
-            ):
-                continue
-            out.append(info)
-        return out
+    def provisionable_pods(self) -> list[PodInfo]:
+        """Provisionable pods (Karpenter ``IsProvisionable``); which of them are planned already is the plan
+        owner's business (:meth:`karpy.state.plans.Plans.pending`)."""
+        return [info for info in self.pods.values() if info.provisionable]
 
     def namespace_labels(self) -> dict[str, Mapping[str, str]]:
         """Namespace name → labels (for ``namespaceSelector`` of pod affinity terms)."""
@@ -374,20 +404,6 @@ def provider_id(obj: Mapping[str, Any]) -> str:
 def deleting(obj: Mapping[str, Any]) -> bool:
     """The object has a deletionTimestamp."""
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
-
-
-def planned_pods(nodeclaim: Mapping[str, Any]) -> list[str]:
-    """Pod keys recorded on a NodeClaim by the provisioner (annotation ``karpy.sh/planned-pods``)."""
-    import json
-
-    raw = ((nodeclaim.get("metadata") or {}).get("annotations") or {}).get(wk.ANNOTATION_PLANNED_PODS)
-    if not raw:
-        return []
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return []
-    return [str(v) for v in value] if isinstance(value, list) else []
 
 
 def condition(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:

@@ -331,6 +331,7 @@ class NodeInfo:
     resource_version: str
     created: float
     annotations: Mapping[str, str] = attrs.field(factory=dict)
+    uid: str = ""
 
 
 def node_info(obj: Mapping[str, Any]) -> NodeInfo:
@@ -357,6 +358,7 @@ def node_info(obj: Mapping[str, Any]) -> NodeInfo:
         resource_version=str(meta.get("resourceVersion", "")),
         created=parse_time(meta.get("creationTimestamp")),
         annotations=dict(meta.get("annotations") or {}),
+        uid=str(meta.get("uid", "")),
     )
 
 

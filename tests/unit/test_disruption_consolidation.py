@@ -34,7 +34,7 @@ async def setup(objs: list[dict], types: list[InstanceType] = CATALOGUE) -> tupl
     kube = FakeKube(state)
     prov = Provisioner(kube, state, FakeCloud(types), EventRecorder(kube))  # type: ignore[arg-type]
     pools, _, existing = await prov.simulation_inputs()
-    pending = [p.pod for p in state.pending_pods()]
+    pending = [p.pod for p in prov.pending_pods()]
 
     def sim(chosen: Any) -> model.SchedulingResult:
         return cons.simulate(chosen, pending, pools, existing, [])

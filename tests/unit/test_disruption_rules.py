@@ -23,6 +23,7 @@ from karpy.controllers.disruption.candidates import (
 )
 from karpy.controllers.disruption.emptiness import consolidatable, consolidate_after, empty_command
 from karpy.controllers.disruption.types import EMPTY, Candidate
+from karpy.state.plans import Plans
 from karpy.state.views import pod_info
 from tests.unit.disruption_builders import (
     CATALOGUE,
@@ -90,9 +91,9 @@ def test_nominated_claims_are_those_with_unbound_planned_pods() -> None:
     pool = nodepool()
     claim = nodeclaim("a", pool, annotations={wk.ANNOTATION_PLANNED_PODS: json.dumps(["default/p1", "default/p2"])})
     state = loaded_state([pool, claim, node(claim), pod("p1"), pod("p2", "node-a")])
-    assert nominated_claims(state) == {"a"}
+    assert nominated_claims(Plans(state)) == {"a"}
     state2 = loaded_state([pool, claim, node(claim), pod("p1", "node-a"), pod("p2", "node-a")])
-    assert nominated_claims(state2) == set()
+    assert nominated_claims(Plans(state2)) == set()
 
 
 def test_do_not_disrupt_on_claim_node_or_pod_blocks() -> None:

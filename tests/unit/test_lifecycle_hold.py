@@ -9,18 +9,20 @@ from typing import Any
 from karpy.apis import labels as wk
 from karpy.controllers.nodeclaim_lifecycle import BIND_HOLD, NodeClaimLifecycle
 from karpy.state.cluster import ClusterState
+from karpy.state.plans import Plans
 from karpy.state.views import node_info
 
 NOW = 1_800_000_000.0
 
 
-def claim(name: str, pods: list[str], *, registered: bool = False, rv: str = "1") -> dict[str, Any]:
+def claim(name: str, pods: list[str], *, batch: str = "b1", registered: bool = False, rv: str = "1") -> dict[str, Any]:
     conditions = [{"type": wk.COND_REGISTERED, "status": "True"}] if registered else []
+    plan = {"batch": batch, "pods": {key.split("/")[1]: key for key in pods}}  # test pods' uid is their name
     return {
         "metadata": {
             "name": name,
             "resourceVersion": rv,
-            "annotations": {wk.ANNOTATION_PLANNED_PODS: json.dumps(pods)},
+            "annotations": {wk.ANNOTATION_PLAN: json.dumps(plan), wk.ANNOTATION_PLANNED_PODS: json.dumps(pods)},
         },
         "status": {"providerID": f"aws:///us-east-1a/i-{name}", "conditions": conditions},
     }
@@ -30,8 +32,8 @@ def pending(name: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": "d", "uid": name, "resourceVersion": "1"}, "spec": {}}
 
 
-def lifecycle(state: ClusterState) -> NodeClaimLifecycle:
-    return NodeClaimLifecycle(None, state, None, None, clock=lambda: NOW)  # type: ignore[arg-type]
+def lifecycle(state: ClusterState, plans: Plans | None = None) -> NodeClaimLifecycle:
+    return NodeClaimLifecycle(None, state, None, None, clock=lambda: NOW, plans=plans)  # type: ignore[arg-type]
 
 
 def node(age: float) -> Any:
@@ -40,7 +42,8 @@ def node(age: float) -> Any:
 
 
 def test_hold_covers_pods_of_unregistered_sibling_claims_only() -> None:
-    """A pod planned for a sibling still booting holds this node; a registered sibling's pods do not."""
+    """A pod planned for a sibling of the same batch still booting holds this node; a registered sibling's pods
+    do not."""
     state = ClusterState()
     for p in ("a", "b"):
         state.apply("Pod", "ADDED", pending(p))
@@ -50,6 +53,33 @@ def test_hold_covers_pods_of_unregistered_sibling_claims_only() -> None:
     assert lifecycle(state)._binding_pending(early, node(age=1)), "late's pod must not be taken by kube-scheduler"
     state.apply("NodeClaim", "MODIFIED", claim("late", ["d/a"], registered=True, rv="2"))
     assert not lifecycle(state)._binding_pending(early, node(age=1)), "late registered: its own hold applies"
+
+
+def test_hold_ignores_unregistered_claims_of_other_batches() -> None:
+    """Defect 7: a NodeClaim of another provisioning decision, however many pods it waits for, does not hold this
+    node (the hold used to wait on every unregistered NodeClaim)."""
+    state = ClusterState()
+    state.apply("Pod", "ADDED", pending("a"))
+    state.apply("NodeClaim", "ADDED", claim("mine", [], batch="b1"))
+    state.apply("NodeClaim", "ADDED", claim("other", ["d/a"], batch="b2"))
+    assert not lifecycle(state)._binding_pending(state.nodeclaims["mine"], node(age=1))
+
+
+def test_hold_is_signalled_when_a_batch_pod_is_bound() -> None:
+    """The plan owner tells the batch when one of its pods is bound, instead of the hold polling."""
+    state = ClusterState()
+    plans = Plans(state)
+    signals: list[str] = []
+    plans.subscribe(signals.append)
+    state.apply("Pod", "ADDED", pending("a"))
+    state.apply("NodeClaim", "ADDED", claim("early", []))
+    state.apply("NodeClaim", "ADDED", claim("late", ["d/a"]))
+    held = lifecycle(state, plans)
+    assert held._binding_pending(state.nodeclaims["early"], node(age=1))
+    signals.clear()
+    state.apply("Pod", "MODIFIED", {**pending("a"), "spec": {"nodeName": "n-late"}})
+    assert signals == ["late"] and plans.batch_of("late") == {"early", "late"}
+    assert not held._binding_pending(state.nodeclaims["early"], node(age=1))
 
 
 def test_hold_ends_after_bind_hold_seconds() -> None:

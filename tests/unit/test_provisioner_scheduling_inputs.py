@@ -263,7 +263,7 @@ def test_scheduling_pods_derive_volume_terms_and_skip_unsatisfiable_volumes() ->
         ]
     )
     prov = provisioner(state, FakeKube())
-    pending = sorted(state.pending_pods(), key=lambda p: p.key)
+    pending = sorted(state.provisionable_pods(), key=lambda p: p.key)
     pods, errors = prov.scheduling_pods(pending)
     by_key = {p.key: p for p in pods}
     assert set(by_key) == {"default/plain", "default/pinned", "default/wffc"}

@@ -1,7 +1,8 @@
-"""ClusterState: indexes, read-your-writes by resourceVersion, planned pods, sync gate."""
+"""ClusterState: indexes, read-your-writes by resourceVersion, tombstones, sync gate."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -36,27 +37,15 @@ def test_stale_watch_event_does_not_undo_own_write() -> None:
     assert state.nodeclaim_by_provider_id == {"aws:///us-east-1a/i-1": "a"}
 
 
-def test_planned_pods_are_not_pending_until_their_claim_goes() -> None:
-    """Pods recorded on a live NodeClaim are not provisioned for again; deleting the claim frees them."""
-    state = ClusterState()
-    state.apply("Pod", "ADDED", pod("p1", "1"))
-    state.apply("Pod", "ADDED", pod("p2", "2"))
-    state.apply("NodeClaim", "ADDED", nodeclaim("a", "3", planned=["d/p1"]))
-    assert [p.key for p in state.pending_pods()] == ["d/p2"]
-    state.apply("NodeClaim", "DELETED", nodeclaim("a", "4"))
-    assert sorted(p.key for p in state.pending_pods()) == ["d/p1", "d/p2"]
-
-
-def test_binding_clears_plan_and_indexes_pod() -> None:
-    """A bound pod leaves the plan and is indexed under its node; its departure stamps lastPodEvent."""
+def test_bound_pod_is_indexed_under_its_node() -> None:
+    """A bound pod is indexed under its node; its departure stamps lastPodEvent."""
     now = [100.0]
     state = ClusterState(clock=lambda: now[0])
-    state.apply("NodeClaim", "ADDED", nodeclaim("a", "1", planned=["d/p1"]))
     state.apply("Pod", "ADDED", pod("p1", "2"))
-    assert state.planned == {"d/p1": "a"}
+    assert [p.key for p in state.provisionable_pods()] == ["d/p1"]
     now[0] = 150.0
     state.apply("Pod", "MODIFIED", pod("p1", "3", node="n1"))
-    assert state.planned == {} and [p.key for p in state.pods_on("n1")] == ["d/p1"]
+    assert [p.key for p in state.pods_on("n1")] == ["d/p1"] and not state.provisionable_pods()
     now[0] = 200.0
     state.apply("Pod", "DELETED", pod("p1", "4", node="n1"))
     assert list(state.pods_on("n1")) == [] and state.last_pod_event["n1"] == 200.0
@@ -99,26 +88,6 @@ def test_pod_waits_for_volume_binding_until_its_claims_are_bound() -> None:
     assert not state.waits_for_volume_binding("d/db")
 
 
-def test_pods_of_a_failed_nodeclaim_follow_their_new_plan() -> None:
-    """A NodeClaim deleted (e.g. after ICE) hands its pods to the NodeClaim re-planned for them, so they are not
-    pending again and no third NodeClaim is made; with no other plan they become pending."""
-    state = ClusterState()
-    state.apply("Pod", "ADDED", pod("a", "1"))
-    state.apply("NodeClaim", "ADDED", nodeclaim("first", "2", planned=["d/a"]))
-    failed = nodeclaim("first", "3", planned=["d/a"])
-    failed["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    state.apply("NodeClaim", "MODIFIED", failed)
-    assert "d/a" not in state.planned and [p.key for p in state.pending_pods()] == ["d/a"]
-    state.apply("NodeClaim", "ADDED", nodeclaim("second", "4", planned=["d/a"]))
-    assert state.planned["d/a"] == "second" and not state.pending_pods()
-    state.apply("NodeClaim", "DELETED", failed)
-    assert state.planned["d/a"] == "second", "the old NodeClaim going away keeps the new plan"
-    state.apply("NodeClaim", "MODIFIED", {**nodeclaim("second", "5", planned=["d/a"]),
-                                          "metadata": {**nodeclaim("second", "5", planned=["d/a"])["metadata"],
-                                                       "deletionTimestamp": "2026-01-01T00:00:00Z"}})
-    assert "d/a" not in state.planned
-
-
 def test_relist_keeps_writes_newer_than_its_snapshot() -> None:
     """After 410 Gone, a LIST older than karpy's own write neither removes nor rolls back what karpy wrote."""
     state = ClusterState()
@@ -130,3 +99,69 @@ def test_relist_keeps_writes_newer_than_its_snapshot() -> None:
     assert state.nodeclaims["old"]["status"] == {"providerID": "aws:///z/i-1"}, "the newer write is not rolled back"
     state.replace("NodeClaim", [], "12")
     assert not state.nodeclaims, "gone as of a newer snapshot: dropped"
+
+
+def node(name: str, rv: str, *, uid: str = "", pid: str = "", finalizers: list[str] | None = None,
+         deleting: bool = False, registered: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "uid": uid or f"uid-{name}", "resourceVersion": rv,
+                            "finalizers": finalizers or [],
+                            "labels": {wk.LABEL_REGISTERED: "true"} if registered else {}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta, "spec": {"providerID": pid} if pid else {}}
+
+
+def test_late_write_answer_does_not_resurrect_a_deleted_node() -> None:
+    """Defect 1: the watch's DELETED event can be processed before the answer of one of karpy's own writes
+    (different connections). The answer must not re-insert the Node as a ghost that no later event removes
+    (the terminator then requeued forever and node_count stayed up until a restart)."""
+    state = ClusterState()
+    state.apply("Node", "ADDED", node("n1", "1", pid="aws:///z/i-1", finalizers=[wk.FINALIZER_TERMINATION]))
+    cordoned = node("n1", "2", pid="aws:///z/i-1", finalizers=[wk.FINALIZER_TERMINATION], deleting=True)
+    state.apply("Node", "DELETED", node("n1", "3", pid="aws:///z/i-1", deleting=True))
+    state.apply("Node", "MODIFIED", cordoned)  # the cordon patch's answer, late
+    assert "n1" not in state.nodes and not state.node_by_provider_id
+    state.apply("Node", "ADDED", node("n1", "9", uid="uid-n1-again"))  # a new Node of the same name is welcome
+    assert state.nodes["n1"].uid == "uid-n1-again"
+
+
+def test_answer_removing_the_last_finalizer_is_the_deletion() -> None:
+    """The answer to the patch that removes the last finalizer of a deleting Node shows the object the apiserver
+    just removed: it is applied as the deletion, whether the watch's DELETED event came first or comes later."""
+    state = ClusterState()
+    state.apply("Node", "ADDED", node("n1", "1", finalizers=[wk.FINALIZER_TERMINATION], deleting=True))
+    state.apply("Node", "MODIFIED", node("n1", "2", deleting=True))  # finalizers: [] in the answer
+    assert "n1" not in state.nodes
+    state.apply("Node", "DELETED", node("n1", "2", deleting=True))
+    assert "n1" not in state.nodes
+
+
+def test_tombstones_are_bounded() -> None:
+    """Only the last TOMBSTONES deleted uids are remembered."""
+    from karpy.state import cluster
+
+    state = ClusterState()
+    for i in range(cluster.TOMBSTONES + 5):
+        state.apply("Pod", "DELETED", pod(f"p{i}", str(i)))
+    assert len(state._tombstones) == cluster.TOMBSTONES and "p0" not in state._tombstones
+
+
+def test_synced_needs_every_registered_node_joined_to_its_nodeclaim() -> None:
+    """Karpenter Synced: a Node karpy registered whose NodeClaim state has not seen holds decisions back until the
+    NodeClaim arrives; wait_synced wakes on that change."""
+
+    async def scenario() -> None:
+        state = ClusterState()
+        for kind in KINDS:
+            items = [node("n1", "1", pid="aws:///z/i-1", registered=True)] if kind == "Node" else []
+            state.replace(kind, items)
+        assert state.listed and not state.synced
+        assert "n1" in state.unsynced_reason()
+        waiter = asyncio.create_task(state.wait_synced())
+        await asyncio.sleep(0)
+        assert not waiter.done()
+        state.apply("NodeClaim", "ADDED", nodeclaim("a", "2", pid="aws:///z/i-1"))
+        await asyncio.wait_for(waiter, 1)
+        assert state.synced
+
+    asyncio.run(scenario())

@@ -17,6 +17,7 @@ from karpy.controllers.disruption.types import Candidate
 from karpy.controllers.terminator import drainable
 from karpy.settings import parse_duration
 from karpy.state.cluster import ClusterState, condition_true, deleting
+from karpy.state.plans import Plans
 from karpy.state.views import NodeInfo, PodInfo, parse_time
 
 JSON = dict[str, Any]
@@ -190,9 +191,9 @@ def node_blocker(
     return reason, node, nodepool
 
 
-def nominated_claims(state: ClusterState) -> set[str]:
+def nominated_claims(plans: Plans) -> set[str]:
     """NodeClaims with pods planned onto them that are not bound yet (Karpenter nomination)."""
-    return {claim for key, claim in state.planned.items() if (p := state.pods.get(key)) is not None and not p.node_name}
+    return plans.nominated()
 
 
 def build_candidate(

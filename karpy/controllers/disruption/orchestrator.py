@@ -233,7 +233,7 @@ class Disruption:
             log.warning("cannot build the simulation, skipping disruption", error=str(err))
             return None
         types: dict[str, dict[str, InstanceType]] = {p.name: {it.name: it for it in p.instance_types} for p in pools}
-        nominated = nominated_claims(self.state) | {
+        nominated = nominated_claims(self.provisioner.plans) | {
             n for n, t in self.provisioner.nominated.items() if now - t < NOMINATION_WINDOW
         }
         candidates: list[Candidate] = []
@@ -262,7 +262,7 @@ class Disruption:
             if reason:
                 eventual_only.add(name)
             candidates.append(candidate)
-        pending = [p.pod for p in self.state.pending_pods() + self.provisioner.displaced_pods()]
+        pending = [p.pod for p in self.provisioner.pending_pods() + self.provisioner.displaced_pods()]
         # Commands in flight: their nodes are going away and their pods need the capacity that remains (Karpenter
         # simulates pods of nodes marked for deletion as pending), or a destination node could be consolidated
         # under the pods about to land on it.
