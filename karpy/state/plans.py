@@ -131,9 +131,9 @@ class Plans:
     def pods_of(self, nodeclaim: str) -> list[PodInfo]:
         """The open pods planned onto ``nodeclaim`` (sorted by key)."""
         out = []
-        for key in sorted(self._pods.get(nodeclaim, {}).values()):
+        for uid, key in sorted(self._pods.get(nodeclaim, {}).items(), key=lambda item: item[1]):
             info = self.state.pods.get(key)
-            if info is not None and _open(info):
+            if info is not None and info.pod.uid == uid and _open(info):
                 out.append(info)
         return out
 
