@@ -204,10 +204,10 @@ class Operator:
     def _after_sync(self, run: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
         """``run`` once every informer has listed: a keyed reconciler acting on a half-listed cluster would
         delete NodeClaims whose EC2NodeClass is not listed yet, or drop plans of pods not listed yet. Keys
-        enqueued meanwhile wait in the queue."""
+        enqueued meanwhile wait in the queue. Not ``synced``: that waits for launches, which these make."""
 
         async def gated() -> None:
-            await self.state.wait_synced()
+            await self.state.wait_listed()
             await run()
 
         return gated

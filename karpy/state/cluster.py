@@ -12,13 +12,20 @@ deletionTimestamp and no finalizers left is itself a deletion (the apiserver rem
 write). All mutators are synchronous and run on the event loop, so readers never see a half-applied event.
 Listeners are told about every change so controllers (and the plan owner, :mod:`karpy.state.plans`) can act.
 
-Indexes: providerID → NodeClaim name and → Node name, node name → pod keys. ``synced`` (Karpenter
-``Cluster.Synced``: state represents every NodeClaim and Node the apiserver has): every kind listed at least
-once — karpy's informers are its cache, so from then on every existing NodeClaim and Node is in state, and
-ghosts are excluded by the tombstones — and the NodeClaim ↔ Node join complete: every live Node karpy
-registered (``karpenter.sh/registered=true``) has the NodeClaim with its providerID in state. The other
-direction is not required: a NodeClaim legitimately has no Node while it boots, or after its Node was deleted
-outside karpy (the disruption rules and garbage collection handle that).
+Indexes: providerID → NodeClaim name and → Node name, node name → pod keys. ``synced`` is Karpenter's
+``Cluster.Synced`` (state represents every NodeClaim and Node the apiserver has, joined by providerID):
+
+* every kind listed at least once (``listed``) — karpy's informers are its cache, so from then on every
+  existing NodeClaim and Node is in state, and the tombstones keep deleted ones out;
+* every live NodeClaim has a providerID: one still launching has no capacity to plan onto yet, and a decision
+  made meanwhile would launch a second node for pods that fit on it ("we need to wait to see what the resolved
+  values are before continuing");
+* every live Node karpy registered (``karpenter.sh/registered=true``) has the NodeClaim with its providerID.
+
+The NodeClaim → Node direction is not required: a NodeClaim legitimately has no Node while it boots, or after
+its Node was deleted outside karpy (the disruption rules and garbage collection handle that). Reconcilers that
+make the state converge (launch, registration, termination) wait only for ``listed``; decisions (provisioning,
+disruption) wait for ``synced``.
 What it does not do: talk to the API (the reconcilers do), read karpy's annotations, or decide anything.
 """
 
@@ -163,6 +170,9 @@ class ClusterState:
 
     def unsynced_reason(self) -> str:
         """Why the NodeClaim ↔ Node join is incomplete ("" when it is complete)."""
+        for name, claim in self.nodeclaims.items():
+            if not deleting(claim) and not provider_id(claim):
+                return f"nodeclaim {name} is not launched yet"
         for name, node in self.nodes.items():
             if node.deleting or not node.provider_id or node.labels.get(wk.LABEL_REGISTERED) != "true":
                 continue
@@ -199,6 +209,13 @@ class ClusterState:
             self.apply(kind, "MODIFIED", item)
         self._synced_kinds.add(kind)
         self._wake_sync_waiters()
+
+    async def wait_listed(self) -> None:
+        """Wait until every kind has been listed once."""
+        while not self.listed:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._sync_waiters.append(waiter)
+            await waiter
 
     async def wait_synced(self) -> None:
         """Wait until :attr:`synced` holds (re-checked on every Node or NodeClaim change and every LIST)."""

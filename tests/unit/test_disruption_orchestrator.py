@@ -402,7 +402,11 @@ async def test_replacement_counts_the_pods_it_was_launched_for_while_they_drain(
     old["metadata"]["deletionTimestamp"] = ts(T0)
     new = nodeclaim("new", pool, initialized=False)
     new["metadata"]["annotations"][wk.ANNOTATION_PLANNED_PODS] = json.dumps(["default/w"])
-    new["status"] = {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}, "conditions": []}
+    new["status"] = {
+        "providerID": "aws:///us-east-1a/i-new",  # launched (it has allocatable), not registered yet
+        "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+        "conditions": [],
+    }
     h = Harness([nodeclass(), pool, old, new, node(old), pod("w", "node-old", cpu="3")])
     existing = {e.name: e for e in h.provisioner._existing_capacity()}
     assert existing["nodeclaim/new"].requested["cpu"] == 3000

@@ -59,7 +59,7 @@ def test_relist_drops_vanished_objects_and_syncs() -> None:
     state.apply("NodeClaim", "ADDED", nodeclaim("old", "1"))
     assert not state.synced
     for kind in KINDS:
-        state.replace(kind, [nodeclaim("new", "2")] if kind == "NodeClaim" else [])
+        state.replace(kind, [nodeclaim("new", "2", pid="aws:///z/i-2")] if kind == "NodeClaim" else [])
     assert set(state.nodeclaims) == {"new"} and ("DELETED", "old") in events
     assert state.synced
 
@@ -165,3 +165,20 @@ def test_synced_needs_every_registered_node_joined_to_its_nodeclaim() -> None:
         assert state.synced
 
     asyncio.run(scenario())
+
+
+def test_synced_waits_for_every_live_nodeclaim_to_be_launched() -> None:
+    """Karpenter Synced: a NodeClaim still launching has no capacity to plan onto yet; a decision made meanwhile
+    launched a second node for pods that would fit on it (defect 9's extra NodeClaim under CPU load). A deleting
+    one does not count."""
+    state = ClusterState()
+    for kind in KINDS:
+        state.replace(kind, [nodeclaim("a", "1")] if kind == "NodeClaim" else [])
+    assert state.listed and not state.synced and "not launched" in state.unsynced_reason()
+    state.apply("NodeClaim", "MODIFIED", nodeclaim("a", "2", pid="aws:///z/i-1"))
+    assert state.synced
+    gone = nodeclaim("b", "3")
+    gone["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    gone["metadata"]["finalizers"] = [wk.FINALIZER_TERMINATION]
+    state.apply("NodeClaim", "ADDED", gone)
+    assert state.synced
