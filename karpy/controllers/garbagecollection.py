@@ -154,8 +154,8 @@ class GarbageCollection:
         self._templates_at: float | None = None
 
     async def run(self) -> None:
-        """Collect once cluster state is synced, then on Karpenter's cadence (see the module docstring)."""
-        await self.state.wait_synced()
+        """Collect once every kind is listed, then on Karpenter's cadence (see the module docstring)."""
+        await self.state.wait_listed()
         while True:
             try:
                 await self.collect_once()

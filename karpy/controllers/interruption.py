@@ -130,8 +130,8 @@ class Interruption:
         self.now = now
 
     async def run(self) -> None:
-        """Receive and handle batches forever, once cluster state is synced (NodeClaims must be known)."""
-        await self.state.wait_synced()
+        """Receive and handle batches forever, once every kind is listed (NodeClaims must be known)."""
+        await self.state.wait_listed()
         backoff = RECEIVE_BACKOFF[0]
         while True:
             try:
