@@ -90,3 +90,54 @@ def test_hold_ends_after_bind_hold_seconds() -> None:
     mine = state.nodeclaims["self"]
     assert lifecycle(state)._binding_pending(mine, node(age=1))
     assert not lifecycle(state)._binding_pending(mine, node(age=BIND_HOLD + 1))
+
+
+class RecordingKube:
+    """Answers merge patches like the apiserver (the patch merged into the state's object, next resourceVersion)
+    and records their order."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.patches: list[tuple[str, str, dict[str, Any]]] = []
+
+    async def merge_patch(
+        self, resource: Any, name: str, patch: dict[str, Any], namespace: str | None = None, *, subresource: str = ""
+    ) -> dict[str, Any]:
+        self.patches.append((resource.kind, subresource, patch))
+        if resource.kind == "NodeClaim":
+            current = json.loads(json.dumps(self.state.nodeclaims[name]))
+            current.setdefault("status", {}).update(patch.get("status") or {})
+        else:
+            current = {"metadata": {"name": name, "labels": dict(patch["metadata"]["labels"])}}
+        current["metadata"]["resourceVersion"] = str(100 + len(self.patches))
+        return current
+
+
+async def test_node_name_is_written_before_any_pod_can_be_bound() -> None:
+    """Defect 9: the NodeClaim names its Node before the Node is labelled registered (the binder's go-ahead), so
+    no pod can run on a Node its NodeClaim does not name yet — even while the hold defers Registered=True."""
+    state = ClusterState()
+    state.apply("Pod", "ADDED", pending("a"))
+    launched = claim("self", ["d/a"])
+    launched["status"]["conditions"] = [{"type": wk.COND_LAUNCHED, "status": "True"}]
+    state.apply("NodeClaim", "ADDED", launched)
+    state.apply(
+        "Node",
+        "ADDED",
+        {
+            "metadata": {
+                "name": "n-self",
+                "resourceVersion": "1",
+                "creationTimestamp": datetime.fromtimestamp(NOW - 1, UTC).isoformat(),
+            },
+            "spec": {"providerID": "aws:///us-east-1a/i-self"},
+        },
+    )
+    kube = RecordingKube(state)
+    held = NodeClaimLifecycle(kube, state, None, None, clock=lambda: NOW)  # type: ignore[arg-type]
+    result = await held.reconcile("self")
+    kinds = [(kind, sub) for kind, sub, _ in kube.patches]
+    assert kinds == [("NodeClaim", "status"), ("Node", "")], "nodeName first, then the Node's registered label"
+    assert kube.patches[0][2] == {"status": {"nodeName": "n-self"}}
+    assert state.nodeclaims["self"]["status"]["nodeName"] == "n-self"
+    assert result.requeue_after is not None and result.requeue_after <= BIND_HOLD, "held, no polling"
