@@ -213,6 +213,7 @@ class NodeClaimLifecycle:
             return Result(requeue_after=REGISTRATION_TTL - since + 1)
         if (claim.get("status") or {}).get("nodeName") != node.name:
             claim = await self._link(claim, node)
+            node = self.state.nodes.get(node.name) or node  # its resourceVersion may have moved meanwhile
         hold = self._binding_pending(claim, node)
         if node.labels.get(wk.LABEL_REGISTERED) != "true" or _unregistered_taint(node) != (
             "NoSchedule" if hold else None
