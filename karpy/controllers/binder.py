@@ -74,7 +74,7 @@ class Binder:
                 # Left to kube-scheduler but kept planned: the provisioner must not launch for it again.
                 log.debug("leaving pod to kube-scheduler", pod=pod_key, node=node.name, reason="volume binding")
                 continue
-            pod, error = with_volume_terms(self.state, info)
+            pod, error = with_volume_terms(self.state, info, keep_hostname=True)
             if error is not None:
                 self._leave(pod, node.name, error)
                 continue

@@ -381,18 +381,23 @@ class Provisioner:
             log.info("pods unschedulable", count=len(errors), example=next(iter(errors.values())))
 
 
-def with_volume_terms(state: ClusterState, info: PodInfo) -> tuple[model.Pod, str | None]:
+def with_volume_terms(
+    state: ClusterState, info: PodInfo, *, keep_hostname: bool = False
+) -> tuple[model.Pod, str | None]:
     """The pod's scheduling view with ``volume_terms`` from its volumes' topology (Karpenter
     ``VolumeTopology.Inject``), and why its volumes cannot be satisfied yet (None when they can).
 
     A bound PVC adds its PV's node affinity, an unbound WaitForFirstConsumer PVC its StorageClass's
     allowedTopologies; a missing PVC, PV or StorageClass, or an unbound Immediate PVC, is an error. A pod without
-    PVC-backed volumes is returned as it is, at the cost of one attribute check.
+    PVC-backed volumes is returned as it is, at the cost of one attribute check. ``keep_hostname`` keeps the
+    hostname of local volumes (binding onto an existing node; a new node never has the old node's name).
     """
     volumes = state.pod_volumes.get(info.key) if info.pod.volume_claims else None
     if volumes is None:
         return info.pod, None
-    topology = volume_topology(volumes, state.claims, state.persistent_volumes, state.storage_classes)
+    topology = volume_topology(
+        volumes, state.claims, state.persistent_volumes, state.storage_classes, keep_hostname=keep_hostname
+    )
     if topology.error is not None:
         return info.pod, f"waiting for volumes: {topology.error}"
     if topology.terms:
