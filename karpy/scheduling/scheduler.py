@@ -42,6 +42,10 @@ required and PreferNoSchedule taints as blocking, then relaxes in Karpenter's or
 heaviest first, one term per step; preferred pod anti-affinity likewise; preferred node-affinity terms;
 ScheduleAnyway spreads; PreferNoSchedule tolerated). ``Ignore`` drops them all at once.
 
+Existing nodes are checked with one predicate (``Solver._refusal``: resources, taints, node affinity, volume node
+affinity, host ports, pod (anti-)affinity, topology spread, each named after its kube-scheduler filter); the
+binder runs the same check before each Binding (:mod:`karpy.scheduling.predicate`).
+
 Pure and deterministic: no I/O, no clock, no randomness; ties break on names and input order.
 """
 

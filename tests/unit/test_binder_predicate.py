@@ -160,3 +160,23 @@ async def test_pod_that_does_not_fit_or_tolerate_is_left() -> None:
     kube, _ = await run([pool, repl, n, pod("big", cpu="3"), pod("small", cpu="1")], "repl-a")
     assert kube.bindings == []
     assert "TaintToleration" in left(kube)["small"]
+
+
+async def test_local_volume_of_another_node_is_left_to_kube_scheduler() -> None:
+    """A local PV's hostname is dropped when planning a new node, but a Binding must honour it."""
+    pool = nodepool()
+    repl = planned_on(in_zone(nodeclaim("repl-a", pool), "us-east-1a"), "db-1")
+    pv, claim = zonal_volume("data-db-1", "us-east-1a")
+    pv["spec"] = {
+        "local": {"path": "/mnt/disk"},
+        "nodeAffinity": {
+            "required": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": wk.LABEL_HOSTNAME, "operator": "In", "values": ["old-node"]}]}
+                ]
+            }
+        },
+    }
+    kube, _ = await run([pool, repl, node(repl), db_pod("db-1", claim="data-db-1"), pv, claim], "repl-a")
+    assert kube.bindings == []
+    assert "VolumeBinding" in left(kube)["db-1"]
