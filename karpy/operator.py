@@ -73,7 +73,7 @@ class Operator:
             preference_policy=settings.preference_policy,
         )
         self.lifecycle = Controller(NodeClaimLifecycle(client, self.state, cloud, self.events), workers=8)
-        self.binder = Controller(Binder(client, self.state, self.events), workers=4)
+        self.binder = Controller(Binder(client, self.state, events=self.events), workers=4)
         from karpy.controllers.terminator import Terminator
 
         self.terminator = Controller(Terminator(client, self.state, cloud, self.events), workers=8)

@@ -48,7 +48,7 @@ class Binder:
 
     name = "binder"
 
-    def __init__(self, client: KubeClient, state: ClusterState, events: EventRecorder | None = None) -> None:
+    def __init__(self, client: KubeClient, state: ClusterState, *, events: EventRecorder | None = None) -> None:
         self.client = client
         self.state = state
         self.events = events

@@ -94,7 +94,7 @@ def zonal_volume(pvc: str, zone: str) -> list[JSON]:
 async def run(objs: list[JSON], claim: str) -> tuple[FakeKube, Binder]:
     state = loaded_state(objs)
     kube = FakeKube()
-    binder = Binder(kube, state, EventRecorder(kube))  # type: ignore[arg-type]
+    binder = Binder(kube, state, events=EventRecorder(kube))  # type: ignore[arg-type]
     await binder.reconcile(claim)
     for _ in range(5):
         await asyncio.sleep(0)
