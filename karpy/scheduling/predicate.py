@@ -48,15 +48,16 @@ class BindingCheck:
     ) -> None:
         nodes = [target, *(n for n in cluster if n.name != target.name)]
         self._solver = Solver(pods, (), nodes, (), IGNORE, namespace_labels)
+        self._target = target.name
 
     def refusal(self, pod: Pod) -> str | None:
         """Why ``pod`` (one of ``pods``) may not be bound to the target now, named after the kube-scheduler
         filter that would refuse it (``"VolumeBinding: ..."``); None when every filter passes."""
-        return self._solver.refusal(pod, 0)
+        return self._solver.refusal(pod, self._target)
 
     def assume(self, pod: Pod) -> None:
         """``pod`` was bound to the target: later checks count it."""
-        self._solver.assume(pod, 0)
+        self._solver.assume(pod, self._target)
 
 
 def binding_refusal(

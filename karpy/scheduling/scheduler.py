@@ -737,17 +737,20 @@ class Solver:
         g = self._group_of[pod.key]
         return g, g.levels[0]
 
-    def refusal(self, pod: Pod, node: int) -> str | None:
-        """Why existing node ``node`` (position in ``existing``) cannot take ``pod`` (one of this solve's pods)
-        now, with what is bound and assumed on every node counted; None when it can. See ``_refusal``."""
+    def _slot_named(self, name: str) -> Slot:
+        return next(slot for slot in self.slots if slot.node.name == name)
+
+    def refusal(self, pod: Pod, node: str) -> str | None:
+        """Why the existing node named ``node`` cannot take ``pod`` (one of this solve's pods) now, with what is
+        bound and assumed on every node counted; None when it can. See ``_refusal``."""
         g, level = self._group_level(pod)
-        out = self._refusal(g, level, self.slots[node])
+        out = self._refusal(g, level, self._slot_named(node))
         return None if out is None else out[0]
 
-    def assume(self, pod: Pod, node: int) -> None:
-        """Count ``pod`` as placed on existing node ``node`` (its resources, ports and topology)."""
+    def assume(self, pod: Pod, node: str) -> None:
+        """Count ``pod`` as placed on the existing node named ``node`` (its resources, ports and topology)."""
         g, _ = self._group_level(pod)
-        self._put_on_slot(self.slots[node], g, [pod])
+        self._put_on_slot(self._slot_named(node), g, [pod])
 
     def _put_on_slot(self, slot: Slot, g: Group, pods: list[Pod]) -> None:
         take = len(pods)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+import attrs
 import pytest
 from sched_builders import pod, req, selector, spread, term
 
@@ -303,10 +304,10 @@ def test_predicate_agrees_with_the_engine_and_kube_scheduler(seed: int) -> None:
         p = random_pod(rng, f"incoming-{k}")
         for target in cluster:
             why = binding_refusal(p, target, cluster)
-            # The engine, trying the target first (Ignore: kube-scheduler's filters only), places the pod there
-            # exactly when the predicate admits it.
-            others = [n for n in cluster if n is not target]
-            result = solve([p], [], [target, *others], [], preference_policy="Ignore")
+            # The engine (Ignore: kube-scheduler's filters only), with the other nodes full but their pods counted,
+            # places the pod on the target exactly when the predicate admits it.
+            others = [attrs.evolve(n, allocatable={}) for n in cluster if n is not target]
+            result = solve([p], [], [*others, target], [], preference_policy="Ignore")
             on_target = [q.key for q in result.existing.get(target.name, ())]
             assert (why is None) == (on_target == [p.key]), (why, on_target)
             # Never admitted where kube-scheduler refuses (the predicate may be stricter: hostname spread).
