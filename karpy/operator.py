@@ -79,7 +79,7 @@ class Operator:
         self.lifecycle = Controller(
             NodeClaimLifecycle(client, self.state, cloud, self.events, plans=self.plans), workers=8
         )
-        self.binder = Controller(Binder(client, self.state, self.plans), workers=4)
+        self.binder = Controller(Binder(client, self.state, self.plans, events=self.events), workers=4)
         from karpy.controllers.terminator import Terminator
 
         self.terminator = Controller(Terminator(client, self.state, cloud, self.events), workers=8)

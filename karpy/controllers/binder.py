@@ -2,29 +2,34 @@
 
 karpy launches a node for specific pods, so it binds them itself through the ``pods/binding`` subresource
 instead of waiting for kube-scheduler's next retry (which can take its unschedulable-pod backoff, up to
-minutes). A pod that is gone or already bound is skipped; a 409 whose pod already sits on that node counts
-as done; any other failure, or a pod that no longer fits or tolerates the node, is left to kube-scheduler. So
-is a pod with a PVC not bound yet (WaitForFirstConsumer): kube-scheduler's volume binding must pick its node.
-Keyed by NodeClaim name; enqueued by the plan owner (:class:`~karpy.state.plans.Plans`) when pods are planned
-onto a NodeClaim, and by its Node's changes. A pod left to kube-scheduler is released from its plan.
+minutes). A Binding skips kube-scheduler, so before each one the binder asks what kube-scheduler's filters would
+say for the pod on that node, with the pods now on the nodes (:mod:`karpy.scheduling.predicate`, the scheduling
+engine's own existing-node check): resources, taints, nodeSelector and required node affinity, the node affinity
+of the pod's bound volumes, host ports, pod (anti-)affinity and topology spread. A pod any of them refuses is left
+to kube-scheduler, with a log line and a ``LeftToScheduler`` event naming the filter. A pod that is gone or
+already bound is skipped; a 409 whose pod already sits on that node counts as done; any other failure is left to
+kube-scheduler. So is a pod with a PVC not bound yet (WaitForFirstConsumer): kube-scheduler's volume binding must
+pick its node. Keyed by NodeClaim name; enqueued by the plan owner (:class:`~karpy.state.plans.Plans`) when pods
+are planned onto a NodeClaim, and by its Node's changes. A pod left to kube-scheduler is released from its plan.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
 
 from karpy.apis import labels as wk
-from karpy.apis.resources import add, fits, subtract
-from karpy.controllers.provisioner import EPHEMERAL_TAINT_KEYS
+from karpy.controllers.provisioner import EPHEMERAL_TAINT_KEYS, bound_nodes, node_capacity, with_volume_terms
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
+from karpy.kube.events import WARNING, EventRecorder
 from karpy.kube.resources import PODS
 from karpy.metrics import PODS_BOUND
 from karpy.runtime.controller import Result
 from karpy.scheduling.model import Pod, Taint
-from karpy.scheduling.taints import tolerates
+from karpy.scheduling.predicate import BindingCheck, has_topology
 from karpy.state.cluster import ClusterState, deleting
 from karpy.state.plans import Plans
 from karpy.state.views import NodeInfo
@@ -33,14 +38,11 @@ log = structlog.get_logger("karpy.binder")
 JSON = dict[str, Any]
 
 
-def blocking_taint(pod: Pod, node: NodeInfo) -> Taint | None:
-    """A NoSchedule/NoExecute taint the pod does not tolerate (boot-time ephemeral taints ignored)."""
-    for taint in node.taints:
-        if taint.effect == "PreferNoSchedule" or taint.key in EPHEMERAL_TAINT_KEYS:
-            continue
-        if not tolerates(pod.tolerations, taint):
-            return taint
-    return None
+def binding_taints(node: NodeInfo) -> tuple[Taint, ...]:
+    """The Node's taints a Binding must respect: all but the boot-time ephemeral ones (a registered Node's
+    remaining not-ready taint is NoSchedule, which kubelet does not enforce). Startup taints do count: the pod
+    is left to kube-scheduler until whatever owns them removes them."""
+    return tuple(t for t in node.taints if t.key not in EPHEMERAL_TAINT_KEYS)
 
 
 class Binder:
@@ -48,10 +50,18 @@ class Binder:
 
     name = "binder"
 
-    def __init__(self, client: KubeClient, state: ClusterState, plans: Plans | None = None) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        state: ClusterState,
+        plans: Plans | None = None,
+        *,
+        events: EventRecorder | None = None,
+    ) -> None:
         self.client = client
         self.state = state
         self.plans = plans if plans is not None else Plans(state)
+        self.events = events
 
     async def reconcile(self, key: str) -> Result:
         """Bind the NodeClaim's planned, still-unbound pods to its registered Node."""
@@ -63,27 +73,53 @@ class Binder:
         # NoSchedule: from then on a Binding is safe (no NoExecute eviction) and kube-scheduler cannot race it.
         if node is None or node.deleting or node.labels.get(wk.LABEL_REGISTERED) != "true":
             return Result()
-        used = add(*(p.pod.requests for p in self.state.pods_on(node.name)))
+        todo: list[Pod] = []
         for info in self.plans.pods_of(key):
             pod_key = info.key
             if self.state.waits_for_volume_binding(pod_key):
                 # Left to kube-scheduler but kept planned: the provisioner must not launch for it again.
                 log.debug("leaving pod to kube-scheduler", pod=pod_key, node=node.name, reason="volume binding")
                 continue
-            free = subtract(node.allocatable, used)
-            taint = blocking_taint(info.pod, node)
-            if not fits(info.pod.requests, free) or taint is not None:
-                log.info(
-                    "leaving pod to kube-scheduler",
-                    pod=pod_key,
-                    node=node.name,
-                    reason=f"taint {taint.key}" if taint else "does not fit",
-                )
-                self.plans.release(info.pod.uid)
+            pod, error = with_volume_terms(self.state, info, keep_hostname=True)
+            if error is not None:
+                self._leave(pod, node.name, error)
                 continue
-            if await self._bind(info.pod, node.name):
-                used = add(used, info.pod.requests)
+            todo.append(pod)
+        if not todo:
+            return Result()
+        check = self._check(node, todo)
+        for pod in todo:
+            reason = check.refusal(pod)
+            if reason is not None:
+                self._leave(pod, node.name, reason)
+                continue
+            if await self._bind(pod, node.name):
+                check.assume(pod)
         return Result()
+
+    def _check(self, node: NodeInfo, pods: Sequence[Pod]) -> BindingCheck:
+        """The binding predicate over the Node as it is now. The rest of the cluster is only built when a pod to
+        bind has topology constraints or a bound pod has required anti-affinity (that could exclude this node)."""
+        target = node_capacity(node, list(self.state.pods_on(node.name)), binding_taints(node))
+        topology = any(has_topology(p) for p in pods) or any(
+            info.pod.pod_anti_affinity and info.node_name for info in self.state.pods.values()
+        )
+        cluster = bound_nodes(self.state) if topology else []
+        return BindingCheck(target, cluster, pods, self.state.namespace_labels())
+
+    def _leave(self, pod: Pod, node_name: str, reason: str) -> None:
+        """Leave the pod to kube-scheduler: drop the plan, say why in the log and on the pod."""
+        self.plans.release(pod.uid)
+        log.info("leaving pod to kube-scheduler", pod=pod.key, node=node_name, reason=reason)
+        if self.events is not None:
+            ref = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+            }
+            self.events.publish(
+                ref, WARNING, "LeftToScheduler", f"karpy did not bind the pod to node {node_name}: {reason}"
+            )
 
     async def _bind(self, pod: Pod, node_name: str) -> bool:
         body = {

@@ -186,19 +186,11 @@ class Provisioner:
         pods: list[model.Pod] = []
         errors: dict[str, str] = {}
         for info in infos:
-            volumes = self.state.pod_volumes.get(info.key) if info.pod.volume_claims else None
-            if volumes is None:
-                pods.append(info.pod)
-                continue
-            topology = volume_topology(
-                volumes, self.state.claims, self.state.persistent_volumes, self.state.storage_classes
-            )
-            if topology.error is not None:
-                errors[info.key] = f"waiting for volumes: {topology.error}"
-            elif topology.terms:
-                pods.append(attrs.evolve(info.pod, volume_terms=topology.terms))
+            pod, error = with_volume_terms(self.state, info)
+            if error is not None:
+                errors[info.key] = error
             else:
-                pods.append(info.pod)
+                pods.append(pod)
         return pods, errors
 
     def displaced_pods(self) -> list[PodInfo]:
@@ -306,18 +298,7 @@ class Provisioner:
             if not condition_true(claim, wk.COND_INITIALIZED):
                 startup = {t.key for t in taints((claim.get("spec") or {}).get("startupTaints"))}
                 node_taints = tuple(t for t in node.taints if t.key not in EPHEMERAL_TAINT_KEYS | startup)
-        return model.ExistingNode(
-            name=node.name,
-            nodeclaim=claim_name,
-            nodepool=node.labels.get(wk.LABEL_NODEPOOL, ""),
-            labels=node.labels,
-            taints=node_taints,
-            allocatable=node.allocatable,
-            requested=add(*(p.pod.requests for p in pods)),
-            host_ports=tuple(hp for p in pods for hp in p.pod.host_ports),
-            pods=len(pods),
-            bound_pods=tuple(p.pod for p in pods),
-        )
+        return node_capacity(node, pods, node_taints, claim_name)
 
     def _inflight_claim(self, claim: JSON, planned: list[str]) -> model.ExistingNode:
         spec = claim.get("spec") or {}
@@ -434,6 +415,54 @@ def plan_annotations(pods: Sequence[model.Pod], batch: str = "") -> dict[str, st
     }
 
 
+def with_volume_terms(
+    state: ClusterState, info: PodInfo, *, keep_hostname: bool = False
+) -> tuple[model.Pod, str | None]:
+    """The pod's scheduling view with ``volume_terms`` from its volumes' topology (Karpenter
+    ``VolumeTopology.Inject``), and why its volumes cannot be satisfied yet (None when they can).
+
+    A bound PVC adds its PV's node affinity, an unbound WaitForFirstConsumer PVC its StorageClass's
+    allowedTopologies; a missing PVC, PV or StorageClass, or an unbound Immediate PVC, is an error. A pod without
+    PVC-backed volumes is returned as it is, at the cost of one attribute check. ``keep_hostname`` keeps the
+    hostname of local volumes (binding onto an existing node; a new node never has the old node's name).
+    """
+    volumes = state.pod_volumes.get(info.key) if info.pod.volume_claims else None
+    if volumes is None:
+        return info.pod, None
+    topology = volume_topology(
+        volumes, state.claims, state.persistent_volumes, state.storage_classes, keep_hostname=keep_hostname
+    )
+    if topology.error is not None:
+        return info.pod, f"waiting for volumes: {topology.error}"
+    if topology.terms:
+        return attrs.evolve(info.pod, volume_terms=topology.terms), None
+    return info.pod, None
+
+
+def node_capacity(
+    node: NodeInfo, pods: Sequence[PodInfo], node_taints: tuple[model.Taint, ...], nodeclaim: str = ""
+) -> model.ExistingNode:
+    """A Node as the scheduling engine sees it, holding ``pods`` (bound, or planned onto it as well)."""
+    return model.ExistingNode(
+        name=node.name,
+        nodeclaim=nodeclaim,
+        nodepool=node.labels.get(wk.LABEL_NODEPOOL, ""),
+        labels=node.labels,
+        taints=node_taints,
+        allocatable=node.allocatable,
+        requested=add(*(p.pod.requests for p in pods)),
+        host_ports=tuple(hp for p in pods for hp in p.pod.host_ports),
+        pods=len(pods),
+        bound_pods=tuple(p.pod for p in pods),
+    )
+
+
+def bound_nodes(state: ClusterState) -> list[model.ExistingNode]:
+    """Every Node with only the pods bound to it now: the cluster as kube-scheduler's cache holds it. Nodes being
+    deleted are included (their pods still count for pod (anti-)affinity and spread until they are gone)."""
+    return [node_capacity(n, list(state.pods_on(n.name)), n.taints) for n in state.nodes.values()]
+
+
 def _pod_ref(pod: model.Pod) -> JSON:
     return {
         "apiVersion": "v1",
@@ -523,9 +552,12 @@ def nodeclaim_from_plan(
 __all__ = [
     "EPHEMERAL_TAINT_KEYS",
     "Provisioner",
+    "bound_nodes",
+    "node_capacity",
     "nodeclaim_from_plan",
     "nodeclass_name",
     "provider_id",
     "requirement_from_json",
     "scheduling_nodepool",
+    "with_volume_terms",
 ]

@@ -42,6 +42,10 @@ required and PreferNoSchedule taints as blocking, then relaxes in Karpenter's or
 heaviest first, one term per step; preferred pod anti-affinity likewise; preferred node-affinity terms;
 ScheduleAnyway spreads; PreferNoSchedule tolerated). ``Ignore`` drops them all at once.
 
+Existing nodes are checked with one predicate (``Solver._refusal``: resources, taints, node affinity, volume node
+affinity, host ports, pod (anti-)affinity, topology spread, each named after its kube-scheduler filter); the
+binder runs the same check before each Binding (:mod:`karpy.scheduling.predicate`).
+
 Pure and deterministic: no I/O, no clock, no randomness; ties break on names and input order.
 """
 
@@ -102,6 +106,15 @@ HOSTNAME = wk.LABEL_HOSTNAME
 WINDOW = 8
 # Outcomes of trying one open NodeClaim for one pod of a topology group.
 PLACED, NEVER, NOT_NOW, PRICEY = 0, 1, 2, 3
+# The kube-scheduler Filter plugins an existing node's refusal of a pod is named after (``Solver.refusal``).
+NODE_RESOURCES_FIT: Final = "NodeResourcesFit"
+TAINT_TOLERATION: Final = "TaintToleration"
+NODE_AFFINITY: Final = "NodeAffinity"
+VOLUME_BINDING: Final = "VolumeBinding"
+NODE_PORTS: Final = "NodePorts"
+INTER_POD_AFFINITY: Final = "InterPodAffinity"
+POD_TOPOLOGY_SPREAD: Final = "PodTopologySpread"
+PORTS_IN_USE: Final = (f"{NODE_PORTS}: a requested host port is already in use on the node", True)
 
 
 def by_weight(nodepools: Sequence[NodePool]) -> list[NodePool]:
@@ -204,7 +217,8 @@ class Level:
             self.roles.setdefault(g.key, set()).add(role)
             self.first.setdefault((g.key, role), g)
         self.host_affinity = [g for g, role in cons if role == AFFINITY and g.key == HOSTNAME]
-        self.node_cache: dict[int, bool] = {}
+        # Existing node index → why it is ruled out by labels, taints or volumes ("" when it is not).
+        self.node_cache: dict[int, str] = {}
 
 
 class Spec:
@@ -405,6 +419,8 @@ class Solver:
         self._domain_cache: dict[tuple[object, ...], frozenset[str]] = {}
         self._slot_pass: dict[tuple[int, int], bool] = {}
         self._frontiers: dict[tuple[int, rq.Signature], list[int]] = {}
+        self._no_room = [(f"{NODE_RESOURCES_FIT}: insufficient {n}", True) for n in self.index]
+        self._group_of: dict[str, Group] | None = None
         self._existing_owners()
         self.groups = self._group(pods)
         self._count_existing()
@@ -653,18 +669,51 @@ class Solver:
                     reasons.append((vi, why))
         return todo, reasons
 
-    def _node_ok(self, g: Group, level: Level, slot: Slot) -> bool:
+    def _node_why(self, g: Group, level: Level, slot: Slot) -> str:
+        """Why the node's taints or labels rule it out for the group at this level, "" when they do not (cached
+        per level and node): kube-scheduler TaintToleration, NodeAffinity (nodeSelector, any required term, and
+        the preferred term still respected) and VolumeBinding (the node affinity of the pod's volumes)."""
         hit = level.node_cache.get(slot.index)
         if hit is None:
             labels = slot.labels
-            hit = (
-                untolerated(g.tolerations, slot.node.taints, level.pns) is None
-                and pod_matches_labels(g.sample, labels)
-                and rq.matches(level.node_extra, labels)
-                and (not g.sample.volume_terms or any(rq.matches(t, labels) for t in g.sample.volume_terms))
-            )
+            taint = untolerated(g.tolerations, slot.node.taints, level.pns)
+            if taint is not None:
+                hit = f"{TAINT_TOLERATION}: untolerated taint {format_taint(taint)}"
+            elif not pod_matches_labels(g.sample, labels):
+                hit = f"{NODE_AFFINITY}: node does not match the pod's nodeSelector or required node affinity"
+            elif not rq.matches(level.node_extra, labels):
+                hit = f"{NODE_AFFINITY}: node does not match the preferred node affinity term still respected"
+            elif g.sample.volume_terms and not any(rq.matches(t, labels) for t in g.sample.volume_terms):
+                hit = f"{VOLUME_BINDING}: node is outside the node affinity of the pod's volumes"
+            else:
+                hit = ""
             level.node_cache[slot.index] = hit
         return hit
+
+    def _refusal(self, g: Group, level: Level, slot: Slot) -> tuple[str, bool] | None:
+        """Why one more pod of the group cannot go on this existing node now, or None when it can: the one
+        existing-node predicate (kube-scheduler's filters) that placement and the binder's check share.
+
+        The reason names the filter (NodeResourcesFit, TaintToleration, NodeAffinity, VolumeBinding, NodePorts,
+        InterPodAffinity, PodTopologySpread); the flag says it is permanent for this group and level (counts and
+        usage only grow), so callers may stop looking at the node.
+        """
+        free = slot.free
+        for i, amount in g.need:
+            if free[i] < amount:
+                return self._no_room[i]
+        why = self._node_why(g, level, slot)
+        if why:
+            return why, True
+        if g.ports and ports_conflict(g.ports, slot.ports):
+            return PORTS_IN_USE
+        if level.cons:
+            labels = slot.labels
+            dom = {k: (frozenset((labels[k],)) if k in labels else frozenset()) for k in level.keys}
+            allowed = self._allowed(g, level, dom, None)
+            if isinstance(allowed, tuple):
+                return f"{allowed[2]}: {allowed[0]}", allowed[1]
+        return None
 
     def _place_existing(self, g: Group, level: Level, todo: list[Pod]) -> list[Pod]:
         """First fit over existing and in-flight capacity (Karpenter ``ExistingNode.Add``)."""
@@ -672,20 +721,36 @@ class Solver:
         for slot in self.slots:
             if not todo:
                 break
-            if slot.closed:
+            if slot.closed or self._refusal(g, level, slot) is not None:
                 continue
             free = slot.free
-            k = min((free[i] // amount for i, amount in need), default=len(todo))
-            if k <= 0 or not self._node_ok(g, level, slot):
-                continue
-            if g.ports:
-                if ports_conflict(g.ports, slot.ports):
-                    continue
-                k = 1
+            k = 1 if g.ports else min((free[i] // amount for i, amount in need), default=len(todo))
             take = min(k, len(todo))
             placed, todo = todo[:take], todo[take:]
             self._put_on_slot(slot, g, placed)
         return todo
+
+    def _group_level(self, pod: Pod) -> tuple[Group, Level]:
+        """The pod's group and its strictest level (the only one under ``Ignore``)."""
+        if self._group_of is None:
+            self._group_of = {p.key: g for g in self.groups for p in g.pods}
+        g = self._group_of[pod.key]
+        return g, g.levels[0]
+
+    def _slot_named(self, name: str) -> Slot:
+        return next(slot for slot in self.slots if slot.node.name == name)
+
+    def refusal(self, pod: Pod, node: str) -> str | None:
+        """Why the existing node named ``node`` cannot take ``pod`` (one of this solve's pods) now, with what is
+        bound and assumed on every node counted; None when it can. See ``_refusal``."""
+        g, level = self._group_level(pod)
+        out = self._refusal(g, level, self._slot_named(node))
+        return None if out is None else out[0]
+
+    def assume(self, pod: Pod, node: str) -> None:
+        """Count ``pod`` as placed on the existing node named ``node`` (its resources, ports and topology)."""
+        g, _ = self._group_level(pod)
+        self._put_on_slot(self._slot_named(node), g, [pod])
 
     def _put_on_slot(self, slot: Slot, g: Group, pods: list[Pod]) -> None:
         take = len(pods)
@@ -1185,8 +1250,9 @@ class Solver:
         dom: Mapping[str, frozenset[str]],
         members: Mapping[int, int] | None,
         only: str | None = None,
-    ) -> dict[str, frozenset[str]] | tuple[str, bool]:
-        """Per topology key, the target's domains every constraint allows; or (reason, permanent).
+    ) -> dict[str, frozenset[str]] | tuple[str, bool, str]:
+        """Per topology key, the target's domains every constraint allows; or (reason, permanent, the
+        kube-scheduler filter it corresponds to).
 
         ``dom`` holds the target's possible domains per key; ``members`` the pods already on the target
         whose domain is still open (counted against a spread as if they landed where this pod does).
@@ -1226,7 +1292,8 @@ class Solver:
             if not ok:
                 if role in (ANTI, INVERSE) and not full:
                     continue  # a node without the topology key is outside every anti-affinity domain
-                return self._why(tg, role, full), key == HOSTNAME and role != AFFINITY
+                plugin = POD_TOPOLOGY_SPREAD if role == SPREAD else INTER_POD_AFFINITY
+                return self._why(tg, role, full), key == HOSTNAME and role != AFFINITY, plugin
             out[key] = ok
         return out
 
@@ -1372,23 +1439,12 @@ class Solver:
     def _topo_existing(self, g: Group, level: Level, pod: Pod, skip: set[int]) -> bool:
         """First fit on existing capacity; ``skip`` collects nodes that can never take a pod of this group at
         this level (no room, labels, taints, ports, hostname constraints: all only get worse)."""
-        need = g.need
         for slot in self.slots:
             if slot.closed or slot.index in skip:
                 continue
-            free = slot.free
-            if (
-                any(free[i] < amount for i, amount in need)
-                or not self._node_ok(g, level, slot)
-                or (g.ports and ports_conflict(g.ports, slot.ports))
-            ):
-                skip.add(slot.index)
-                continue
-            labels = slot.labels
-            dom = {k: (frozenset((labels[k],)) if k in labels else frozenset()) for k in level.keys}
-            allowed = self._allowed(g, level, dom, None)
-            if isinstance(allowed, tuple):
-                if allowed[1]:
+            refusal = self._refusal(g, level, slot)
+            if refusal is not None:
+                if refusal[1]:
                     skip.add(slot.index)
                 continue
             self._put_on_slot(slot, g, [pod])

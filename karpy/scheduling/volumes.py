@@ -54,11 +54,12 @@ def _requirement(expr: JSON) -> Requirement:
     return Requirement(_key(str(expr.get("key", ""))), str(expr.get("operator", "")), tuple(expr.get("values") or ()))
 
 
-def pv_terms(pv: JSON) -> Terms:
-    """A PersistentVolume's required node affinity terms (hostname dropped for local and hostPath volumes)."""
+def pv_terms(pv: JSON, *, keep_hostname: bool = False) -> Terms:
+    """A PersistentVolume's required node affinity terms (hostname dropped for local and hostPath volumes unless
+    ``keep_hostname``: binding onto an existing node must honour it, as kube-scheduler's VolumeBinding does)."""
     spec = pv.get("spec") or {}
     required = (spec.get("nodeAffinity") or {}).get("required") or {}
-    local = bool(spec.get("local") or spec.get("hostPath"))
+    local = bool(spec.get("local") or spec.get("hostPath")) and not keep_hostname
     terms = []
     for term in required.get("nodeSelectorTerms") or []:
         reqs = tuple(
@@ -133,6 +134,8 @@ def volume_topology(
     pvcs: Mapping[str, JSON],
     pvs: Mapping[str, JSON],
     storage_classes: Mapping[str, JSON],
+    *,
+    keep_hostname: bool = False,
 ) -> VolumeTopology:
     """The node requirements the pod's volumes impose.
 
@@ -141,6 +144,7 @@ def volume_topology(
         pvcs: PersistentVolumeClaims keyed ``namespace/name``.
         pvs: PersistentVolumes keyed by name.
         storage_classes: StorageClasses keyed by name.
+        keep_hostname: keep local/hostPath PVs' hostname requirements (for a pod bound to an existing node).
 
     Returns:
         The ORed alternatives (crossed over volumes), or an error naming the object that blocks the pod.
@@ -160,7 +164,7 @@ def volume_topology(
                 pv = pvs.get(str(volume_name))
                 if pv is None:
                     return VolumeTopology(error=f'persistentvolume "{volume_name}" not found')
-                found = pv_terms(pv)
+                found = pv_terms(pv, keep_hostname=keep_hostname)
             else:
                 found = _unbound_terms(spec.get("storageClassName"), f"{namespace}/{claim}", storage_classes)
         if isinstance(found, str):

@@ -59,7 +59,7 @@ from karpy.controllers.disruption.emptiness import (
     empty_command,
 )
 from karpy.controllers.disruption.types import DRIFTED, EMPTY, UNDERUTILIZED, Candidate, Command
-from karpy.controllers.provisioner import Provisioner, nodeclaim_from_plan
+from karpy.controllers.provisioner import Provisioner, nodeclaim_from_plan, with_volume_terms
 from karpy.controllers.terminator import drainable
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
@@ -251,7 +251,12 @@ class Disruption:
                 blocked[name] = reason
                 continue
             pool = str(nodepool["metadata"]["name"])
-            candidate = build_candidate(self.state, claim, node, nodepool, types.get(pool, {}), now)
+            candidate, volumes = self._with_volume_terms(
+                build_candidate(self.state, claim, node, nodepool, types.get(pool, {}), now)
+            )
+            if volumes:
+                blocked[name] = volumes
+                continue
             reason = do_not_disrupt_blocker(claim, node_annotations(node), candidate.pods) or pdb_blocker(
                 candidate.pods, pdbs
             )
@@ -262,7 +267,10 @@ class Disruption:
             if reason:
                 eventual_only.add(name)
             candidates.append(candidate)
-        pending = [p.pod for p in self.provisioner.pending_pods() + self.provisioner.displaced_pods()]
+        # As the provisioner schedules them: with their volumes' node affinity (a pod on a zonal PV moves only
+        # within its zone).
+        leaving = self.provisioner.pending_pods() + self.provisioner.displaced_pods()
+        pending, _ = self.provisioner.scheduling_pods(leaving)
         # Commands in flight: their nodes are going away and their pods need the capacity that remains (Karpenter
         # simulates pods of nodes marked for deletion as pending), or a destination node could be consolidated
         # under the pods about to land on it.
@@ -273,10 +281,23 @@ class Disruption:
             if node is None:
                 continue
             leaving.update((name, node.name))
-            pending += [attrs.evolve(p.pod, node_name="") for p in reschedulable_pods(self.state, node.name)]
+            moved, _ = self.provisioner.scheduling_pods(reschedulable_pods(self.state, node.name))
+            pending += [attrs.evolve(p, node_name="") for p in moved]
         existing = [e for e in existing if e.nodeclaim not in leaving and e.name not in leaving]
         daemonsets = list(self.state.daemonsets.values())
         return Context(now, pools, objs, existing, pending, daemonsets, pdbs, candidates, blocked, eventual_only)
+
+    def _with_volume_terms(self, candidate: Candidate) -> tuple[Candidate, str]:
+        """The candidate with its pods' volume topology (``Pod.volume_terms``, as the provisioner schedules
+        them), so the simulation moves a pod on a zonal PV only within its zone; or why a pod's volumes cannot
+        be resolved (the candidate is then not disrupted: its pod could land nowhere it can run)."""
+        infos = []
+        for info in candidate.pods:
+            pod, error = with_volume_terms(self.state, info)
+            if error is not None:
+                return candidate, f"pod {info.key} {error}"
+            infos.append(info if pod is info.pod else attrs.evolve(info, pod=pod))
+        return attrs.evolve(candidate, pods=tuple(infos)), ""
 
     def allowed(self, pool: str, reason: str) -> int:
         """Budget left for ``reason`` in ``pool`` now (commands in flight count as disrupting)."""
@@ -327,8 +348,14 @@ class Disruption:
             # karpy: other drifted nodes are no destination — every pod moves once, onto current capacity, and a
             # bad AMI is caught by the first replacement before any node is removed (Karpenter would stack pods
             # onto nodes that drift next).
+            # Their pods stay where they are for now, though, and count for pod (anti-)affinity and topology spread:
+            # a drifted node is kept with no allocatable (it takes no pod) instead of being dropped, or a StatefulSet
+            # pod with zone anti-affinity would be planned into the zone of a sibling on another drifted node.
             drifted_names = {c.name for c in drifted} | {c.node.name for c in drifted}
-            healthy = [e for e in ctx.existing if e.nodeclaim not in drifted_names and e.name not in drifted_names]
+            healthy = [
+                attrs.evolve(e, allocatable={}) if e.nodeclaim in drifted_names or e.name in drifted_names else e
+                for e in ctx.existing
+            ]
             result = cons.simulate([candidate], ctx.pending, ctx.pools, healthy, ctx.daemonsets)
             replacements = cons.replacements_for_drift(candidate, result)
             if replacements is None:
