@@ -72,7 +72,10 @@ class Operator:
             batch_max=settings.batch_max_duration,
             preference_policy=settings.preference_policy,
         )
-        self.lifecycle = Controller(NodeClaimLifecycle(client, self.state, cloud, self.events), workers=8)
+        self.lifecycle = Controller(
+            NodeClaimLifecycle(client, self.state, cloud, self.events, backoff=self.provisioner.launch_backoff),
+            workers=8,
+        )
         self.binder = Controller(Binder(client, self.state), workers=4)
         from karpy.controllers.terminator import Terminator
 

@@ -5,7 +5,9 @@ Karpenter core ``nodeclaim/lifecycle`` (§4 of the behaviour reference, C10–C1
 * **Launch**: resolve the EC2NodeClass, ask the cloud provider for one instance among the NodeClaim's
   instance types, write ``status.providerID``/``imageID``/``capacity``/``allocatable``, the instance's labels
   and ``Launched=True``. ICE or a NodeClass that is not Ready deletes the NodeClaim (the next batch re-plans);
-  any other error sets ``Launched=Unknown`` and retries with backoff. The cloud provider adopts an instance
+  any other error sets ``Launched=Unknown`` and retries with backoff. Every failure also backs off the pods
+  planned onto the NodeClaim and tells them why (:mod:`karpy.controllers.launch_backoff`); a launch resets
+  their back-off. The cloud provider adopts an instance
   already tagged with this NodeClaim's name, so a restart between launch and the status write never launches
   twice.
 * **Registration**: the Node with the same providerID gets the NodeClaim's labels, ``karpenter.sh/registered``,
@@ -40,6 +42,7 @@ from karpy.cloudprovider.types import (
     NodeClassNotReadyError,
 )
 from karpy.controllers.conditions import set_condition
+from karpy.controllers.launch_backoff import LaunchBackoff, record_launch_failure
 from karpy.controllers.provisioner import EPHEMERAL_TAINT_KEYS
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
@@ -47,7 +50,7 @@ from karpy.kube.events import NORMAL, WARNING, EventRecorder
 from karpy.kube.resources import NODECLAIMS, NODES
 from karpy.runtime.controller import Result
 from karpy.scheduling.model import Taint
-from karpy.state.cluster import ClusterState, condition, condition_true, deleting
+from karpy.state.cluster import ClusterState, condition, condition_true, deleting, planned_pods
 from karpy.state.views import NodeInfo, parse_time, taints, taints_json
 
 log = structlog.get_logger("karpy.nodeclaim.lifecycle")
@@ -73,12 +76,15 @@ class NodeClaimLifecycle:
         events: EventRecorder,
         *,
         clock: Callable[[], float] = time.time,
+        backoff: LaunchBackoff | None = None,
     ) -> None:
         self.client = client
         self.state = state
         self.cloud = cloud
         self.events = events
         self.clock = clock
+        # Shared with the provisioner (which holds new NodeClaims for pods backing off).
+        self.backoff = backoff or LaunchBackoff()
 
     async def reconcile(self, key: str) -> Result:
         """One step of the lifecycle for NodeClaim ``key``."""
@@ -104,22 +110,30 @@ class NodeClaimLifecycle:
         class_name = (spec.get("nodeClassRef") or {}).get("name", "")
         nodeclass = self.state.nodeclasses.get(class_name)
         if nodeclass is None or not condition_true(nodeclass, wk.COND_READY):
-            return await self._delete(
-                claim, "nodeclass_not_ready", f"EC2NodeClass {class_name!r} not found or not ready"
-            )
+            message = f"EC2NodeClass {class_name!r} not found or not ready"
+            self._launch_failed(claim, "NodeClassNotReady", message)
+            return await self._delete(claim, "nodeclass_not_ready", message)
         try:
             request = await self._launch_request(claim, nodeclass)
             result = await self.cloud.create(request)
         except InsufficientCapacityError as err:
             self.events.publish(claim, WARNING, "InsufficientCapacityError", f"NodeClaim {name}: {err}")
+            self._launch_failed(claim, "InsufficientCapacityError", str(err))
             return await self._delete(claim, "insufficient_capacity", str(err))
         except NodeClassNotReadyError as err:
+            self._launch_failed(claim, "NodeClassNotReady", str(err))
             return await self._delete(claim, "nodeclass_not_ready", str(err))
         except Exception as err:
+            self._launch_failed(claim, "LaunchFailed", str(err))
             await self._patch_conditions(claim, wk.COND_LAUNCHED, "Unknown", "LaunchFailed", str(err)[:300])
             raise
         await self._record_launch(claim, result)
+        self.backoff.succeeded(planned_pods(claim))
         return Result(requeue_after=REGISTRATION_TTL)
+
+    def _launch_failed(self, claim: JSON, reason: str, message: str) -> None:
+        """Back off the NodeClaim's planned pods and publish ``reason`` on each (Warning)."""
+        record_launch_failure(self.backoff, self.state, self.events, claim, reason, message[:300])
 
     async def _launch_request(self, claim: JSON, nodeclass: JSON) -> LaunchRequest:
         spec = claim.get("spec") or {}
