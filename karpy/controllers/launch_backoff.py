@@ -168,17 +168,20 @@ async def explain_incompatible(
     nodeclasses: Mapping[str, JSON],
     pools: Sequence[tuple[model.NodePool, str]],
     pods: Sequence[model.Pod],
+    errors: Mapping[str, str],
     daemonsets: Sequence[model.DaemonSet],
     **solve_options: Any,
 ) -> dict[str, str]:
-    """Pod key → why it has no instance type, for those of ``pods`` that only types without a compatible AMI
-    would fit (the others are left out).
+    """The scheduler's ``errors`` (pod key → message) of the pods only types without a compatible AMI would fit,
+    with the AMI requirements put first; the other pods are left out.
 
-    ``pools`` pairs each Ready NodePool's scheduling view with its EC2NodeClass name; ``solve_options`` are
-    passed to :func:`karpy.scheduling.scheduler.solve`. The message reads ``incompatible with nodepool "gpu":
-    no instance type that fits has a compatible AMI: EC2NodeClass "default" resolves AMIs only for (…); would
-    fit: g4dn.xlarge, …``. A cloud error leaves the pods unexplained (the scheduler's message stands).
+    ``pods`` are the pods just scheduled (those without an error are ignored), ``pools`` pairs each Ready
+    NodePool's scheduling view with its EC2NodeClass name; ``solve_options`` are passed to
+    :func:`karpy.scheduling.scheduler.solve`. The message reads ``incompatible with nodepool "gpu": no instance
+    type that fits has a compatible AMI: EC2NodeClass "default" resolves AMIs only for (…); would fit:
+    g4dn.xlarge, …; <the scheduler's message>``. A cloud error leaves the pods unexplained.
     """
+    pods = [p for p in pods if p.key in errors]
     if not pods:
         return {}
     left_out: dict[str, IncompatibleInstanceTypes] = {}
@@ -207,5 +210,5 @@ async def explain_incompatible(
             f"{reasons.get(plan.nodepool, '')}; would fit: {names}"
         )
         for pod in plan.pods:
-            out.setdefault(pod.key, message)
+            out.setdefault(pod.key, f"{message}; {errors[pod.key]}")
     return out

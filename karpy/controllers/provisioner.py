@@ -189,15 +189,16 @@ class Provisioner:
         nodepool_objs: Mapping[str, JSON],
         errors: Mapping[str, str],
     ) -> dict[str, str]:
-        """For unschedulable pods that only instance types without a compatible AMI would fit: a message
-        naming the AMI requirements (see :func:`karpy.controllers.launch_backoff.explain_incompatible`)."""
+        """The ``errors`` of pods that only instance types without a compatible AMI would fit, with the AMI
+        requirements named first (see :func:`karpy.controllers.launch_backoff.explain_incompatible`)."""
         if not errors:
             return {}
         return await explain_incompatible(
             self.cloud,
             self.state.nodeclasses,
             [(pool, nodeclass_name(nodepool_objs[pool.name])) for pool in nodepools],
-            [p for p in pods if p.key in errors],
+            pods,
+            errors,
             list(self.state.daemonsets.values()),
             preference_policy=self.preference_policy,
             namespace_labels=self.state.namespace_labels(),
