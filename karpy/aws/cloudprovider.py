@@ -355,8 +355,11 @@ class AWSCloudProvider:
 
     async def _result(self, request: LaunchRequest, instance: CloudInstance) -> LaunchResult:
         it = next((t for t in request.instance_types if t.name == instance.instance_type), None)
-        if it is None:
-            catalogue = await self.get_instance_types(request.nodeclass)
+        if it is None:  # adopted: its type may be one the NodeClass's AMIs no longer admit
+            catalogue = [  # a new list: the provider's cached one must not grow
+                *await self.get_instance_types(request.nodeclass),
+                *(await self.incompatible_instance_types(request.nodeclass)).instance_types,
+            ]
             it = next((t for t in catalogue if t.name == instance.instance_type), None)
         if it is None:
             raise CloudProviderError(f"instance type {instance.instance_type} of {instance.instance_id} is unknown")

@@ -143,6 +143,10 @@ class NodeClaimLifecycle:
             if req.get("key") == wk.LABEL_INSTANCE_TYPE and req.get("operator") == "In":
                 allowed = list(req.get("values") or [])
         catalogue = {it.name: it for it in await self.cloud.get_instance_types(nodeclass)}
+        if allowed is not None and any(n not in catalogue for n in allowed):
+            # Types left out since the plan (the AMIs changed): the launch names the AMI instead of "no offering".
+            left_out = (await self.cloud.incompatible_instance_types(nodeclass)).instance_types
+            catalogue.update({it.name: it for it in left_out if it.name not in catalogue})
         if allowed is None:
             instance_types = list(catalogue.values())
         else:

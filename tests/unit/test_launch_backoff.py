@@ -262,3 +262,12 @@ async def test_a_successful_launch_resets_the_backoff() -> None:
     await lifecycle.reconcile("np-1")
     assert len(cloud.requests) == 1
     assert lifecycle.backoff.failures("default/a") == lifecycle.backoff.failures("default/b") == 0
+
+
+async def test_a_launch_request_keeps_planned_types_the_amis_no_longer_admit() -> None:
+    """The AMIs changed after the plan: the request still carries the planned type, so the cloud provider can
+    say the launch failed for want of an AMI instead of finding no offering."""
+    lifecycle, _, cloud, claim = lifecycle_setup(None)
+    claim["spec"]["requirements"] = [{"key": wk.LABEL_INSTANCE_TYPE, "operator": "In", "values": ["g.xlarge"]}]
+    await lifecycle.reconcile("np-1")
+    assert [it.name for it in cloud.requests[0].instance_types] == ["g.xlarge"]
