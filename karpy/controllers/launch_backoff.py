@@ -29,8 +29,10 @@ from typing import Any, Final
 import attrs
 import structlog
 
+from karpy.apis import labels as wk
 from karpy.cloudprovider.types import CloudProvider, CloudProviderError, IncompatibleInstanceTypes
 from karpy.kube.events import WARNING, EventRecorder
+from karpy.metrics import NODECLAIMS_LAUNCH_FAILED
 from karpy.scheduling import model
 from karpy.scheduling.scheduler import solve
 from karpy.state.cluster import ClusterState, planned_pods
@@ -146,8 +148,11 @@ def record_launch_failure(
     message: str,
 ) -> float:
     """Back off the pods planned onto ``claim`` and publish a Warning ``reason`` event on each naming the failed
-    launch and when new capacity will be tried again. Returns the back-off in seconds."""
+    launch and when new capacity will be tried again; counts ``karpy_nodeclaims_launch_failed_total``. Returns
+    the back-off in seconds."""
     name = str(claim["metadata"]["name"])
+    nodepool = str((claim["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL, ""))
+    NODECLAIMS_LAUNCH_FAILED.labels(nodepool=nodepool, reason=reason).inc()
     keys = [k for k in planned_pods(claim) if k in state.pods]
     delay = backoff.failed(keys)
     for key in keys:

@@ -7,6 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from prometheus_client import REGISTRY
 from test_provisioner_scheduling_inputs import (
     CATALOGUE,
     FakeKube,
@@ -240,7 +241,10 @@ def lifecycle_setup(error: Exception | None) -> tuple[NodeClaimLifecycle, Lifecy
 
 async def test_a_failed_launch_backs_off_its_pods_and_tells_them_why() -> None:
     lifecycle, kube, _, _ = lifecycle_setup(InsufficientCapacityError("CreateFleet launched nothing (Unsupported)"))
+    labels = {"nodepool": "np", "reason": "InsufficientCapacityError"}
+    before = REGISTRY.get_sample_value("karpy_nodeclaims_launch_failed_total", labels) or 0.0
     await lifecycle.reconcile("np-1")
+    assert REGISTRY.get_sample_value("karpy_nodeclaims_launch_failed_total", labels) == before + 1
     await settle()
     assert kube.deleted == ["np-1"], "Karpenter deletes the NodeClaim; the next batch re-plans"
     assert lifecycle.backoff.failures("default/a") == lifecycle.backoff.failures("default/b") == 1
