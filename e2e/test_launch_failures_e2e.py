@@ -139,13 +139,13 @@ async def _karpy_synced(env: Env) -> bool:
     return any(line.get("message") == "cluster state synced" for line in env.karpy.logs())
 
 
-async def created_nodeclaims(client: KubeClient, since: str, seconds: float) -> list[str]:
-    """Names of the pool's NodeClaims the watch stream reports ADDED within ``seconds`` from ``since`` (a LIST
+async def created_nodeclaims(client: KubeClient, pool: str, since: str, seconds: float) -> list[str]:
+    """Names of NodePool ``pool``'s NodeClaims the watch stream reports ADDED within ``seconds`` from ``since`` (a LIST
     resourceVersion); the watch is resumed from its last resourceVersion whenever the apiserver ends it."""
     added: list[str] = []
     rv = since
     deadline = time.monotonic() + seconds
-    query = {"watch": "1", "labelSelector": f"{wk.LABEL_NODEPOOL}={POOL}", "allowWatchBookmarks": "true"}
+    query = {"watch": "1", "labelSelector": f"{wk.LABEL_NODEPOOL}={pool}", "allowWatchBookmarks": "true"}
     while (left := deadline - time.monotonic()) > 0:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(left):
@@ -178,7 +178,7 @@ async def test_no_churn_and_failed_scheduling_names_the_ami(env: Env) -> None:
     existing, since = await env.client.list(r.NODECLAIMS, query={"labelSelector": f"{wk.LABEL_NODEPOOL}={POOL}"})
     assert existing == []
 
-    watching = asyncio.create_task(created_nodeclaims(env.client, since, WINDOW))
+    watching = asyncio.create_task(created_nodeclaims(env.client, POOL, since, WINDOW))
     await apply(env.client, [deployment(app, n, res) for app, (n, res) in DEPLOYMENTS.items()])
     expected = sum(n for n, _ in DEPLOYMENTS.values())
 
