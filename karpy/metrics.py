@@ -13,6 +13,12 @@ NODECLAIMS_TERMINATED = Counter(
 NODECLAIMS_DISRUPTED = Counter(
     "karpenter_nodeclaims_disrupted_total", "NodeClaims disrupted, by reason.", ["reason", "nodepool"]
 )
+NODECLAIMS_LAUNCH_FAILED = Counter(
+    "karpy_nodeclaims_launch_failed_total",
+    "NodeClaim launches that failed, by NodePool and reason (InsufficientCapacityError, NodeClassNotReady, "
+    "LaunchFailed).",
+    ["nodepool", "reason"],
+)
 PODS_BOUND = Counter("karpy_pods_bound_total", "Pods bound by karpy's binder.")
 CLUSTER_STATE_SYNCED = Gauge("karpenter_cluster_state_synced", "1 when cluster state has synced.")
 CLUSTER_STATE_NODE_COUNT = Gauge("karpenter_cluster_state_node_count", "Nodes in cluster state.")

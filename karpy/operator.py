@@ -77,7 +77,10 @@ class Operator:
             plans=self.plans,
         )
         self.lifecycle = Controller(
-            NodeClaimLifecycle(client, self.state, cloud, self.events, plans=self.plans), workers=8
+            NodeClaimLifecycle(
+                client, self.state, cloud, self.events, backoff=self.provisioner.launch_backoff, plans=self.plans
+            ),
+            workers=8,
         )
         self.binder = Controller(Binder(client, self.state, self.plans, events=self.events), workers=4)
         from karpy.controllers.terminator import Terminator

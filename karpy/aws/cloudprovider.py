@@ -30,6 +30,8 @@ from karpy.aws import nodeclass as nodeclass_resolution
 from karpy.aws.errors import error_code, is_ice, is_launch_template_not_found, is_not_found
 from karpy.aws.instances import (
     LIVE_STATES,
+    ami_for,
+    ami_requirements_text,
     choose_capacity_type,
     ice_offerings,
     labels_allow,
@@ -46,6 +48,7 @@ from karpy.aws.userdata import DEFAULT_CLUSTER_DNS, DEFAULT_SERVICE_CIDR, NodeAd
 from karpy.cloudprovider.types import (
     CloudInstance,
     CloudProviderError,
+    IncompatibleInstanceTypes,
     InstanceType,
     InsufficientCapacityError,
     LaunchRequest,
@@ -143,6 +146,24 @@ class AWSCloudProvider:
         except Exception as err:
             raise CloudProviderError(f"listing instance types: {err}") from err
 
+    async def incompatible_instance_types(self, nodeclass: Mapping[str, Any]) -> IncompatibleInstanceTypes:
+        """The types :meth:`get_instance_types` leaves out because no resolved AMI's requirements admit them,
+        with the AMIs' requirements as the reason (Karpenter filters them out of the NodeClass's types).
+
+        Raises:
+            NodeClassNotReadyError: the NodeClass status has no subnets.
+            CloudProviderError: EC2 could not be read.
+        """
+        try:
+            types = await self.instance_types.incompatible(nodeclass)
+        except NodeClassNotReadyError:
+            raise
+        except Exception as err:
+            raise CloudProviderError(f"listing instance types: {err}") from err
+        if not types:
+            return IncompatibleInstanceTypes()
+        return IncompatibleInstanceTypes(tuple(types), no_ami_reason(nodeclass))
+
     # Create -----------------------------------------------------------------------------------------------
 
     async def create(self, request: LaunchRequest) -> LaunchResult:
@@ -180,11 +201,16 @@ class AWSCloudProvider:
     async def _launch(self, request: LaunchRequest, status: Mapping[str, Any]) -> str:
         subnets = _subnet_per_zone(status.get("subnets") or [])
         amis = list(status.get("amis") or [])
-        types = [
-            it
-            for it in request.instance_types
-            if labels_allow(request.requirements, it.labels) and _ami_for(amis, it) is not None
-        ]
+        allowed = [it for it in request.instance_types if labels_allow(request.requirements, it.labels)]
+        types = [it for it in allowed if _ami_for(amis, it) is not None]
+        if allowed and not types:
+            # The AMIs changed since the plan (get_instance_types leaves such types out): keep their offerings
+            # away from the next plans for the ICE TTL too, so the re-plan does not pick them again.
+            self._mark_types_unavailable(allowed)
+            raise InsufficientCapacityError(
+                f"no AMI for any of {len(allowed)} instance types ({_names(allowed)}): "
+                f"{no_ami_reason(request.nodeclass)}"
+            )
         capacity_type = choose_capacity_type(types, request.requirements, subnets)
         if capacity_type is None:
             raise InsufficientCapacityError(
@@ -282,6 +308,14 @@ class AWSCloudProvider:
                 raise CloudProviderError(f"CreateFleet: {err}") from err
         raise CloudProviderError("CreateFleet: launch template vanished twice")  # pragma: no cover
 
+    def _mark_types_unavailable(self, types: Sequence[InstanceType]) -> None:
+        """Every available offering of ``types`` into the unavailable-offerings cache (3 minutes)."""
+        for it in types:
+            for offering in it.offerings:
+                if offering.available:
+                    self.unavailable.mark(offering.capacity_type, it.name, offering.zone)
+        log.info("offerings unavailable", instance_types=_names(types))
+
     def _mark_unavailable(
         self, errors: Sequence[Mapping[str, Any]], status: Mapping[str, Any], capacity_type: str
     ) -> None:
@@ -321,8 +355,11 @@ class AWSCloudProvider:
 
     async def _result(self, request: LaunchRequest, instance: CloudInstance) -> LaunchResult:
         it = next((t for t in request.instance_types if t.name == instance.instance_type), None)
-        if it is None:
-            catalogue = await self.get_instance_types(request.nodeclass)
+        if it is None:  # adopted: its type may be one the NodeClass's AMIs no longer admit
+            catalogue = [  # a new list: the provider's cached one must not grow
+                *await self.get_instance_types(request.nodeclass),
+                *(await self.incompatible_instance_types(request.nodeclass)).instance_types,
+            ]
             it = next((t for t in catalogue if t.name == instance.instance_type), None)
         if it is None:
             raise CloudProviderError(f"instance type {instance.instance_type} of {instance.instance_id} is unknown")
@@ -494,10 +531,17 @@ def _subnet_per_zone(subnets: Sequence[Mapping[str, Any]]) -> dict[str, str]:
 
 def _ami_for(amis: Sequence[Mapping[str, Any]], it: InstanceType) -> Mapping[str, Any] | None:
     """The first resolved AMI whose requirements the instance type satisfies (Karpenter's AMI mapping)."""
-    from karpy.aws.instances import requirement_allows
+    return ami_for(amis, it.labels)
 
-    for ami in amis:
-        reqs = ami.get("requirements") or []
-        if all(requirement_allows(r, it.labels.get(str(r.get("key")))) for r in reqs):
-            return ami
-    return None
+
+def no_ami_reason(nodeclass: Mapping[str, Any]) -> str:
+    """Why a type has no AMI: ``EC2NodeClass "<name>" resolves AMIs only for (<requirements>) or (…)``."""
+    name = (nodeclass.get("metadata") or {}).get("name", "")
+    amis = (nodeclass.get("status") or {}).get("amis") or []
+    return f'EC2NodeClass "{name}" resolves AMIs only for {ami_requirements_text(amis) or "no instance type"}'
+
+
+def _names(types: Sequence[InstanceType], limit: int = 5) -> str:
+    """``a, b, c`` of the first ``limit`` type names, ``, …`` when there are more."""
+    names = ", ".join(it.name for it in types[:limit])
+    return names + (", …" if len(types) > limit else "")

@@ -71,6 +71,33 @@ def labels_allow(requirements: Iterable[Mapping[str, Any]], labels: Mapping[str,
     return True
 
 
+def ami_for(amis: Sequence[Mapping[str, Any]], labels: Mapping[str, str]) -> Mapping[str, Any] | None:
+    """The first resolved AMI (``status.amis`` entry) whose requirements an instance type with ``labels``
+    satisfies, None when there is none (Karpenter's AMI → instance type mapping, ``MapToInstanceTypes``)."""
+    for ami in amis:
+        reqs = ami.get("requirements") or []
+        if all(requirement_allows(r, labels.get(str(r.get("key")))) for r in reqs):
+            return ami
+    return None
+
+
+def format_requirement(req: Mapping[str, Any]) -> str:
+    """``key Op [v1 v2]`` (``key Op`` for Exists/DoesNotExist), for messages."""
+    values = [str(v) for v in req.get("values") or []]
+    text = f"{req.get('key', '')} {req.get('operator', '')}"
+    return f"{text} [{' '.join(values)}]" if values else text
+
+
+def ami_requirements_text(amis: Sequence[Mapping[str, Any]]) -> str:
+    """The distinct requirement sets of ``amis`` as ``(a, b) or (c)``, in status order ("" when none)."""
+    sets: list[str] = []
+    for ami in amis:
+        text = ", ".join(format_requirement(r) for r in ami.get("requirements") or []) or "any instance type"
+        if f"({text})" not in sets:
+            sets.append(f"({text})")
+    return " or ".join(sets)
+
+
 def offering_allowed(requirements: Iterable[Mapping[str, Any]], offering: Offering) -> bool:
     """Zone, zone-id and capacity-type requirements against one offering."""
     values = {

@@ -15,6 +15,10 @@ I/O part: :class:`InstanceTypeProvider` reads DescribeInstanceTypes and Describe
 cached 12 h, Karpenter's catalogue refresh), prices (:mod:`karpy.aws.pricing`) and the ICE cache
 (:class:`UnavailableOfferings`), and caches the per-NodeClass result for 5 minutes (Karpenter's resolved
 instance-type cache) keyed on everything it depends on, so a provisioning batch costs no AWS call.
+Types that no AMI of the NodeClass (``status.amis`` requirements) can boot are left out, as Karpenter leaves
+them out of the NodeClass's instance types: the scheduler never plans a NodeClaim that cannot launch (a GPU
+pod under AL2023 ``standard`` AMIs only would otherwise create and delete a NodeClaim every second); they are
+kept aside (:meth:`InstanceTypeProvider.incompatible`) so the provisioner can say why such pods stay pending.
 It deliberately does not learn observed node memory (Karpenter's 60-day capacity cache).
 """
 
@@ -32,6 +36,7 @@ import attrs
 
 from karpy.apis import labels as wk
 from karpy.apis.quantity import QuantityError, format_canonical, parse_quantity, to_canonical
+from karpy.aws.instances import ami_for
 from karpy.aws.pricing import PricingProvider
 from karpy.cloudprovider.types import InstanceType, NodeClassNotReadyError, Offering
 
@@ -44,6 +49,8 @@ DEFAULT_ROOT_VOLUME: Final = 20 * GiB
 DEFAULT_EVICTION_HARD: Final = {"memory.available": "100Mi", "nodefs.available": "10%"}
 EVICTION_SIGNALS: Final = {"memory.available": wk.RESOURCE_MEMORY, "nodefs.available": wk.RESOURCE_EPHEMERAL_STORAGE}
 ARCHITECTURES: Final = {"x86_64": "amd64", "arm64": "arm64"}
+# ``list`` is also a method of InstanceTypeProvider: annotations after it use this alias.
+Types = list[InstanceType]
 _NAME = re.compile(r"^([a-z]+)(-[0-9]+tb)?([0-9]+).*\.")
 
 
@@ -417,7 +424,8 @@ class InstanceTypeProvider:
         self._infos_until = -1.0
         self._zones: dict[str, frozenset[str]] = {}
         self._zones_until = -1.0
-        self._resolved: dict[str, tuple[str, float, list[InstanceType]]] = {}
+        # NodeClass name → (inputs key, expiry, launchable types, types no AMI of the NodeClass can boot).
+        self._resolved: dict[str, tuple[str, float, list[InstanceType], list[InstanceType]]] = {}
 
     async def infos(self) -> list[dict[str, Any]]:
         """Every supported DescribeInstanceTypes entry (cached 12 h)."""
@@ -445,11 +453,24 @@ class InstanceTypeProvider:
         return self._zones
 
     async def list(self, nodeclass: Mapping[str, Any]) -> list[InstanceType]:
-        """Instance types launchable under ``nodeclass`` (status resolved), offerings limited to its subnets' zones.
+        """Instance types launchable under ``nodeclass`` (status resolved), offerings limited to its subnets' zones,
+        without the types that none of its resolved AMIs can boot (see :meth:`incompatible`).
 
         Raises:
             NodeClassNotReadyError: the NodeClass status lists no subnets.
         """
+        return (await self._resolve(nodeclass))[0]
+
+    async def incompatible(self, nodeclass: Mapping[str, Any]) -> Types:
+        """The types :meth:`list` leaves out because no ``status.amis`` entry's requirements admit them (e.g. GPU
+        and Neuron types when only AL2023 ``standard`` AMIs resolved). Empty while the status has no AMIs.
+
+        Raises:
+            NodeClassNotReadyError: the NodeClass status lists no subnets.
+        """
+        return (await self._resolve(nodeclass))[1]
+
+    async def _resolve(self, nodeclass: Mapping[str, Any]) -> tuple[Types, Types]:
         subnets = (nodeclass.get("status") or {}).get("subnets") or []
         if not subnets:
             name = (nodeclass.get("metadata") or {}).get("name", "")
@@ -460,9 +481,11 @@ class InstanceTypeProvider:
             self.infos(), self.zones(), self.pricing.on_demand_prices(), self.pricing.spot_prices()
         )
         spec = nodeclass.get("spec") or {}
+        amis = list((nodeclass.get("status") or {}).get("amis") or [])
         key = json.dumps(
             [
                 sorted(zone_ids.items()),
+                amis,
                 spec.get("kubelet"),
                 spec.get("blockDeviceMappings"),
                 self.unavailable.seq,
@@ -476,19 +499,22 @@ class InstanceTypeProvider:
         class_name = str((nodeclass.get("metadata") or {}).get("name", ""))
         cached = self._resolved.get(class_name)
         if cached is not None and cached[0] == key and self.clock() < cached[1]:
-            return cached[2]
+            return cached[2], cached[3]
         kubelet = spec.get("kubelet") or {}
         ephemeral = root_volume_bytes(nodeclass)
-        result = []
+        result: list[InstanceType] = []
+        incompatible: list[InstanceType] = []
         for info in infos:
             name = str(info["InstanceType"])
             offered = sorted(zones.get(name, frozenset()) & zone_ids.keys())
             if not offered:
                 continue
-            result.append(self.build(info, kubelet, ephemeral, offered, zone_ids, on_demand, spot))
+            it = self.build(info, kubelet, ephemeral, offered, zone_ids, on_demand, spot)
+            # No AMIs yet: nothing to judge against (the launch refuses a NodeClass without AMIs anyway).
+            (result if not amis or ami_for(amis, it.labels) is not None else incompatible).append(it)
         # One entry per NodeClass (the newest inputs), so the map stays as small as the NodeClass count.
-        self._resolved[class_name] = (key, self.clock() + RESOLVED_TTL, result)
-        return result
+        self._resolved[class_name] = (key, self.clock() + RESOLVED_TTL, result, incompatible)
+        return result, incompatible
 
     def build(
         self,

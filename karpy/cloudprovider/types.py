@@ -2,7 +2,8 @@
 
 Controllers never talk to AWS directly: they call a :class:`CloudProvider`. Its obligations:
 
-* ``get_instance_types`` returns every instance type a NodeClass can launch, with allocatable-relevant
+* ``get_instance_types`` returns every instance type a NodeClass can launch (types no machine image of the
+  NodeClass can boot are left out, and reported by ``incompatible_instance_types``), with allocatable-relevant
   capacity and overhead and one :class:`Offering` per (zone, capacity type); unavailable offerings (ICE
   cache, unknown price) are returned with ``available=False`` rather than dropped, so the scheduler can
   explain why a pod did not fit.
@@ -91,6 +92,19 @@ class InstanceType:
 
 
 @attrs.frozen(slots=True)
+class IncompatibleInstanceTypes:
+    """Instance types a NodeClass leaves out of ``get_instance_types`` because none of its AMIs can boot them.
+
+    ``reason`` names what the NodeClass's AMIs require (Karpenter wording: the EC2NodeClass resolves AMIs only
+    for these requirements), e.g. ``EC2NodeClass "default" resolves AMIs only for (kubernetes.io/arch In
+    [amd64], karpenter.k8s.aws/instance-gpu-count DoesNotExist)``; "" when nothing is left out.
+    """
+
+    instance_types: tuple[InstanceType, ...] = ()
+    reason: str = ""
+
+
+@attrs.frozen(slots=True)
 class LaunchRequest:
     """What the NodeClaim lifecycle asks the cloud to launch.
 
@@ -163,6 +177,15 @@ class CloudProvider(Protocol):
 
     async def get_instance_types(self, nodeclass: Mapping[str, Any]) -> list[InstanceType]:
         """Instance types launchable under ``nodeclass`` (EC2NodeClass JSON with resolved status).
+
+        Raises:
+            NodeClassNotReadyError: the NodeClass status has no subnets.
+        """
+        ...
+
+    async def incompatible_instance_types(self, nodeclass: Mapping[str, Any]) -> IncompatibleInstanceTypes:
+        """The instance types ``get_instance_types`` leaves out for want of a compatible machine image, and why
+        (the provisioner names it on pods only such types would fit).
 
         Raises:
             NodeClassNotReadyError: the NodeClass status has no subnets.

@@ -5,7 +5,9 @@ Karpenter core ``nodeclaim/lifecycle`` (§4 of the behaviour reference, C10–C1
 * **Launch**: resolve the EC2NodeClass, ask the cloud provider for one instance among the NodeClaim's
   instance types, write ``status.providerID``/``imageID``/``capacity``/``allocatable``, the instance's labels
   and ``Launched=True``. ICE or a NodeClass that is not Ready deletes the NodeClaim (the next batch re-plans);
-  any other error sets ``Launched=Unknown`` and retries with backoff. The cloud provider adopts an instance
+  any other error sets ``Launched=Unknown`` and retries with backoff. Every failure also backs off the pods
+  planned onto the NodeClaim and tells them why (:mod:`karpy.controllers.launch_backoff`); a launch resets
+  their back-off. The cloud provider adopts an instance
   already tagged with this NodeClaim's name, so a restart between launch and the status write never launches
   twice.
 * **Registration**: the Node with the same providerID gets the NodeClaim's labels, ``karpenter.sh/registered``,
@@ -43,6 +45,7 @@ from karpy.cloudprovider.types import (
     NodeClassNotReadyError,
 )
 from karpy.controllers.conditions import set_condition
+from karpy.controllers.launch_backoff import LaunchBackoff, record_launch_failure
 from karpy.controllers.provisioner import EPHEMERAL_TAINT_KEYS
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
@@ -51,7 +54,7 @@ from karpy.kube.resources import NODECLAIMS, NODES
 from karpy.runtime.controller import Result
 from karpy.scheduling.model import Taint
 from karpy.state.cluster import ClusterState, condition, condition_true, deleting
-from karpy.state.plans import Plans
+from karpy.state.plans import Plans, planned_pods
 from karpy.state.views import NodeInfo, parse_time, taints, taints_json
 
 log = structlog.get_logger("karpy.nodeclaim.lifecycle")
@@ -77,6 +80,7 @@ class NodeClaimLifecycle:
         *,
         clock: Callable[[], float] = time.time,
         plans: Plans | None = None,
+        backoff: LaunchBackoff | None = None,
     ) -> None:
         self.client = client
         self.state = state
@@ -84,6 +88,8 @@ class NodeClaimLifecycle:
         self.events = events
         self.clock = clock
         self.plans = plans if plans is not None else Plans(state)
+        # Shared with the provisioner (which holds new NodeClaims for pods backing off).
+        self.backoff = backoff or LaunchBackoff()
 
     async def reconcile(self, key: str) -> Result:
         """One step of the lifecycle for NodeClaim ``key``."""
@@ -109,22 +115,30 @@ class NodeClaimLifecycle:
         class_name = (spec.get("nodeClassRef") or {}).get("name", "")
         nodeclass = self.state.nodeclasses.get(class_name)
         if nodeclass is None or not condition_true(nodeclass, wk.COND_READY):
-            return await self._delete(
-                claim, "nodeclass_not_ready", f"EC2NodeClass {class_name!r} not found or not ready"
-            )
+            message = f"EC2NodeClass {class_name!r} not found or not ready"
+            self._launch_failed(claim, "NodeClassNotReady", message)
+            return await self._delete(claim, "nodeclass_not_ready", message)
         try:
             request = await self._launch_request(claim, nodeclass)
             result = await self.cloud.create(request)
         except InsufficientCapacityError as err:
             self.events.publish(claim, WARNING, "InsufficientCapacityError", f"NodeClaim {name}: {err}")
+            self._launch_failed(claim, "InsufficientCapacityError", str(err))
             return await self._delete(claim, "insufficient_capacity", str(err))
         except NodeClassNotReadyError as err:
+            self._launch_failed(claim, "NodeClassNotReady", str(err))
             return await self._delete(claim, "nodeclass_not_ready", str(err))
         except Exception as err:
+            self._launch_failed(claim, "LaunchFailed", str(err))
             await self._patch_conditions(claim, wk.COND_LAUNCHED, "Unknown", "LaunchFailed", str(err)[:300])
             raise
         await self._record_launch(claim, result)
+        self.backoff.succeeded(planned_pods(claim))
         return Result(requeue_after=REGISTRATION_TTL)
+
+    def _launch_failed(self, claim: JSON, reason: str, message: str) -> None:
+        """Back off the NodeClaim's planned pods and publish ``reason`` on each (Warning)."""
+        record_launch_failure(self.backoff, self.state, self.events, claim, reason, message[:300])
 
     async def _launch_request(self, claim: JSON, nodeclass: JSON) -> LaunchRequest:
         spec = claim.get("spec") or {}
@@ -134,6 +148,10 @@ class NodeClaimLifecycle:
             if req.get("key") == wk.LABEL_INSTANCE_TYPE and req.get("operator") == "In":
                 allowed = list(req.get("values") or [])
         catalogue = {it.name: it for it in await self.cloud.get_instance_types(nodeclass)}
+        if allowed is not None and any(n not in catalogue for n in allowed):
+            # Types left out since the plan (the AMIs changed): the launch names the AMI instead of "no offering".
+            left_out = (await self.cloud.incompatible_instance_types(nodeclass)).instance_types
+            catalogue.update({it.name: it for it in left_out if it.name not in catalogue})
         if allowed is None:
             instance_types = list(catalogue.values())
         else:

@@ -13,6 +13,9 @@ the apiserver's answer is recorded in the plan owner at once (before the watch d
 :meth:`Provisioner.pending_pods` skips planned pods. After a restart the annotations rebuild the same index from
 the LIST. The NodeClaims of one decision share a batch id: the registration hold of each waits only for its
 batch.
+
+After a failed launch its pods back off before a new NodeClaim is planned for them, and pods that only instance
+types without a compatible AMI would fit are told so (:mod:`karpy.controllers.launch_backoff`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from karpy.apis.hashing import nodeclass_hash, nodepool_hash
 from karpy.apis.quantity import QuantityError, format_resource_list, parse_resource_list
 from karpy.apis.resources import add
 from karpy.cloudprovider.types import CloudProvider, CloudProviderError, InstanceType
+from karpy.controllers.launch_backoff import LaunchBackoff, explain_incompatible
 from karpy.controllers.terminator import drainable
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
@@ -93,6 +97,7 @@ class Provisioner:
         batch_max: float = 10.0,
         preference_policy: str = "Respect",
         plans: Plans | None = None,
+        launch_backoff: LaunchBackoff | None = None,
     ) -> None:
         self.client = client
         self.plans = plans if plans is not None else Plans(state)
@@ -107,6 +112,9 @@ class Provisioner:
         self._vacating: set[str] = set()
         self._batches = itertools.count(1)
         self._started = int(state.clock())
+        # Per-pod back-off after failed launches; the NodeClaim lifecycle records failures into the same one.
+        self.launch_backoff = launch_backoff or LaunchBackoff()
+        self._retry: asyncio.TimerHandle | None = None
 
     def trigger(self) -> None:
         """A pod may need capacity: open or extend the batch window."""
@@ -158,11 +166,14 @@ class Provisioner:
         now = self.state.clock()
         self.nominated.update({name: now for name, pods in result.existing.items() if pods})
         await self._plan_onto_existing(result.existing)
+        self.launch_backoff.prune(self.state.pods)
+        plans, retry_in = self.launch_backoff.hold(result.new_nodeclaims)
+        if retry_in > 0:
+            self._trigger_in(retry_in)
         batch = f"{self._started}-{next(self._batches)}"
-        created = await asyncio.gather(
-            *(self._create(nc, nodepool_objs[nc.nodepool], batch) for nc in result.new_nodeclaims)
-        )
+        created = await asyncio.gather(*(self._create(nc, nodepool_objs[nc.nodepool], batch) for nc in plans))
         errors = {**volume_errors, **result.errors}
+        errors.update(await self._explain_incompatible(pods, nodepools, nodepool_objs, result.errors))
         self._report_errors(pending, errors)
         made = [c for c in created if c is not None]
         log.info(
@@ -173,6 +184,38 @@ class Provisioner:
             unschedulable=len(errors),
         )
         return made
+
+    def _trigger_in(self, seconds: float) -> None:
+        """Open a batch once the first held NodeClaim's pods are out of back-off (one timer, the earliest)."""
+        loop = asyncio.get_running_loop()
+        when = loop.time() + seconds
+        if self._retry is not None and not self._retry.cancelled() and loop.time() < self._retry.when() <= when:
+            return
+        if self._retry is not None:
+            self._retry.cancel()
+        self._retry = loop.call_at(when, self.trigger)
+
+    async def _explain_incompatible(
+        self,
+        pods: Sequence[model.Pod],
+        nodepools: Sequence[model.NodePool],
+        nodepool_objs: Mapping[str, JSON],
+        errors: Mapping[str, str],
+    ) -> dict[str, str]:
+        """The ``errors`` of pods that only instance types without a compatible AMI would fit, with the AMI
+        requirements named first (see :func:`karpy.controllers.launch_backoff.explain_incompatible`)."""
+        if not errors:
+            return {}
+        return await explain_incompatible(
+            self.cloud,
+            self.state.nodeclasses,
+            [(pool, nodeclass_name(nodepool_objs[pool.name])) for pool in nodepools],
+            pods,
+            errors,
+            list(self.state.daemonsets.values()),
+            preference_policy=self.preference_policy,
+            namespace_labels=self.state.namespace_labels(),
+        )
 
     def scheduling_pods(self, infos: Sequence[PodInfo]) -> tuple[list[model.Pod], dict[str, str]]:
         """The scheduling pods of ``infos``, with ``volume_terms`` from their volumes' topology, and the pods

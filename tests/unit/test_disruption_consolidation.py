@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from karpy.apis import labels as wk
-from karpy.cloudprovider.types import InstanceType
+from karpy.cloudprovider.types import IncompatibleInstanceTypes, InstanceType
 from karpy.controllers.disruption import consolidation as cons
 from karpy.controllers.disruption.candidates import build_candidate
 from karpy.controllers.disruption.types import Candidate
@@ -27,6 +27,9 @@ class FakeCloud:
 
     async def get_instance_types(self, nodeclass: Mapping[str, Any]) -> list[InstanceType]:
         return list(self.types)
+
+    async def incompatible_instance_types(self, nodeclass: Mapping[str, Any]) -> IncompatibleInstanceTypes:
+        return IncompatibleInstanceTypes()
 
 
 async def setup(objs: list[dict], types: list[InstanceType] = CATALOGUE) -> tuple[ClusterState, cons.Simulator, dict]:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from karpy.apis import labels as wk
-from karpy.cloudprovider.types import CloudInstance, InstanceType, NodeClaimNotFoundError
+from karpy.cloudprovider.types import CloudInstance, IncompatibleInstanceTypes, InstanceType, NodeClaimNotFoundError
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption import orchestrator as orch
 from karpy.controllers.disruption.controls import DisruptionSettings
@@ -47,6 +47,9 @@ class FakeCloud:
 
     async def get_instance_types(self, nodeclass: Mapping[str, Any]) -> list[InstanceType]:
         return list(self.types)
+
+    async def incompatible_instance_types(self, nodeclass: Mapping[str, Any]) -> IncompatibleInstanceTypes:
+        return IncompatibleInstanceTypes()
 
     async def get(self, provider_id: str) -> CloudInstance:
         self.gets += 1

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from karpy.apis import labels as wk
-from karpy.cloudprovider.types import InstanceType, Offering
+from karpy.cloudprovider.types import IncompatibleInstanceTypes, InstanceType, Offering
 from karpy.controllers.provisioner import Provisioner
 from karpy.kube.events import EventRecorder
 from karpy.kube.resources import Resource
@@ -185,6 +185,9 @@ class FakeKube:
 class FakeCloud:
     async def get_instance_types(self, nodeclass: JSON) -> list[InstanceType]:
         return CATALOGUE
+
+    async def incompatible_instance_types(self, nodeclass: JSON) -> IncompatibleInstanceTypes:
+        return IncompatibleInstanceTypes()
 
 
 def provisioner(state: ClusterState, kube: FakeKube, **kwargs: Any) -> Provisioner:

@@ -269,8 +269,9 @@ class Disruption:
             candidates.append(candidate)
         # As the provisioner schedules them: with their volumes' node affinity (a pod on a zonal PV moves only
         # within its zone).
-        leaving = self.provisioner.pending_pods() + self.provisioner.displaced_pods()
-        pending, _ = self.provisioner.scheduling_pods(leaving)
+        pending, _ = self.provisioner.scheduling_pods(
+            self.provisioner.pending_pods() + self.provisioner.displaced_pods()
+        )
         # Commands in flight: their nodes are going away and their pods need the capacity that remains (Karpenter
         # simulates pods of nodes marked for deletion as pending), or a destination node could be consolidated
         # under the pods about to land on it.

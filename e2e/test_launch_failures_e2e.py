@@ -1,0 +1,210 @@
+"""GPU and Neuron pods under an EC2NodeClass with no GPU-capable AMI, on the local cluster (issue 7, defect 3).
+
+The ``al2023@latest`` alias resolves only the AL2023 ``standard`` AMIs in moto (no nvidia or neuron variant is
+published), whose requirements exclude GPU and accelerator instance types. Before the fix karpy planned a GPU
+type anyway, the launch found no AMI, the NodeClaim was deleted and the next batch planned it again: about one
+NodeClaim a second, with nothing on the pods but kube-scheduler's message. Now the types without an AMI are
+left out of the NodePool's instance types (as Karpenter does): over 2 minutes, watched on the NodeClaim watch
+stream, at most 3 NodeClaims are created for the pool (none are expected), and every pod carries karpy's
+``FailedScheduling`` Warning naming the AMI requirements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from e2e.helpers import KarpyProcess, apply, ec2nodeclass, karpy_process, stop_karpy, wait_for
+from karpy.apis import labels as wk
+from karpy.kube import resources as r
+from karpy.kube.client import KubeClient
+from karpy.kube.errors import ApiError
+
+pytestmark = [pytest.mark.e2e]
+POOL = "launch-noami"
+TAINT_KEY = "karpy-e2e/launch"
+WINDOW = 120.0
+MAX_NODECLAIMS = 3
+DEPLOYMENTS = {"launch-gpu": (2, wk.RESOURCE_NVIDIA_GPU), "launch-neuron": (1, wk.RESOURCE_NEURON)}
+
+
+def nodepool() -> dict[str, Any]:
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": POOL},
+        "spec": {
+            "template": {
+                "spec": {
+                    "requirements": [
+                        {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+                        {"key": wk.LABEL_ARCH, "operator": "In", "values": ["amd64"]},
+                    ],
+                    "taints": [{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}],
+                    "nodeClassRef": {"group": wk.AWS_GROUP, "kind": "EC2NodeClass", "name": POOL},
+                }
+            },
+        },
+    }
+
+
+def deployment(app: str, replicas: int, resource: str) -> dict[str, Any]:
+    spec = {
+        "terminationGracePeriodSeconds": 0,
+        "nodeSelector": {wk.LABEL_NODEPOOL: POOL},
+        "tolerations": [
+            {"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"},
+            {"key": resource, "operator": "Exists", "effect": "NoSchedule"},
+        ],
+        "containers": [
+            {
+                "name": "app",
+                "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
+                "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {resource: "1"}},
+            }
+        ],
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": app, "namespace": "default"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": app}},
+            "template": {"metadata": {"labels": {"app": app}}, "spec": spec},
+        },
+    }
+
+
+class Env:
+    def __init__(self, cluster: Any, client: KubeClient, karpy: KarpyProcess) -> None:
+        self.cluster = cluster
+        self.client = client
+        self.karpy = karpy
+
+    async def claims(self) -> list[dict[str, Any]]:
+        return (await self.client.list(r.NODECLAIMS, query={"labelSelector": f"{wk.LABEL_NODEPOOL}={POOL}"}))[0]
+
+    async def pods(self) -> list[dict[str, Any]]:
+        out = []
+        for app in DEPLOYMENTS:
+            out += (await self.client.list(r.PODS, "default", query={"labelSelector": f"app={app}"}))[0]
+        return [p for p in out if not p["metadata"].get("deletionTimestamp")]
+
+
+@pytest.fixture(scope="module")
+async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
+    client = await KubeClient.from_environment(str(local_cluster.kubeconfig))
+    work = tmp_path_factory.mktemp("karpy-launch")
+    c = local_cluster
+    karpy = await karpy_process(client, c.server, c.cluster_name, work, c.aws_env)
+    e = Env(local_cluster, client, karpy)
+    karpy.start()
+    try:
+        yield e
+    finally:
+        await stop_karpy(karpy, client, _cleanup(e))
+
+
+async def _cleanup(env: Env) -> None:
+    for app in DEPLOYMENTS:
+        with contextlib.suppress(ApiError):
+            await env.client.delete(r.DEPLOYMENTS, app, "default")
+    with contextlib.suppress(ApiError):
+        await env.client.delete(r.NODEPOOLS, POOL)
+    for claim in await env.claims():
+        with contextlib.suppress(ApiError):
+            await env.client.delete(r.NODECLAIMS, claim["metadata"]["name"])
+
+    async def gone() -> bool:
+        return not await env.claims()
+
+    await wait_for(gone, timeout=120, what=f"NodeClaims of {POOL} gone", interval=1)
+    with contextlib.suppress(ApiError):
+        await env.client.delete(r.EC2NODECLASSES, POOL)
+
+
+async def _ready(client: KubeClient, res: r.Resource, name: str) -> bool:
+    obj = await client.get(res, name)
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in (obj.get("status") or {}).get("conditions", []))
+
+
+async def _karpy_synced(env: Env) -> bool:
+    return any(line.get("message") == "cluster state synced" for line in env.karpy.logs())
+
+
+async def created_nodeclaims(client: KubeClient, pool: str, since: str, seconds: float) -> list[str]:
+    """Names of NodePool ``pool``'s NodeClaims the watch stream reports ADDED within ``seconds`` from ``since`` (a LIST
+    resourceVersion); the watch is resumed from its last resourceVersion whenever the apiserver ends it."""
+    added: list[str] = []
+    rv = since
+    deadline = time.monotonic() + seconds
+    query = {"watch": "1", "labelSelector": f"{wk.LABEL_NODEPOOL}={pool}", "allowWatchBookmarks": "true"}
+    while (left := deadline - time.monotonic()) > 0:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(left):
+                async for line in client.stream_lines(
+                    r.NODECLAIMS.path(),
+                    {**query, "resourceVersion": rv, "timeoutSeconds": int(left) + 1},
+                    read_timeout=left + 5,
+                ):
+                    event = json.loads(line)
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        raise AssertionError(f"NodeClaim watch failed: {obj}")
+                    rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                    if event.get("type") == "ADDED":
+                        added.append(obj["metadata"]["name"])
+    return added
+
+
+async def test_no_churn_and_failed_scheduling_names_the_ami(env: Env) -> None:
+    cluster = env.cluster.cluster_name
+    await apply(env.client, [ec2nodeclass(POOL, cluster), nodepool()])
+    await wait_for(lambda: _ready(env.client, r.EC2NODECLASSES, POOL), timeout=60, what="EC2NodeClass Ready")
+    nodeclass = await env.client.get(r.EC2NODECLASSES, POOL)
+    amis = nodeclass["status"]["amis"]
+    assert amis and all(
+        {"key": wk.LABEL_INSTANCE_GPU_COUNT, "operator": "DoesNotExist"} in a["requirements"] for a in amis
+    ), f"the alias must resolve standard AMIs only: {amis}"
+    await wait_for(lambda: _ready(env.client, r.NODEPOOLS, POOL), timeout=60, what=f"NodePool {POOL} Ready")
+    await wait_for(lambda: _karpy_synced(env), timeout=30, what="karpy's cluster state synced")
+    existing, since = await env.client.list(r.NODECLAIMS, query={"labelSelector": f"{wk.LABEL_NODEPOOL}={POOL}"})
+    assert existing == []
+
+    watching = asyncio.create_task(created_nodeclaims(env.client, POOL, since, WINDOW))
+    await apply(env.client, [deployment(app, n, res) for app, (n, res) in DEPLOYMENTS.items()])
+    expected = sum(n for n, _ in DEPLOYMENTS.values())
+
+    async def told() -> dict[str, str]:
+        pods = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await env.pods()}
+        events = (await env.client.list(r.EVENTS, "default"))[0]
+        out = {
+            e["involvedObject"]["name"]: e["message"]
+            for e in events
+            if e["type"] == "Warning"
+            and e["reason"] == "FailedScheduling"
+            and e["source"].get("component") == "karpy"
+            and e["involvedObject"].get("uid") in pods.values()
+        }
+        return out if len(pods) == expected and len(out) == expected else {}
+
+    messages = await wait_for(told, timeout=60, what="karpy's FailedScheduling on every GPU and Neuron pod")
+    for name, message in messages.items():
+        assert message.startswith(
+            f'incompatible with nodepool "{POOL}": no instance type that fits has a compatible AMI: '
+            f'EC2NodeClass "{POOL}" resolves AMIs only for ('
+        ), f"{name}: {message}"
+        assert f"{wk.LABEL_INSTANCE_GPU_COUNT} DoesNotExist" in message, f"{name}: {message}"
+        assert f"{wk.LABEL_INSTANCE_ACCELERATOR_COUNT} DoesNotExist" in message, f"{name}: {message}"
+    created = await watching
+    print(f"NodeClaims created in {WINDOW:.0f}s: {created}")
+    assert len(created) <= MAX_NODECLAIMS, f"{len(created)} NodeClaims in {WINDOW:.0f}s: {created}"
+    assert env.karpy.alive
+    assert all(not p["spec"].get("nodeName") for p in await env.pods())
