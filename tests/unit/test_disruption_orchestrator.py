@@ -578,3 +578,22 @@ async def test_a_failed_evaluation_keeps_the_loop_and_its_commands_alive() -> No
         assert not loop.done()
     finally:
         loop.cancel()
+
+
+async def test_nodes_whose_pods_are_all_terminating_go_in_one_emptiness_command() -> None:
+    """12 nodes left with only terminating pods (a scale-down whose pods take their grace period, or are stuck on
+    a dead kubelet) are empty — Karpenter ``IsReschedulable`` — and go together within a 100% budget, not one
+    single-node consolidation per node."""
+    pool = nodepool(budgets=[{"nodes": "100%"}])
+    objs: list[dict] = [nodeclass(), pool]
+    for i in range(12):
+        claim = nodeclaim(f"n{i:02d}", pool)
+        leaving = pod(f"p{i:02d}", f"node-n{i:02d}")
+        leaving["metadata"]["deletionTimestamp"] = ts(T0 + 30)
+        objs += [claim, node(claim), leaving]
+    h = Harness(objs)
+    command = await h.disruption.evaluate()
+    assert command is not None and command.method == "emptiness" and command.reason == "Empty"
+    assert len(command.candidates) == 12 and command.pods_moved == 0
+    assert await h.finish() == [True]
+    assert sorted(h.kube.deleted) == [f"n{i:02d}" for i in range(12)]
