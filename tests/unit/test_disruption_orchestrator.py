@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
 import pytest
 
 from karpy.apis import labels as wk
@@ -597,3 +598,34 @@ async def test_nodes_whose_pods_are_all_terminating_go_in_one_emptiness_command(
     assert len(command.candidates) == 12 and command.pods_moved == 0
     assert await h.finish() == [True]
     assert sorted(h.kube.deleted) == [f"n{i:02d}" for i in range(12)]
+
+
+async def test_emptiness_takes_in_nodes_that_stayed_empty_through_the_validation_window() -> None:
+    """Nodes emptied by one scale-down a few seconds apart go in one command: a node that was already empty when
+    the command was decided and became Consolidatable during the validation window joins it; a node with a pod
+    event during the window, or not Consolidatable yet, does not."""
+    settings = attrs.evolve(FAST, validation_delay=0.5)
+    pool = nodepool(after="10s", budgets=[{"nodes": "100%"}])
+    quick = nodepool("quick", after="0s", budgets=[{"nodes": "100%"}])
+    claims = [nodeclaim("a", pool), nodeclaim("b", pool), nodeclaim("c", pool), nodeclaim("d", quick)]
+    h = Harness([nodeclass(), pool, quick, *claims, *(node(c) for c in claims)], settings)
+    now = h.disruption.clock()
+    h.state.last_pod_event["node-b"] = now - 9.8  # empty already; Consolidatable 0.2 s into the window
+    h.state.last_pod_event["node-c"] = now - 5.0  # Consolidatable only after the window
+    h.state.last_pod_event["node-d"] = now + 0.25  # a pod left it during the window
+    command = await h.disruption.evaluate()
+    assert command is not None and command.reason == "Empty"
+    assert sorted(c.name for c in command.candidates) == ["a", "b"]
+    assert await h.finish() == [True]
+    assert sorted(h.kube.deleted) == ["a", "b"]
+
+
+def test_the_loop_wakes_when_a_node_becomes_consolidatable_before_the_next_poll() -> None:
+    pool = nodepool(after="30s")
+    claim = nodeclaim("a", pool)
+    h = Harness([nodeclass(), pool, claim, node(claim)], attrs.evolve(FAST, poll=10.0))
+    assert h.disruption.idle_sleep(T0) == 10.0, "already Consolidatable: the regular poll"
+    h.state.last_pod_event["node-a"] = T0 - 26.0
+    assert h.disruption.idle_sleep(T0) == pytest.approx(4.0)
+    h.state.last_pod_event["node-a"] = T0 - 5.0
+    assert h.disruption.idle_sleep(T0) == 10.0, "beyond the next poll"

@@ -9,7 +9,10 @@ Karpenter core ``disruption/controller.go``, ``queue.go``, ``validation.go`` (D1
 3. unless paused, run the methods in Karpenter's order — emptiness, drift, multi-node consolidation,
    single-node consolidation — and start the first command found;
 4. a command from emptiness or consolidation waits ``validation_delay`` (15 s) and is recomputed; it is
-   dropped unless it still holds (event ``ConsolidationRejected``).
+   dropped unless it still holds (event ``ConsolidationRejected``); an emptiness command also takes in the
+   nodes that stayed empty through the window and became Consolidatable in it (one command, not one per pass).
+
+Between passes the loop sleeps ``poll``, or less when a node becomes Consolidatable sooner.
 
 A command (run as a background task, so the loop continues and budgets count it) taints its nodes
 ``karpenter.sh/disrupted:NoSchedule``, then re-reads each Node and its pods from the apiserver — not the
@@ -179,13 +182,39 @@ class Disruption:
                         # halfway (replacements launched, candidates not yet deleted). The next pass retries.
                         log.warning("disruption evaluation failed", evaluation=self.evaluations, error=repr(err))
                 if started is None:
-                    await asyncio.sleep(self.settings.poll)
+                    await asyncio.sleep(self.idle_sleep(self.clock()))
                 else:
                     await asyncio.sleep(0.1)
         finally:
             # Commands die with the loop; their taints and conditions are cleared by the next start.
             for task in list(self.tasks):
                 task.cancel()
+
+    def idle_sleep(self, now: float) -> float:
+        """Seconds until the next pass: ``poll``, or less when a node becomes Consolidatable sooner — an empty
+        node then waits ``consolidateAfter`` + the validation delay, not up to one more poll on top."""
+        soonest = self.next_consolidatable(now)
+        if soonest is None:
+            return self.settings.poll
+        return max(0.1, min(self.settings.poll, soonest - now))
+
+    def next_consolidatable(self, now: float) -> float | None:
+        """The earliest time after ``now`` at which an initialized NodeClaim becomes Consolidatable (None if none
+        will: every one already is, or its NodePool says ``consolidateAfter: Never``)."""
+        soonest: float | None = None
+        for claim in self.state.nodeclaims.values():
+            if deleting(claim) or not condition_true(claim, wk.COND_INITIALIZED):
+                continue
+            pool = self.state.nodepools.get((claim["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL, ""))
+            after = consolidate_after(pool) if pool is not None else None
+            node = self.state.node_for_nodeclaim(claim)
+            if after is None or node is None:
+                continue
+            last = self.state.last_pod_event.get(node.name, self.state.started_at)
+            at = max(last, _transition(claim, wk.COND_INITIALIZED)) + after
+            if at > now and (soonest is None or at < soonest):
+                soonest = at
+        return soonest
 
     async def evaluate(self) -> Command | None:
         """One pass: conditions, expiration, then the first method with a command (started in the background)."""
@@ -416,9 +445,10 @@ class Disruption:
 
     async def validate(self, command: Command) -> Command | None:
         """Wait ``validation_delay``, then recompute (Karpenter D12); the still-valid command or None."""
+        decided = self.clock()
         await asyncio.sleep(self.settings.validation_delay)
         ctx = await self.context(self.clock())
-        fresh = None if ctx is None else self.revalidate(ctx, command)
+        fresh = None if ctx is None else self.revalidate(ctx, command, decided)
         if fresh is None:
             DISRUPTION_FAILED_VALIDATIONS.labels(consolidation_type=command.method).inc()
             for c in command.candidates:
@@ -426,12 +456,27 @@ class Disruption:
             log.info("disruption command rejected by validation", command=command.record())
         return fresh
 
-    def revalidate(self, ctx: Context, command: Command) -> Command | None:
-        """The same decision recomputed on ``ctx``, or None if it no longer holds."""
+    def revalidate(self, ctx: Context, command: Command, decided: float | None = None) -> Command | None:
+        """The same decision recomputed on ``ctx``, or None if it no longer holds.
+
+        Emptiness keeps the candidates still empty and Consolidatable, and takes in the empty nodes that became
+        Consolidatable during the validation window with no pod event since ``decided`` (when the command was
+        decided): they were empty for the whole window, so they are as validated as the original candidates.
+        Nodes emptied together by one scale-down but a few seconds apart thus go in one command (Karpenter's
+        emptiness deletes every empty node within the budget at once) instead of one command per pass."""
         names = [c.name for c in command.candidates]
         current = {c.name: c for c in ctx.candidates}
         if command.reason == EMPTY:
             still = [current[n] for n in names if n in current]
+            if decided is not None:
+                still += [
+                    c
+                    for c in ctx.candidates
+                    if c.name not in names
+                    and not c.pods
+                    and c.name not in ctx.eventual_only
+                    and self.state.last_pod_event.get(c.node.name, self.state.started_at) <= decided
+                ]
             allowed = {pool: self.allowed(pool, EMPTY) for pool in {c.pool for c in still}}
             fresh = empty_command([c for c in still if self._consolidatable(ctx, c)], allowed)
             return fresh
