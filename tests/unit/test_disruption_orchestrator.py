@@ -629,3 +629,15 @@ def test_the_loop_wakes_when_a_node_becomes_consolidatable_before_the_next_poll(
     assert h.disruption.idle_sleep(T0) == pytest.approx(4.0)
     h.state.last_pod_event["node-a"] = T0 - 5.0
     assert h.disruption.idle_sleep(T0) == 10.0, "beyond the next poll"
+
+
+async def test_a_terminating_do_not_disrupt_pod_still_guards_its_node() -> None:
+    """aws#7259: a terminating pod needs no new home, but its do-not-disrupt holds until it is gone."""
+    pool = nodepool()
+    claim = nodeclaim("a", pool)
+    guarded = pod("guarded", "node-a", annotations={wk.ANNOTATION_DO_NOT_DISRUPT: "true"})
+    guarded["metadata"]["deletionTimestamp"] = ts(T0 + 30)
+    h = Harness([nodeclass(), pool, claim, node(claim), guarded])
+    assert await h.disruption.evaluate() is None
+    ctx = await h.disruption.context(T0)
+    assert ctx is not None and "do-not-disrupt" in ctx.blocked["a"]

@@ -127,6 +127,12 @@ def reschedulable_pods(state: ClusterState, node_name: str) -> tuple[PodInfo, ..
     return tuple(sorted((p for p in state.pods_on(node_name) if reschedulable(p)), key=lambda p: p.key))
 
 
+def guarded_pods(state: ClusterState, node_name: str) -> tuple[PodInfo, ...]:
+    """The pods whose ``do-not-disrupt`` guards ``node_name``: every drainable pod, terminating ones included
+    (aws#7259: the annotation is honoured until the pod is gone, though a terminating pod needs no new home)."""
+    return tuple(sorted((p for p in state.pods_on(node_name) if drainable(p)), key=lambda p: p.key))
+
+
 def pod_cost(pod: PodInfo, deletion_cost: float = 0.0) -> float:
     """Karpenter ``EvictionCost``: 1 + deletion-cost/2²⁷ + priority/2²⁵, clamped to [-10, 10]."""
     cost = 1.0 + deletion_cost / _DELETION_COST_SCALE + pod.pod.priority / _PRIORITY_SCALE

@@ -48,6 +48,7 @@ from karpy.controllers.disruption.candidates import (
     budget_counts,
     build_candidate,
     do_not_disrupt_blocker,
+    guarded_pods,
     node_annotations,
     node_blocker,
     nominated_claims,
@@ -281,7 +282,8 @@ class Disruption:
                 continue
             pool = str(nodepool["metadata"]["name"])
             candidate = build_candidate(self.state, claim, node, nodepool, types.get(pool, {}), now)
-            reason = do_not_disrupt_blocker(claim, node_annotations(node), candidate.pods) or pdb_blocker(
+            guarded = guarded_pods(self.state, node.name)
+            reason = do_not_disrupt_blocker(claim, node_annotations(node), guarded) or pdb_blocker(
                 candidate.pods, pdbs
             )
             if reason and not _eventual_ignores_pods(claim):
