@@ -341,6 +341,11 @@ def test_a_replacement_awaiting_pods_still_on_a_draining_node_is_nominated() -> 
     assert nominated_claims(draining) == {"new"}
     reason, _, _ = node_blocker(draining, draining.nodeclaims["new"], nominated_claims(draining), set())
     assert reason == "nominated for pending pods"
+    recreated = pod("db-0", owner="db")  # the old pod is gone; the StatefulSet made it again, pending
+    recreated["metadata"]["ownerReferences"][0]["kind"] = "StatefulSet"
+    draining.apply("Pod", "DELETED", db)
+    draining.apply("Pod", "ADDED", recreated)
+    assert nominated_claims(draining) == {"new"}
     arrived = pod("db-0", "node-new", owner="db")
     landed = loaded_state([pool, old, new, node(old), node(new), arrived])
     assert nominated_claims(landed) == set(), "the pod arrived: the plan is fulfilled"

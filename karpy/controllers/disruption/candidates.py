@@ -227,20 +227,22 @@ def planned_onto(claim: Mapping[str, Any]) -> list[str]:
 
 
 def awaited_pods(state: ClusterState, claim: Mapping[str, Any]) -> list[str]:
-    """Pods planned onto ``claim`` that are still bound to another node which is being deleted or drained.
+    """Pods planned onto ``claim`` that have not arrived yet but will: still bound to another node which is being
+    deleted or drained, or pending (not bound, not deleting).
 
     A replacement is launched for the pods of a node it replaces; they arrive only after the drain evicts them
-    (a StatefulSet recreates its pod only once the old one is gone). Until then the replacement is initialized
-    and empty, yet it is nominated (Karpenter records the nomination when the command starts and while the
-    provisioner simulates the deleting node's pods), never an emptiness or consolidation candidate.
+    (a StatefulSet recreates its pod, under the same name, only once the old one is gone). Until then the
+    replacement is initialized and empty, yet it is nominated (Karpenter records the nomination when the command
+    starts and while the provisioner simulates the deleting node's pods), never an emptiness or consolidation
+    candidate.
     """
     own = state.node_for_nodeclaim(claim)
     out = []
     for key in planned_onto(claim):
         pod = state.pods.get(key)
-        if pod is None or pod.terminal or not pod.node_name or (own is not None and pod.node_name == own.name):
+        if pod is None or pod.terminal or (own is not None and pod.node_name == own.name):
             continue
-        if _node_leaving(state, pod.node_name):
+        if (not pod.node_name and not pod.deleting) or (pod.node_name and _node_leaving(state, pod.node_name)):
             out.append(key)
     return out
 
