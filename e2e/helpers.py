@@ -46,6 +46,16 @@ KINDS: dict[str, Resource] = {
     "CustomResourceDefinition": Resource(
         "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
     ),
+    "ValidatingAdmissionPolicy": Resource(
+        "admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", False
+    ),
+    "ValidatingAdmissionPolicyBinding": Resource(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingadmissionpolicybindings",
+        "ValidatingAdmissionPolicyBinding",
+        False,
+    ),
     "NodePool": Resource("karpenter.sh", "v1", "nodepools", "NodePool", False),
     "NodeClaim": Resource("karpenter.sh", "v1", "nodeclaims", "NodeClaim", False),
     "EC2NodeClass": Resource("karpenter.k8s.aws", "v1", "ec2nodeclasses", "EC2NodeClass", False),

@@ -7,11 +7,12 @@ node, ``karpenter_voluntary_disruption_decisions_total{reason="Empty"}`` moves b
 its production disruption timings (10 s poll, 15 s validation).
 
 1. pods that stop at once: every NodeClaim is gone within ``consolidateAfter`` + 30 s of the last pod leaving;
-2. pods that stay Terminating (a finalizer holds them, as a slow or dead kubelet does) under
-   ``WhenEmptyOrUnderutilized``: a node whose pods are all terminating is empty (Karpenter
-   ``IsReschedulable``), so the 12 go in one emptiness command decided within ``consolidateAfter`` + 30 s of the
-   scale-down — not one consolidation per node (issue 7, defect 4: 12 nodes, 12 commands, 302 s); the drain
-   then waits for the terminating pods, and the nodes go once the pods are gone.
+2. pods stuck Terminating, as on a dead kubelet (a finalizer holds them; a ValidatingAdmissionPolicy stops
+   KWOK, which plays every kubelet, from clearing it) under ``WhenEmptyOrUnderutilized``: a node whose pods are
+   all terminating is empty (Karpenter ``IsReschedulable``), so the 12 go in one emptiness command decided
+   within ``consolidateAfter`` + 30 s of the scale-down — not one consolidation per node (issue 7, defect 4:
+   12 nodes, 12 commands, 302 s). The drain waits for the terminating pods until they are stuck (a minute past
+   their deletionTimestamp, Karpenter ``IsStuckTerminating``), then the nodes go with the pods still there.
 
 After each, the NodeClaim counters match the NodeClaims left (created − terminated = live).
 """
@@ -26,6 +27,7 @@ from typing import Any
 import pytest
 
 from e2e.helpers import (
+    KINDS,
     KarpyProcess,
     apply,
     assert_nodeclaim_counters,
@@ -49,6 +51,8 @@ POOL = "empt"
 NODES = 12
 CONSOLIDATE_AFTER = 20.0
 HOLD = "karpy-e2e/hold"
+RELEASE = "karpy-e2e/release"
+DEAD_KUBELET = "karpy-e2e-dead-kubelet"
 
 
 class Env:
@@ -97,11 +101,45 @@ async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> A
         await stop_karpy(karpy, client, _cleanup(e))
 
 
+def dead_kubelet_policy() -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy (and its binding) refusing to drop the ``karpy-e2e/hold`` finalizer from a pod
+    unless the same update annotates it ``karpy-e2e/release``: KWOK's pod-delete stage cannot finish the pod,
+    which stays Terminating as on a dead kubelet."""
+    expression = (
+        f"!(has(oldObject.metadata.finalizers) && '{HOLD}' in oldObject.metadata.finalizers)"
+        f" || (has(object.metadata.finalizers) && '{HOLD}' in object.metadata.finalizers)"
+        f" || (has(object.metadata.annotations) && '{RELEASE}' in object.metadata.annotations)"
+    )
+    group = "admissionregistration.k8s.io/v1"
+    return [
+        {
+            "apiVersion": group,
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": DEAD_KUBELET},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods"]}
+                    ]
+                },
+                "validations": [{"expression": expression, "message": "the kubelet of this pod is gone"}],
+            },
+        },
+        {
+            "apiVersion": group,
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": DEAD_KUBELET},
+            "spec": {"policyName": DEAD_KUBELET, "validationActions": ["Deny"]},
+        },
+    ]
+
+
 async def _release_pods(env: Env) -> None:
     """Remove the test's finalizer from every pod of the Deployment (they finish terminating)."""
     for p in await env.pods():
         if p["metadata"].get("finalizers"):
-            patch = {"metadata": {"finalizers": None}}
+            patch = {"metadata": {"finalizers": None, "annotations": {RELEASE: "true"}}}
             with contextlib.suppress(ApiError):
                 await env.client.merge_patch(r.PODS, p["metadata"]["name"], patch, "default")
 
@@ -110,6 +148,9 @@ async def _cleanup(env: Env) -> None:
     with contextlib.suppress(ApiError):
         await env.client.delete(r.DEPLOYMENTS, POOL, "default")
     await _release_pods(env)
+    for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"):
+        with contextlib.suppress(ApiError):
+            await env.client.delete(KINDS[kind], DEAD_KUBELET)
     with contextlib.suppress(ApiError):
         await env.client.delete(r.NODEPOOLS, POOL)
     for claim in await env.claims():
@@ -200,6 +241,7 @@ async def test_02_nodes_left_with_terminating_pods_go_in_one_command(local_clust
         "budgets": [{"nodes": "100%"}],
     }
     await apply(env.client, [nodepool(POOL, POOL, disruption, {controls.ANNOTATION_COOLDOWN: "0s"})])
+    await apply(env.client, dead_kubelet_policy())
     held = deployment(POOL, POOL, "500m", spread=True, grace=5)
     held["spec"]["template"]["metadata"]["finalizers"] = [HOLD]
     await apply(env.client, [held])
@@ -231,17 +273,26 @@ async def test_02_nodes_left_with_terminating_pods_go_in_one_command(local_clust
     records = [line["record"] for line in env.lines("disrupting nodeclaim", mark)]
     assert {json_key(x) for x in records} == {("emptiness", "Empty", NODES)}, records
     assert not env.lines("launched replacement", mark), "nothing to replace: the nodes are empty"
-    assert await env.claims(), "the drain waits for the terminating pods"
-    await _release_pods(env)  # the pods finish terminating
+    stuck_at = max(_iso(p["metadata"]["deletionTimestamp"]) for p in await env.pods()) + 60
+    assert time.time() < stuck_at and await env.claims(), "the drain waits for pods not stuck yet"
 
     async def all_gone() -> bool:
         return not {c["metadata"]["name"] for c in await env.claims()} & before
 
-    await wait_for(all_gone, timeout=90, what="every nodeclaim gone once its pods are", interval=0.5)
+    await wait_for(all_gone, timeout=stuck_at - time.time() + 60, what="every nodeclaim gone", interval=0.5)
+    gone_after_stuck_s = round(time.time() - stuck_at, 1)
+    pods = await env.pods()
+    assert len(pods) == NODES and all(p["metadata"].get("deletionTimestamp") for p in pods), "pods still stuck"
+    assert gone_after_stuck_s >= 0, "the drain waited until the pods were stuck"
+    await _release_pods(env)
     commands = [line["command"] for line in env.lines("disruption command done", mark)]
     assert len(commands) == 1 and commands[0]["reason"] == "Empty", commands
     assert await _decisions(env) - decisions_before == 1
-    record_figures(emptiness_terminating_pods_commands=len(commands), emptiness_terminating_pods_decided_s=decided_s)
+    record_figures(
+        emptiness_terminating_pods_commands=len(commands),
+        emptiness_terminating_pods_decided_s=decided_s,
+        stuck_terminating_drain_ended_after_s=gone_after_stuck_s,
+    )
     print(f"emptiness with terminating pods: {NODES} nodes in {len(commands)} command(s), decided in {decided_s}s")
     assert decided_s <= CONSOLIDATE_AFTER + 30, f"decided {decided_s}s after the scale-down"
     await assert_nodeclaim_counters(env.client, env.karpy, [POOL])
@@ -250,3 +301,9 @@ async def test_02_nodes_left_with_terminating_pods_go_in_one_command(local_clust
 def json_key(record: dict[str, Any]) -> tuple[str, str, int]:
     """(method, reason, number of candidates) of a decision record."""
     return (str(record["method"]), str(record["reason"]), len(record["candidates"]))
+
+
+def _iso(value: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
