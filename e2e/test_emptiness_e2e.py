@@ -180,11 +180,22 @@ async def _decisions(env: Env) -> float:
     )
 
 
-async def _initialized(env: Env, n: int) -> bool:
+async def _settled(env: Env, n: int) -> bool:
+    """``n`` Initialized NodeClaims, none deleting, each hosting one of the Running pods. (kube-scheduler may
+    bind a pod onto a node karpy planned for another one, which then gets a node of its own: the node left empty
+    is removed by emptiness first, and the scenario starts from the settled cluster.)"""
     claims = await env.claims()
-    return len(claims) == n and all(
-        any(x["type"] == "Initialized" and x["status"] == "True" for x in c["status"].get("conditions", []))
-        for c in claims
+    pods = [p for p in await env.pods() if not p["metadata"].get("deletionTimestamp")]
+    hosts = {p["spec"].get("nodeName") for p in pods if p["status"].get("phase") == "Running"}
+    return (
+        len(claims) == n
+        and len(pods) == n
+        and {c["status"].get("nodeName") for c in claims} == hosts
+        and all(
+            not c["metadata"].get("deletionTimestamp")
+            and any(x["type"] == "Initialized" and x["status"] == "True" for x in c["status"].get("conditions", []))
+            for c in claims
+        )
     )
 
 
@@ -201,7 +212,7 @@ async def test_01_empty_nodes_within_budget_go_in_one_command(local_cluster: Any
     await apply(env.client, [deployment(POOL, POOL, "500m", spread=True, grace=5)])
     await scale(env.client, POOL, NODES)
     await wait_for(lambda: env.all_running(NODES), timeout=240, what=f"{NODES} spread pods Running", interval=1)
-    await wait_for(lambda: _initialized(env, NODES), timeout=60, what=f"{NODES} nodeclaims Initialized")
+    await wait_for(lambda: _settled(env, NODES), timeout=180, what=f"{NODES} nodes, one pod each", interval=1)
     before = {c["metadata"]["name"] for c in await env.claims()}
     assert len(before) == NODES
     decisions_before = await _decisions(env)
@@ -247,7 +258,7 @@ async def test_02_nodes_left_with_terminating_pods_go_in_one_command(local_clust
     await apply(env.client, [held])
     await scale(env.client, POOL, NODES)
     await wait_for(lambda: env.all_running(NODES), timeout=240, what=f"{NODES} spread pods Running", interval=1)
-    await wait_for(lambda: _initialized(env, NODES), timeout=60, what=f"{NODES} nodeclaims Initialized")
+    await wait_for(lambda: _settled(env, NODES), timeout=180, what=f"{NODES} nodes, one pod each", interval=1)
     before = {c["metadata"]["name"] for c in await env.claims()}
     assert len(before) == NODES
     decisions_before = await _decisions(env)
@@ -256,7 +267,7 @@ async def test_02_nodes_left_with_terminating_pods_go_in_one_command(local_clust
 
     async def all_terminating() -> bool:
         pods = await env.pods()
-        return len(pods) == NODES and all(p["metadata"].get("deletionTimestamp") for p in pods)
+        return len(pods) >= NODES and all(p["metadata"].get("deletionTimestamp") for p in pods)
 
     await wait_for(all_terminating, timeout=60, what="every pod Terminating", interval=0.2)
     terminating_at = time.monotonic()
@@ -282,7 +293,7 @@ async def test_02_nodes_left_with_terminating_pods_go_in_one_command(local_clust
     await wait_for(all_gone, timeout=stuck_at - time.time() + 60, what="every nodeclaim gone", interval=0.5)
     gone_after_stuck_s = round(time.time() - stuck_at, 1)
     pods = await env.pods()
-    assert len(pods) == NODES and all(p["metadata"].get("deletionTimestamp") for p in pods), "pods still stuck"
+    assert len(pods) >= NODES and all(p["metadata"].get("deletionTimestamp") for p in pods), "pods still stuck"
     assert gone_after_stuck_s >= 0, "the drain waited until the pods were stuck"
     await _release_pods(env)
     commands = [line["command"] for line in env.lines("disruption command done", mark)]
