@@ -641,3 +641,25 @@ async def test_a_terminating_do_not_disrupt_pod_still_guards_its_node() -> None:
     assert await h.disruption.evaluate() is None
     ctx = await h.disruption.context(T0)
     assert ctx is not None and "do-not-disrupt" in ctx.blocked["a"]
+
+
+async def test_an_empty_node_that_gains_a_pod_leaves_the_emptiness_command_and_the_rest_go() -> None:
+    """Each empty node stands alone: kube-scheduler binding a pod onto one of 3 empty nodes after the decision
+    takes that node out (untainted, backed off), and the other two are still deleted in the same command."""
+    pool = nodepool(budgets=[{"nodes": "100%"}])
+    claims = [nodeclaim(n, pool) for n in ("a", "b", "c")]
+    h = Harness([nodeclass(), pool, *claims, *(node(c) for c in claims)])
+    command = await h.disruption.evaluate()
+    assert command is not None and len(command.candidates) == 3
+    for task in list(h.disruption.tasks):
+        task.cancel()
+    h.kube.store[("pods", "default", "late")] = pod("late", "node-b")  # in the apiserver, not in the cache
+    assert await h.disruption.execute(command) is True
+    assert sorted(h.kube.deleted) == ["a", "c"]
+    assert not any(
+        t["key"] == wk.TAINT_DISRUPTED_KEY for t in h.kube.objects("nodes")["node-b"]["spec"].get("taints") or []
+    )
+    assert condition(h.kube.objects("nodeclaims")["b"], wk.COND_DISRUPTION_REASON) is None
+    assert "b" in h.disruption.backoff
+    record = json.loads(h.kube.objects("nodeclaims")["a"]["metadata"]["annotations"][controls.ANNOTATION_DECISION])
+    assert record["candidates"] == ["a", "c"]

@@ -668,11 +668,21 @@ class Disruption:
         tainted: list[str] = []
         created: list[str] = []
         try:
+            kept: list[Candidate] = []
             for c in command.candidates:
                 tainted.append(c.node.name)  # before the patch: an error after it must still untaint
                 blocker = await self._taint_and_recheck(c, command)
-                if blocker:
+                if not blocker:
+                    kept.append(c)
+                elif command.reason == EMPTY and len(command.candidates) > 1:
+                    # Each empty node stands alone: one that gained a pod leaves the command, the rest still go.
+                    await self._drop(c, command, blocker)
+                    tainted.remove(c.node.name)
+                else:
                     raise _Abort(blocker, halt=False)
+            if not kept:
+                raise _Abort("every candidate gained pods since the decision", halt=False)
+            command = attrs.evolve(command, candidates=tuple(kept))
             await self._set_reason(command, True)
             for plan in command.replacements:
                 created.append(await self._create_replacement(plan, command))
@@ -730,6 +740,14 @@ class Disruption:
             if arrived:
                 return f"pods arrived since the decision: {', '.join(arrived[:3])}"
         return ""
+
+    async def _drop(self, c: Candidate, command: Command, blocker: str) -> None:
+        """Take one candidate out of an emptiness command: untaint it, say why, back it off like an abandon."""
+        log.info("candidate left the command", nodeclaim=c.name, reason=blocker, command=command.method)
+        await self._untaint(c.node.name)
+        self.events.publish(c.claim, WARNING, "DisruptionBlocked", f"{command.reason}: {blocker}")
+        delay = min(self.backoff.get(c.name, (0.0, BACKOFF_INITIAL / 2))[1] * 2, BACKOFF_MAX)
+        self.backoff[c.name] = (self.clock() + delay, delay)
 
     async def _untaint(self, node_name: str) -> None:
         try:
