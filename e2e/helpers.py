@@ -46,6 +46,16 @@ KINDS: dict[str, Resource] = {
     "CustomResourceDefinition": Resource(
         "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
     ),
+    "ValidatingAdmissionPolicy": Resource(
+        "admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", False
+    ),
+    "ValidatingAdmissionPolicyBinding": Resource(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingadmissionpolicybindings",
+        "ValidatingAdmissionPolicyBinding",
+        False,
+    ),
     "NodePool": Resource("karpenter.sh", "v1", "nodepools", "NodePool", False),
     "NodeClaim": Resource("karpenter.sh", "v1", "nodeclaims", "NodeClaim", False),
     "EC2NodeClass": Resource("karpenter.k8s.aws", "v1", "ec2nodeclasses", "EC2NodeClass", False),
@@ -173,7 +183,8 @@ async def karpy_process(
     """karpy's CRDs and RBAC installed, and karpy (not started yet) authenticated as its own ServiceAccount.
 
     ``env`` carries the AWS variables of the local cluster; ``settings`` add or override karpy's environment
-    variables (defaults: no metrics port, a free probe port, 1 s / 10 s batch windows, info logs). Logs go to
+    variables (defaults: free metrics and probe ports, 1 s / 10 s batch windows, info logs); the metrics port
+    is :attr:`KarpyProcess.metrics_port` (see :func:`assert_nodeclaim_counters`). Logs go to
     ``work/karpy.log``, its kubeconfig to ``work/karpy.kubeconfig``.
     """
     await apply(client, install_documents())
@@ -184,7 +195,7 @@ async def karpy_process(
             "KUBECONFIG": str(kubeconfig),
             "CLUSTER_NAME": cluster_name,
             "CLUSTER_ENDPOINT": server,
-            "METRICS_PORT": "0",
+            "METRICS_PORT": str(free_port()),
             "HEALTH_PROBE_PORT": str(free_port()),
             "BATCH_IDLE_DURATION": "1s",
             "BATCH_MAX_DURATION": "10s",
@@ -205,6 +216,91 @@ async def stop_karpy(karpy: KarpyProcess, client: KubeClient, cleanup: Awaitable
         karpy.stop()
         print(f"\nkarpy log: {karpy.log_path}\n{karpy.tail(20)}")
         await client.close()
+
+
+async def scrape_metrics(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """karpy's ``/metrics`` on 127.0.0.1:``port`` as {(sample name, labels): value} (Prometheus text format)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def fetch() -> str:
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            return str(answer.read().decode())
+
+    text = await asyncio.to_thread(fetch)
+    return {
+        (sample.name, frozenset(sample.labels.items())): float(sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+async def nodeclaim_counters(port: int, pools: Iterable[str] | None = None) -> tuple[int, int]:
+    """(``karpenter_nodeclaims_created_total``, ``karpenter_nodeclaims_terminated_total``) summed over the
+    NodePools ``pools`` (every NodePool when None), as karpy's process at ``port`` counted them since it started."""
+    wanted = None if pools is None else set(pools)
+    created = terminated = 0.0
+    for (name, labels), value in (await scrape_metrics(port)).items():
+        pool = dict(labels).get("nodepool", "")
+        if wanted is not None and pool not in wanted:
+            continue
+        if name == "karpenter_nodeclaims_created_total":
+            created += value
+        elif name == "karpenter_nodeclaims_terminated_total":
+            terminated += value
+    return int(created), int(terminated)
+
+
+async def live_nodeclaims(client: KubeClient, pools: Iterable[str] | None = None) -> list[str]:
+    """Names of the NodeClaims the apiserver holds (terminating ones included), of ``pools`` when given."""
+    from karpy.apis import labels as wk
+
+    wanted = None if pools is None else set(pools)
+    items, _ = await client.list(KINDS["NodeClaim"])
+    return sorted(
+        str(c["metadata"]["name"])
+        for c in items
+        if wanted is None or ((c["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL) in wanted)
+    )
+
+
+async def assert_nodeclaim_counters(
+    client: KubeClient,
+    karpy: KarpyProcess,
+    pools: Iterable[str] | None = None,
+    *,
+    baseline: int = 0,
+    timeout: float = 30.0,
+) -> tuple[int, int]:
+    """Karpenter's NodeClaim counters do not lie: created − terminated == live NodeClaims − ``baseline``.
+
+    Counts are restricted to the NodePools ``pools`` (all when None) on both sides; ``baseline`` is how many of
+    those NodeClaims existed when this karpy process started (its counters start at zero on each start, e.g.
+    after :meth:`KarpyProcess.kill` + ``start``). Each NodeClaim is counted created once (when karpy's create
+    succeeds) and terminated once (when its termination finalizer is released). Counter and apiserver are read
+    until they agree — a create or release in flight between the two reads settles within ``timeout`` seconds —
+    and an AssertionError names both sides otherwise. Returns (created, terminated).
+    """
+    if not karpy.metrics_port:
+        raise AssertionError("karpy runs without METRICS_PORT: nodeclaim counters cannot be checked")
+    pool_list = None if pools is None else list(pools)
+    seen: dict[str, Any] = {}
+
+    async def agree() -> bool:
+        created, terminated = await nodeclaim_counters(karpy.metrics_port, pool_list)
+        live = await live_nodeclaims(client, pool_list)
+        seen.update(created=created, terminated=terminated, live=live, baseline=baseline)
+        return created - terminated == len(live) - baseline
+
+    try:
+        await wait_for(agree, timeout=timeout, what="nodeclaim counters to match live NodeClaims", interval=1)
+    except AssertionError as err:
+        raise AssertionError(
+            f"karpenter_nodeclaims_created_total ({seen.get('created')}) − terminated_total "
+            f"({seen.get('terminated')}) ≠ live NodeClaims {seen.get('live')} − baseline {baseline}"
+        ) from err
+    return int(seen["created"]), int(seen["terminated"])
 
 
 def run_tagged_instance(ec2: Any, cluster_name: str, tags: Mapping[str, str]) -> str:
@@ -278,6 +374,11 @@ class KarpyProcess:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+    @property
+    def metrics_port(self) -> int:
+        """The port karpy serves ``/metrics`` on (0: not served)."""
+        return int(self.env.get("METRICS_PORT") or 0)
 
     @property
     def alive(self) -> bool:

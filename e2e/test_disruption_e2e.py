@@ -32,6 +32,7 @@ import pytest
 from e2e.helpers import (
     KarpyProcess,
     apply,
+    assert_nodeclaim_counters,
     aws_client,
     ec2nodeclass,
     karpy_process,
@@ -337,6 +338,7 @@ async def test_01_consolidation_to_fewer_cheaper_nodes(env: Env) -> None:
         consolidation_min_running_of_3=watch.min_running,
         consolidation_s=round(time.monotonic() - start, 1),
     )
+    await assert_nodeclaim_counters(env.client, env.karpy, POOLS)
 
 
 def _ts(line: dict[str, Any]) -> float:
@@ -359,6 +361,7 @@ async def test_02_steady_cluster_makes_no_disruption(env: Env) -> None:
     assert not env.lines("disrupting nodeclaim", mark)
     assert sorted(c["metadata"]["name"] for c in await env.claims(CONSOL)) == names
     record(steady_evaluations_without_disruption=len(evaluations))
+    await assert_nodeclaim_counters(env.client, env.karpy, POOLS)
 
 
 async def test_02b_single_node_replace_launches_first(env: Env) -> None:
@@ -388,6 +391,7 @@ async def test_02b_single_node_replace_launches_first(env: Env) -> None:
         replace_pods_evicted=command["podsMoved"],
         replace_s=round(time.monotonic() - start, 1),
     )
+    await assert_nodeclaim_counters(env.client, env.karpy, POOLS)
 
 
 async def test_03_drift_replaces_within_budget(env: Env) -> None:
@@ -422,6 +426,7 @@ async def test_03_drift_replaces_within_budget(env: Env) -> None:
         drift_replacement_s=round(time.monotonic() - start, 1),
         drift_max_nodes_disrupted_at_once=watch.max_deleting,
     )
+    await assert_nodeclaim_counters(env.client, env.karpy, POOLS)
 
 
 async def test_04_drift_wave_halts_on_never_ready_ami(env: Env) -> None:
@@ -464,6 +469,7 @@ async def test_04_drift_wave_halts_on_never_ready_ami(env: Env) -> None:
     events = (await env.client.list(r.EVENTS, "default", query={"fieldSelector": f"involvedObject.name={DRIFT}"}))[0]
     assert any(e["reason"] == "DisruptionHalted" for e in events)
     record(drift_wave_halt_s=halt_s, drift_wave_old_nodes_removed=len(before - {c["metadata"]["name"] for c in claims}))
+    await assert_nodeclaim_counters(env.client, env.karpy, POOLS)
 
 
 async def _evaluations(env: Env, mark: int, n: int) -> bool:
@@ -517,6 +523,7 @@ async def test_05_termination_grace_period_forces_the_drain(env: Env) -> None:
         tgp_pod_forced_after_s=forced_s,
         tgp_old_node_gone_s=round(time.monotonic() - start, 1),
     )
+    await assert_nodeclaim_counters(env.client, env.karpy, POOLS)
 
 
 def _iso(value: str) -> float:

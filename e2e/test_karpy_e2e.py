@@ -19,6 +19,7 @@ from e2e.helpers import (
     ROOT,
     KarpyProcess,
     apply,
+    assert_nodeclaim_counters,
     aws_client,
     karpy_process,
     record_figures,
@@ -32,6 +33,7 @@ from karpy.kube.client import KubeClient
 
 pytestmark = [pytest.mark.e2e]
 REPLICAS = 20
+POOLS = ("default", "broken")
 PHASES: dict[str, float] = {}
 
 
@@ -158,6 +160,7 @@ async def test_03_scale_up_20_pods(env: Env) -> None:
         assert tags[wk.TAG_NODECLASS] == "default"
         assert tags[wk.cluster_tag(env.cluster.cluster_name)] == "owned"
     assert all(c["metadata"]["labels"][wk.LABEL_NODEPOOL] == "default" for c in claims), "broken pool unused"
+    await assert_nodeclaim_counters(env.client, env.karpy, POOLS)
 
 
 async def _all_running(env: Env, n: int) -> bool:
@@ -183,6 +186,7 @@ async def test_04_scale_down_removes_everything(env: Env) -> None:
 
     await wait_for(all_gone, timeout=180, what="all nodeclaims, nodes and instances gone", interval=1)
     record("scale_down_to_nothing_s", time.monotonic() - start)
+    await assert_nodeclaim_counters(env.client, env.karpy, POOLS)
 
 
 async def test_05_restart_mid_scale_up(env: Env) -> None:
@@ -203,6 +207,8 @@ async def test_05_restart_mid_scale_up(env: Env) -> None:
         return not await env.nodeclaims() and not env.instances()
 
     await wait_for(all_gone, timeout=180, what="cleanup after restart scenario", interval=1)
+    # The restarted process counts from zero: the NodeClaims that existed at the kill are its baseline.
+    await assert_nodeclaim_counters(env.client, env.karpy, POOLS, baseline=claims_at_kill)
 
 
 def test_06_logs_are_json(env: Env) -> None:

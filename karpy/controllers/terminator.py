@@ -16,6 +16,12 @@ terminationGracePeriodSeconds``, with its grace clamped to the time left (at lea
 the deadline (core#1776, core#2802). Without a deadline, ``do-not-disrupt`` pods are never evicted: the drain
 waits for them (Karpenter E3).
 
+Pods stuck terminating (Karpenter ``IsStuckTerminating``: more than a minute past their ``deletionTimestamp``,
+which the apiserver sets to deletion time + grace period — e.g. on a dead kubelet) no longer hold the drain;
+a TGP force-delete is sent once per pod, not on every drain poll. ``karpenter_nodeclaims_terminated_total``
+counts a NodeClaim once: when the patch releasing its finalizer succeeds (a stale re-run answered 404 or 409
+counts nothing).
+
 A NodeClaim deleted before its launch was recorded may still own an instance (the launch raced the delete):
 the instance is found by its ``karpenter.sh/nodeclaim`` tag and terminated too, so nothing leaks.
 A Node deleted by a user makes the terminator delete its NodeClaim (Karpenter node termination entry point).
@@ -51,6 +57,7 @@ DISRUPTED = Taint(key=wk.TAINT_DISRUPTED_KEY, effect="NoSchedule")
 DRAIN_POLL = 1.0
 TERMINATE_POLL = 5.0
 DEFAULT_POD_GRACE = 30  # Kubernetes default terminationGracePeriodSeconds
+STUCK_TERMINATING_AFTER = 60.0  # Karpenter IsStuckTerminating: seconds past the pod's deletionTimestamp
 
 
 def termination_deadline(claim: dict[str, Any]) -> float | None:
@@ -85,6 +92,13 @@ def force_delete_grace(deadline: float, pod_grace: int, now: float) -> int | Non
     return max(1, min(pod_grace, int(deadline - now)))
 
 
+def stuck_terminating(info: PodInfo, now: float) -> bool:
+    """Karpenter ``IsStuckTerminating``: the pod is deleting and ``now`` is more than a minute past its
+    ``deletionTimestamp`` (deletion time + grace period, when its containers must have been killed). Only a
+    kubelet that is gone leaves it there; waiting for it would hold the drain forever."""
+    return info.deleting and info.deletion_timestamp > 0 and now - info.deletion_timestamp > STUCK_TERMINATING_AFTER
+
+
 def drainable(info: PodInfo) -> bool:
     """Pods the drain must evict (Karpenter E3): not terminal, not DaemonSet, not mirror, not tolerating
     the disrupted taint."""
@@ -112,6 +126,8 @@ class Terminator:
         self.clock = clock
         self._evicting: set[str] = set()
         self._pod_grace: dict[str, int] = {}
+        # Pod UIDs already deleted at the TGP deadline: the delete is sent once, whatever the cache still shows.
+        self._forced: set[str] = set()
 
     async def reconcile(self, key: str) -> Result:
         """Advance termination of NodeClaim ``key`` (or handle a Node deletion for ``node/<name>``)."""
@@ -206,14 +222,17 @@ class Terminator:
         return updated
 
     async def _drain(self, node: NodeInfo, deadline: float | None = None) -> int:
-        """Evict what must go (force-delete at the TGP deadline); returns how many drainable pods remain."""
-        remaining = [p for p in self.state.pods_on(node.name) if drainable(p)]
+        """Evict what must go (force-delete at the TGP deadline); returns how many drainable pods remain.
+
+        Pods stuck terminating are not waited for (Karpenter ``IsDrainable``)."""
         now = self.clock()
+        remaining = [p for p in self.state.pods_on(node.name) if drainable(p) and not stuck_terminating(p, now)]
         for info in remaining:
             if deadline is not None:
                 grace = force_delete_grace(deadline, await self._grace_of(info), now)
                 if grace is not None:
-                    await self._force_delete(info, grace, deadline)
+                    if not self._stops_by(info, deadline):
+                        await self._force_delete(info, grace, deadline)
                     continue
             if info.deleting:
                 continue  # already evicted, waiting for its containers to stop
@@ -240,8 +259,16 @@ class Terminator:
         self._pod_grace[info.pod.uid] = grace
         return grace
 
+    def _stops_by(self, info: PodInfo, deadline: float) -> bool:
+        """The pod was already force-deleted by this terminator, or is terminating with its containers due to
+        stop by ``deadline`` (its ``deletionTimestamp`` is no later): another delete would change nothing."""
+        if info.pod.uid in self._forced:
+            return True
+        return info.deleting and 0 < info.deletion_timestamp <= deadline
+
     async def _force_delete(self, info: PodInfo, grace: int, deadline: float) -> None:
-        """Delete the pod (no Eviction API: PDBs and do-not-disrupt bypassed) — the deadline has come."""
+        """Delete the pod (no Eviction API: PDBs and do-not-disrupt bypassed) — the deadline has come. Sent once
+        per pod (a terminating pod with a longer grace is deleted again, which shortens it: Kubernetes allows)."""
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": grace}
         try:
             await self.client.delete(PODS, info.pod.name, info.pod.namespace, body=body)
@@ -249,6 +276,9 @@ class Terminator:
             if err.not_found:
                 return
             raise
+        if len(self._forced) > 10000:
+            self._forced.clear()
+        self._forced.add(info.pod.uid)
         message = f"Deleting pod: terminationGracePeriod deadline {datetime.fromtimestamp(deadline, UTC):%H:%M:%SZ}"
         self.events.publish(_pod_ref(info), NORMAL, "Disrupted", message)
         log.info("deleted pod at the termination deadline", pod=info.key, grace_seconds=grace, node=info.node_name)
@@ -361,8 +391,11 @@ class Terminator:
         try:
             await self.client.merge_patch(NODECLAIMS, name, patch)
         except ApiError as err:
-            if not err.not_found:
-                raise
+            if err.not_found:
+                # Already released (this reconcile ran on state the watch had not caught up with): the one
+                # successful release counted it; counting again would make terminated exceed created.
+                return
+            raise
         NODECLAIMS_TERMINATED.labels(nodepool=(claim["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL, "")).inc()
         log.info("terminated nodeclaim", nodeclaim=name)
 

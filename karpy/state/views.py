@@ -249,6 +249,8 @@ class PodInfo:
 
     ``unschedulable``: kube-scheduler set PodScheduled=False with reason Unschedulable (Karpenter
     ``IsProvisionable`` input). ``daemonset``: owned by a DaemonSet. ``mirror``: a static pod's mirror.
+    ``deletion_timestamp``: ``metadata.deletionTimestamp`` in seconds since the epoch (0 when not deleting);
+    the apiserver sets it to the time of deletion plus the grace period, when the kubelet must have killed it.
     """
 
     pod: Pod
@@ -261,6 +263,7 @@ class PodInfo:
     deleting: bool
     do_not_disrupt: bool
     owner_kind: str
+    deletion_timestamp: float = 0.0
 
     @property
     def key(self) -> str:
@@ -312,6 +315,7 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         deleting=bool(meta.get("deletionTimestamp")),
         do_not_disrupt=annotations.get(wk.ANNOTATION_DO_NOT_DISRUPT) == "true",
         owner_kind=str(owner.get("kind")) if owner else "",
+        deletion_timestamp=parse_time(meta.get("deletionTimestamp")),
     )
 
 

@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
 import pytest
 
 from karpy.apis import labels as wk
@@ -585,3 +586,87 @@ async def test_a_failed_evaluation_keeps_the_loop_and_its_commands_alive() -> No
         assert not loop.done()
     finally:
         loop.cancel()
+
+
+async def test_nodes_whose_pods_are_all_terminating_go_in_one_emptiness_command() -> None:
+    """12 nodes left with only terminating pods (a scale-down whose pods take their grace period, or are stuck on
+    a dead kubelet) are empty — Karpenter ``IsReschedulable`` — and go together within a 100% budget, not one
+    single-node consolidation per node."""
+    pool = nodepool(budgets=[{"nodes": "100%"}])
+    objs: list[dict] = [nodeclass(), pool]
+    for i in range(12):
+        claim = nodeclaim(f"n{i:02d}", pool)
+        leaving = pod(f"p{i:02d}", f"node-n{i:02d}")
+        leaving["metadata"]["deletionTimestamp"] = ts(T0 + 30)
+        objs += [claim, node(claim), leaving]
+    h = Harness(objs)
+    command = await h.disruption.evaluate()
+    assert command is not None and command.method == "emptiness" and command.reason == "Empty"
+    assert len(command.candidates) == 12 and command.pods_moved == 0
+    assert await h.finish() == [True]
+    assert sorted(h.kube.deleted) == [f"n{i:02d}" for i in range(12)]
+
+
+async def test_emptiness_takes_in_nodes_that_stayed_empty_through_the_validation_window() -> None:
+    """Nodes emptied by one scale-down a few seconds apart go in one command: a node that was already empty when
+    the command was decided and became Consolidatable during the validation window joins it; a node with a pod
+    event during the window, or not Consolidatable yet, does not."""
+    settings = attrs.evolve(FAST, validation_delay=0.5)
+    pool = nodepool(after="10s", budgets=[{"nodes": "100%"}])
+    quick = nodepool("quick", after="0s", budgets=[{"nodes": "100%"}])
+    claims = [nodeclaim("a", pool), nodeclaim("b", pool), nodeclaim("c", pool), nodeclaim("d", quick)]
+    h = Harness([nodeclass(), pool, quick, *claims, *(node(c) for c in claims)], settings)
+    now = h.disruption.clock()
+    h.state.last_pod_event["node-b"] = now - 9.8  # empty already; Consolidatable 0.2 s into the window
+    h.state.last_pod_event["node-c"] = now - 5.0  # Consolidatable only after the window
+    h.state.last_pod_event["node-d"] = now + 0.25  # a pod left it during the window
+    command = await h.disruption.evaluate()
+    assert command is not None and command.reason == "Empty"
+    assert sorted(c.name for c in command.candidates) == ["a", "b"]
+    assert await h.finish() == [True]
+    assert sorted(h.kube.deleted) == ["a", "b"]
+
+
+def test_the_loop_wakes_when_a_node_becomes_consolidatable_before_the_next_poll() -> None:
+    pool = nodepool(after="30s")
+    claim = nodeclaim("a", pool)
+    h = Harness([nodeclass(), pool, claim, node(claim)], attrs.evolve(FAST, poll=10.0))
+    assert h.disruption.idle_sleep(T0) == 10.0, "already Consolidatable: the regular poll"
+    h.state.last_pod_event["node-a"] = T0 - 26.0
+    assert h.disruption.idle_sleep(T0) == pytest.approx(4.0)
+    h.state.last_pod_event["node-a"] = T0 - 5.0
+    assert h.disruption.idle_sleep(T0) == 10.0, "beyond the next poll"
+
+
+async def test_a_terminating_do_not_disrupt_pod_still_guards_its_node() -> None:
+    """aws#7259: a terminating pod needs no new home, but its do-not-disrupt holds until it is gone."""
+    pool = nodepool()
+    claim = nodeclaim("a", pool)
+    guarded = pod("guarded", "node-a", annotations={wk.ANNOTATION_DO_NOT_DISRUPT: "true"})
+    guarded["metadata"]["deletionTimestamp"] = ts(T0 + 30)
+    h = Harness([nodeclass(), pool, claim, node(claim), guarded])
+    assert await h.disruption.evaluate() is None
+    ctx = await h.disruption.context(T0)
+    assert ctx is not None and "do-not-disrupt" in ctx.blocked["a"]
+
+
+async def test_an_empty_node_that_gains_a_pod_leaves_the_emptiness_command_and_the_rest_go() -> None:
+    """Each empty node stands alone: kube-scheduler binding a pod onto one of 3 empty nodes after the decision
+    takes that node out (untainted, backed off), and the other two are still deleted in the same command."""
+    pool = nodepool(budgets=[{"nodes": "100%"}])
+    claims = [nodeclaim(n, pool) for n in ("a", "b", "c")]
+    h = Harness([nodeclass(), pool, *claims, *(node(c) for c in claims)])
+    command = await h.disruption.evaluate()
+    assert command is not None and len(command.candidates) == 3
+    for task in list(h.disruption.tasks):
+        task.cancel()
+    h.kube.store[("pods", "default", "late")] = pod("late", "node-b")  # in the apiserver, not in the cache
+    assert await h.disruption.execute(command) is True
+    assert sorted(h.kube.deleted) == ["a", "c"]
+    assert not any(
+        t["key"] == wk.TAINT_DISRUPTED_KEY for t in h.kube.objects("nodes")["node-b"]["spec"].get("taints") or []
+    )
+    assert condition(h.kube.objects("nodeclaims")["b"], wk.COND_DISRUPTION_REASON) is None
+    assert "b" in h.disruption.backoff
+    record = json.loads(h.kube.objects("nodeclaims")["a"]["metadata"]["annotations"][controls.ANNOTATION_DECISION])
+    assert record["candidates"] == ["a", "c"]

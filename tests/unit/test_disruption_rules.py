@@ -11,6 +11,7 @@ from karpy.apis.hashing import nodeclass_hash, nodepool_hash
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption import drift as dr
 from karpy.controllers.disruption.candidates import (
+    awaited_pods,
     budget_counts,
     disruption_cost,
     do_not_disrupt_blocker,
@@ -309,3 +310,45 @@ def test_drift_halt_lifts_when_the_nodepool_or_nodeclass_changes() -> None:
     assert controls.drift_halted(pool, "h1", "c2") == ""
     assert controls.drift_halted(nodepool(annotations={controls.ANNOTATION_DRIFT_HALTED: "{"}), "h", "c")
     assert controls.drift_halted(nodepool(), "h1", "c1") == ""
+
+
+def test_terminating_pods_are_not_reschedulable_unless_a_statefulset_owns_them() -> None:
+    """Karpenter ``IsReschedulable``: a terminating pod's successor is already pending; a StatefulSet's is made
+    only once the old pod is gone, so that one still needs a home."""
+    pool = nodepool()
+    claim = nodeclaim("a", pool)
+    leaving = pod("leaving", "node-a")
+    leaving["metadata"]["deletionTimestamp"] = ts(T0)
+    sts = pod("db-0", "node-a", owner="db")
+    sts["metadata"]["ownerReferences"][0]["kind"] = "StatefulSet"
+    sts["metadata"]["deletionTimestamp"] = ts(T0)
+    state = loaded_state([pool, claim, node(claim), pod("web", "node-a"), leaving, sts])
+    assert [p.key for p in reschedulable_pods(state, "node-a")] == ["default/db-0", "default/web"]
+
+
+def test_a_replacement_awaiting_pods_still_on_a_draining_node_is_nominated() -> None:
+    """A replacement is initialized and empty until the drain of the node it replaces moves its pods (a
+    StatefulSet pod is recreated only once the old one is gone): it is nominated, never 'empty'."""
+    pool = nodepool()
+    old = nodeclaim("old", pool)
+    new = nodeclaim("new", pool, annotations={wk.ANNOTATION_PLANNED_PODS: json.dumps(["default/db-0"])})
+    db = pod("db-0", "node-old", owner="db")
+    db["metadata"]["ownerReferences"][0]["kind"] = "StatefulSet"
+    steady = loaded_state([pool, old, new, node(old), node(new), db])
+    assert awaited_pods(steady, new) == [], "old node not leaving: a stale plan"
+    assert nominated_claims(Plans(steady)) == set()
+    old["metadata"]["deletionTimestamp"] = ts(T0)
+    draining = loaded_state([pool, old, new, node(old), node(new), db])
+    assert awaited_pods(draining, new) == ["default/db-0"]
+    assert nominated_claims(Plans(draining)) == {"new"}
+    reason, _, _ = node_blocker(draining, draining.nodeclaims["new"], nominated_claims(Plans(draining)), set())
+    assert reason == "nominated for pending pods"
+    recreated = pod("db-0", owner="db")  # the old pod is gone; the StatefulSet made it again, pending
+    recreated["metadata"]["ownerReferences"][0]["kind"] = "StatefulSet"
+    recreated["metadata"]["uid"] = "uid-db-0-recreated"  # a new pod: a new uid
+    draining.apply("Pod", "DELETED", db)
+    draining.apply("Pod", "ADDED", recreated)
+    assert nominated_claims(Plans(draining)) == {"new"}
+    arrived = pod("db-0", "node-new", owner="db")
+    landed = loaded_state([pool, old, new, node(old), node(new), arrived])
+    assert nominated_claims(Plans(landed)) == set(), "the pod arrived: the plan is fulfilled"

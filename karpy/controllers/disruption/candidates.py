@@ -17,7 +17,7 @@ from karpy.controllers.disruption.types import Candidate
 from karpy.controllers.terminator import drainable
 from karpy.settings import parse_duration
 from karpy.state.cluster import ClusterState, condition_true, deleting
-from karpy.state.plans import Plans
+from karpy.state.plans import Plans, planned_pods
 from karpy.state.views import NodeInfo, PodInfo, parse_time
 
 JSON = dict[str, Any]
@@ -113,8 +113,24 @@ def node_annotations(node: NodeInfo) -> Mapping[str, str]:
     return node.annotations
 
 
+def reschedulable(pod: PodInfo) -> bool:
+    """Karpenter ``IsReschedulable``: a pod that needs a home elsewhere when its node goes — drainable, and not
+    terminating unless a StatefulSet owns it.
+
+    A terminating pod is leaving anyway: its controller has already made its successor, which is pending on its
+    own, so a node whose pods are all terminating is empty (one emptiness command, not one consolidation per
+    node). A StatefulSet recreates a pod only once the old one is gone, so its terminating pods still count."""
+    return drainable(pod) and (not pod.deleting or pod.owner_kind == "StatefulSet")
+
+
 def reschedulable_pods(state: ClusterState, node_name: str) -> tuple[PodInfo, ...]:
-    """The pods a drain of ``node_name`` would evict, which must find a home elsewhere."""
+    """The pods of ``node_name`` that must find a home elsewhere if it goes (see :func:`reschedulable`)."""
+    return tuple(sorted((p for p in state.pods_on(node_name) if reschedulable(p)), key=lambda p: p.key))
+
+
+def guarded_pods(state: ClusterState, node_name: str) -> tuple[PodInfo, ...]:
+    """The pods whose ``do-not-disrupt`` guards ``node_name``: every drainable pod, terminating ones included
+    (aws#7259: the annotation is honoured until the pod is gone, though a terminating pod needs no new home)."""
     return tuple(sorted((p for p in state.pods_on(node_name) if drainable(p)), key=lambda p: p.key))
 
 
@@ -192,8 +208,54 @@ def node_blocker(
 
 
 def nominated_claims(plans: Plans) -> set[str]:
-    """NodeClaims with pods planned onto them that are not bound yet (Karpenter nomination)."""
-    return plans.nominated()
+    """NodeClaims that pods are on their way to (Karpenter nomination): pods planned onto them and not bound
+    yet, and pods planned onto them still bound to a node being deleted (see :func:`awaited_pods`)."""
+    state = plans.state
+    nominated = plans.nominated()
+    for name, claim in state.nodeclaims.items():
+        if name not in nominated and not deleting(claim) and awaited_pods(state, claim):
+            nominated.add(name)
+    return nominated
+
+
+def planned_onto(claim: Mapping[str, Any]) -> list[str]:
+    """Keys of the pods the provisioner or a disruption command planned onto NodeClaim ``claim``.
+
+    The one place disruption reads plans (today the ``karpy.sh/planned-pods`` record on the NodeClaim): re-point
+    it when plans are stored elsewhere."""
+    return planned_pods(claim)
+
+
+def awaited_pods(state: ClusterState, claim: Mapping[str, Any]) -> list[str]:
+    """Pods planned onto ``claim`` that have not arrived yet but will: still bound to another node which is being
+    deleted or drained, or pending (not bound, not deleting).
+
+    A replacement is launched for the pods of a node it replaces; they arrive only after the drain evicts them
+    (a StatefulSet recreates its pod, under the same name, only once the old one is gone). Until then the
+    replacement is initialized and empty, yet it is nominated (Karpenter records the nomination when the command
+    starts and while the provisioner simulates the deleting node's pods), never an emptiness or consolidation
+    candidate.
+    """
+    own = state.node_for_nodeclaim(claim)
+    out = []
+    for key in planned_onto(claim):
+        pod = state.pods.get(key)
+        if pod is None or pod.terminal or (own is not None and pod.node_name == own.name):
+            continue
+        if (not pod.node_name and not pod.deleting) or (pod.node_name and _node_leaving(state, pod.node_name)):
+            out.append(key)
+    return out
+
+
+def _node_leaving(state: ClusterState, node_name: str) -> bool:
+    """The Node, or its NodeClaim, is being deleted, or carries ``karpenter.sh/disrupted`` (a command runs)."""
+    node = state.nodes.get(node_name)
+    if node is None:
+        return False
+    if node.deleting or any(t.key == wk.TAINT_DISRUPTED_KEY for t in node.taints):
+        return True
+    claim = state.nodeclaim_for_node(node)
+    return claim is not None and deleting(claim)
 
 
 def build_candidate(

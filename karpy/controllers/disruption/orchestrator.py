@@ -9,7 +9,10 @@ Karpenter core ``disruption/controller.go``, ``queue.go``, ``validation.go`` (D1
 3. unless paused, run the methods in Karpenter's order — emptiness, drift, multi-node consolidation,
    single-node consolidation — and start the first command found;
 4. a command from emptiness or consolidation waits ``validation_delay`` (15 s) and is recomputed; it is
-   dropped unless it still holds (event ``ConsolidationRejected``).
+   dropped unless it still holds (event ``ConsolidationRejected``); an emptiness command also takes in the
+   nodes that stayed empty through the window and became Consolidatable in it (one command, not one per pass).
+
+Between passes the loop sleeps ``poll``, or less when a node becomes Consolidatable sooner.
 
 A command (run as a background task, so the loop continues and budgets count it) taints its nodes
 ``karpenter.sh/disrupted:NoSchedule``, then re-reads each Node and its pods from the apiserver — not the
@@ -45,6 +48,7 @@ from karpy.controllers.disruption.candidates import (
     budget_counts,
     build_candidate,
     do_not_disrupt_blocker,
+    guarded_pods,
     node_annotations,
     node_blocker,
     nominated_claims,
@@ -179,13 +183,39 @@ class Disruption:
                         # halfway (replacements launched, candidates not yet deleted). The next pass retries.
                         log.warning("disruption evaluation failed", evaluation=self.evaluations, error=repr(err))
                 if started is None:
-                    await asyncio.sleep(self.settings.poll)
+                    await asyncio.sleep(self.idle_sleep(self.clock()))
                 else:
                     await asyncio.sleep(0.1)
         finally:
             # Commands die with the loop; their taints and conditions are cleared by the next start.
             for task in list(self.tasks):
                 task.cancel()
+
+    def idle_sleep(self, now: float) -> float:
+        """Seconds until the next pass: ``poll``, or less when a node becomes Consolidatable sooner — an empty
+        node then waits ``consolidateAfter`` + the validation delay, not up to one more poll on top."""
+        soonest = self.next_consolidatable(now)
+        if soonest is None:
+            return self.settings.poll
+        return max(0.1, min(self.settings.poll, soonest - now))
+
+    def next_consolidatable(self, now: float) -> float | None:
+        """The earliest time after ``now`` at which an initialized NodeClaim becomes Consolidatable (None if none
+        will: every one already is, or its NodePool says ``consolidateAfter: Never``)."""
+        soonest: float | None = None
+        for claim in self.state.nodeclaims.values():
+            if deleting(claim) or not condition_true(claim, wk.COND_INITIALIZED):
+                continue
+            pool = self.state.nodepools.get((claim["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL, ""))
+            after = consolidate_after(pool) if pool is not None else None
+            node = self.state.node_for_nodeclaim(claim)
+            if after is None or node is None:
+                continue
+            last = self.state.last_pod_event.get(node.name, self.state.started_at)
+            at = max(last, _transition(claim, wk.COND_INITIALIZED)) + after
+            if at > now and (soonest is None or at < soonest):
+                soonest = at
+        return soonest
 
     async def evaluate(self) -> Command | None:
         """One pass: conditions, expiration, then the first method with a command (started in the background)."""
@@ -257,7 +287,8 @@ class Disruption:
             if volumes:
                 blocked[name] = volumes
                 continue
-            reason = do_not_disrupt_blocker(claim, node_annotations(node), candidate.pods) or pdb_blocker(
+            guarded = guarded_pods(self.state, node.name)
+            reason = do_not_disrupt_blocker(claim, node_annotations(node), guarded) or pdb_blocker(
                 candidate.pods, pdbs
             )
             if reason and not _eventual_ignores_pods(claim):
@@ -444,9 +475,10 @@ class Disruption:
 
     async def validate(self, command: Command) -> Command | None:
         """Wait ``validation_delay``, then recompute (Karpenter D12); the still-valid command or None."""
+        decided = self.clock()
         await asyncio.sleep(self.settings.validation_delay)
         ctx = await self.context(self.clock())
-        fresh = None if ctx is None else self.revalidate(ctx, command)
+        fresh = None if ctx is None else self.revalidate(ctx, command, decided)
         if fresh is None:
             DISRUPTION_FAILED_VALIDATIONS.labels(consolidation_type=command.method).inc()
             for c in command.candidates:
@@ -454,12 +486,27 @@ class Disruption:
             log.info("disruption command rejected by validation", command=command.record())
         return fresh
 
-    def revalidate(self, ctx: Context, command: Command) -> Command | None:
-        """The same decision recomputed on ``ctx``, or None if it no longer holds."""
+    def revalidate(self, ctx: Context, command: Command, decided: float | None = None) -> Command | None:
+        """The same decision recomputed on ``ctx``, or None if it no longer holds.
+
+        Emptiness keeps the candidates still empty and Consolidatable, and takes in the empty nodes that became
+        Consolidatable during the validation window with no pod event since ``decided`` (when the command was
+        decided): they were empty for the whole window, so they are as validated as the original candidates.
+        Nodes emptied together by one scale-down but a few seconds apart thus go in one command (Karpenter's
+        emptiness deletes every empty node within the budget at once) instead of one command per pass."""
         names = [c.name for c in command.candidates]
         current = {c.name: c for c in ctx.candidates}
         if command.reason == EMPTY:
             still = [current[n] for n in names if n in current]
+            if decided is not None:
+                still += [
+                    c
+                    for c in ctx.candidates
+                    if c.name not in names
+                    and not c.pods
+                    and c.name not in ctx.eventual_only
+                    and self.state.last_pod_event.get(c.node.name, self.state.started_at) <= decided
+                ]
             allowed = {pool: self.allowed(pool, EMPTY) for pool in {c.pool for c in still}}
             fresh = empty_command([c for c in still if self._consolidatable(ctx, c)], allowed)
             return fresh
@@ -649,11 +696,21 @@ class Disruption:
         tainted: list[str] = []
         created: list[str] = []
         try:
+            kept: list[Candidate] = []
             for c in command.candidates:
                 tainted.append(c.node.name)  # before the patch: an error after it must still untaint
                 blocker = await self._taint_and_recheck(c, command)
-                if blocker:
+                if not blocker:
+                    kept.append(c)
+                elif command.reason == EMPTY and len(command.candidates) > 1:
+                    # Each empty node stands alone: one that gained a pod leaves the command, the rest still go.
+                    await self._drop(c, command, blocker)
+                    tainted.remove(c.node.name)
+                else:
                     raise _Abort(blocker, halt=False)
+            if not kept:
+                raise _Abort("every candidate gained pods since the decision", halt=False)
+            command = attrs.evolve(command, candidates=tuple(kept))
             await self._set_reason(command, True)
             for plan in command.replacements:
                 created.append(await self._create_replacement(plan, command))
@@ -711,6 +768,14 @@ class Disruption:
             if arrived:
                 return f"pods arrived since the decision: {', '.join(arrived[:3])}"
         return ""
+
+    async def _drop(self, c: Candidate, command: Command, blocker: str) -> None:
+        """Take one candidate out of an emptiness command: untaint it, say why, back it off like an abandon."""
+        log.info("candidate left the command", nodeclaim=c.name, reason=blocker, command=command.method)
+        await self._untaint(c.node.name)
+        self.events.publish(c.claim, WARNING, "DisruptionBlocked", f"{command.reason}: {blocker}")
+        delay = min(self.backoff.get(c.name, (0.0, BACKOFF_INITIAL / 2))[1] * 2, BACKOFF_MAX)
+        self.backoff[c.name] = (self.clock() + delay, delay)
 
     async def _untaint(self, node_name: str) -> None:
         try:
