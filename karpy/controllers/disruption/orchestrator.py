@@ -275,7 +275,7 @@ class Disruption:
             leaving.update((name, node.name))
             pending += [attrs.evolve(p.pod, node_name="") for p in reschedulable_pods(self.state, node.name)]
         existing = [e for e in existing if e.nodeclaim not in leaving and e.name not in leaving]
-        daemonsets = list(self.state.daemonsets.values())
+        daemonsets = self.provisioner.daemonsets()
         return Context(now, pools, objs, existing, pending, daemonsets, pdbs, candidates, blocked, eventual_only)
 
     def allowed(self, pool: str, reason: str) -> int:
