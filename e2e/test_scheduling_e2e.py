@@ -22,6 +22,10 @@ launched:
   selects only NodePool ``sched-ds`` and tolerates its taint makes karpy launch a 4-vCPU instance for a 1-CPU
   pod there, while the same pod on twin NodePool ``sched-nods`` gets a 2-vCPU instance; a 4-CPU DaemonSet
   selecting both pools but not tolerating their taint adds nothing to either NodeClaim.
+- DaemonSet overhead from the live DaemonSet pod (Karpenter ``getDaemonSetPods``): a DaemonSet whose template
+  requests nothing runs in a namespace whose LimitRange gives every container 2 CPUs by default. Once its pod
+  exists (on the ``sched-nods`` node), a 1-CPU pod on a new NodePool the DaemonSet also runs on gets a NodeClaim
+  requesting 3 CPUs and a 4-vCPU instance, where the template alone would have asked for 1 CPU and 2 vCPUs.
 
 Everything made here is deleted at module end, and its NodeClaims, Nodes and instances are waited for.
 """
@@ -71,6 +75,9 @@ DEPLOYMENTS = {
     "sched-nods-app": (1, NODS),
 }
 FIGURES: dict[str, Any] = {}
+# The live-DaemonSet-pod scenario: its own NodePool, namespace (with a LimitRange), DaemonSet and app.
+LR, LR_NAMESPACE, LR_DAEMONSET, LR_APP = "sched-lr", "sched-lr", "sched-ds-lr", "sched-lr-app"
+LIMITRANGES = r.Resource("", "v1", "limitranges", "LimitRange", True)
 
 
 def record(**values: Any) -> None:
@@ -336,12 +343,17 @@ async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> A
 
 async def _cleanup(env: Env) -> None:
     """Delete this module's workloads, volumes, NodePools and NodeClaims while karpy runs; wait for the nodes."""
-    for app in DEPLOYMENTS:
+    for app in (*DEPLOYMENTS, LR_APP):
         with contextlib.suppress(ApiError):
             await env.client.delete(r.DEPLOYMENTS, app, "default")
     for name in DAEMONSETS:
         with contextlib.suppress(ApiError):
             await env.client.delete(r.DAEMONSETS, name, "default")
+    for res, name in ((r.DAEMONSETS, LR_DAEMONSET), (LIMITRANGES, "defaults")):
+        with contextlib.suppress(ApiError):
+            await env.client.delete(res, name, LR_NAMESPACE)
+    with contextlib.suppress(ApiError):
+        await env.client.delete(r.NAMESPACES, LR_NAMESPACE)
     for name in VOLUME_PODS:
         with contextlib.suppress(ApiError):
             await env.client.delete(r.PODS, name, "default")
@@ -353,16 +365,16 @@ async def _cleanup(env: Env) -> None:
     ):
         with contextlib.suppress(ApiError):
             await env.client.delete(res, name, "default" if res.namespaced else None)
-    for name in POOLS:
+    for name in (*POOLS, LR):
         with contextlib.suppress(ApiError):
             await env.client.delete(r.NODEPOOLS, name)
-    for pool in POOLS:
+    for pool in (*POOLS, LR):
         for claim in await env.claims(pool):
             with contextlib.suppress(ApiError):
                 await env.client.delete(r.NODECLAIMS, claim["metadata"]["name"])
 
     async def gone() -> bool:
-        for pool in POOLS:
+        for pool in (*POOLS, LR):
             if await env.claims(pool) or await env.nodes(pool):
                 return False
         return True
@@ -569,3 +581,65 @@ async def test_08_missing_claim_is_reported_not_provisioned(env: Env) -> None:
     assert "default/sched-nopvc-pod" not in planned
     [pod] = await env.pods("sched-nopvc-pod")
     assert not pod["spec"].get("nodeName")
+
+
+async def test_09_daemonset_overhead_from_the_live_pod(env: Env) -> None:
+    """The DaemonSet's template requests nothing, but the LimitRange of its namespace makes its pods request 2
+    CPUs: karpy sizes the new NodeClaim by the live pod (1-CPU app + 2 CPUs = 3 CPUs, a 4-vCPU instance), as
+    Karpenter does, not by the template (1 CPU, 2 vCPUs). The DaemonSet's pod then runs beside the app."""
+    await env.client.create(r.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LR_NAMESPACE}})
+    limits = {"type": "Container", "defaultRequest": {"cpu": "2", "memory": "128Mi"}}
+    await env.client.create(
+        LIMITRANGES,
+        {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "defaults"}, "spec": {"limits": [limits]}},
+        LR_NAMESPACE,
+    )
+    # Runs on the sched-nods node (so a live pod exists before the new pool is used) and on sched-lr nodes.
+    tolerate = [{"key": TAINT_KEY, "operator": "Equal", "value": pool, "effect": "NoSchedule"} for pool in (NODS, LR)]
+    template_spec = {
+        "terminationGracePeriodSeconds": 0,
+        "nodeSelector": {GROUP_LABEL: "ds"},
+        "tolerations": tolerate,
+        "containers": [{"name": "agent", "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7"}],
+    }
+    daemonset = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": LR_DAEMONSET, "namespace": LR_NAMESPACE},
+        "spec": {
+            "selector": {"matchLabels": {"app": LR_DAEMONSET}},
+            "template": {"metadata": {"labels": {"app": LR_DAEMONSET}}, "spec": template_spec},
+        },
+    }
+    await env.client.create(r.DAEMONSETS, daemonset, LR_NAMESPACE)
+
+    async def live_pod() -> dict[str, Any] | None:
+        query = {"labelSelector": f"app={LR_DAEMONSET}"}
+        pods = (await env.client.list(r.PODS, LR_NAMESPACE, query=query))[0]
+        return pods[0] if pods else None
+
+    pod = await wait_for(live_pod, timeout=60, what="the DaemonSet's first pod (on the sched-nods node)")
+    assert _cpu(pod["spec"]["containers"][0], "resources", "requests") == 2000, "the LimitRange's default request"
+
+    await apply(env.client, [nodepool(LR, "sched", SIZED, labels={GROUP_LABEL: "ds"})])
+    await wait_for(lambda: _ready(env.client, r.NODEPOOLS, LR), timeout=60, what=f"NodePool {LR} Ready")
+    await apply(env.client, [deployment(LR_APP, 1, pod_spec(LR, "1", "1Gi"))])
+
+    async def launched() -> dict[str, Any] | None:
+        claims = [c for c in await env.claims(LR) if (c.get("status") or {}).get("nodeName")]
+        return claims[0] if claims else None
+
+    claim = await wait_for(launched, timeout=90, what="the sched-lr NodeClaim launched and registered")
+    assert len(await env.claims(LR)) == 1
+    assert _cpu(claim, "spec", "resources", "requests") == 3000, claim["spec"]["resources"]
+    node = await env.client.get(r.NODES, claim["status"]["nodeName"])
+    assert _cpu(node, "status", "capacity") == 4000, node["metadata"]["labels"].get(wk.LABEL_INSTANCE_TYPE)
+    record(scheduling_live_daemonset_instance_type=claim["metadata"]["labels"][wk.LABEL_INSTANCE_TYPE])
+    await wait_for(lambda: env.running(LR_APP, 1), timeout=60, what="the sched-lr app Running")
+
+    async def agent_running_beside() -> bool:
+        query = {"labelSelector": f"app={LR_DAEMONSET}", "fieldSelector": f"spec.nodeName={node['metadata']['name']}"}
+        pods = (await env.client.list(r.PODS, LR_NAMESPACE, query=query))[0]
+        return len(pods) == 1 and pods[0]["status"].get("phase") == "Running"
+
+    await wait_for(agent_running_beside, timeout=60, what="the DaemonSet's pod Running on the sched-lr node")
