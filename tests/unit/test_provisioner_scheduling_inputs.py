@@ -428,3 +428,49 @@ async def test_daemonset_overhead_comes_from_the_newest_live_pod() -> None:
     await settle()
     types = next(r["values"] for r in claim["spec"]["requirements"] if r["key"] == wk.LABEL_INSTANCE_TYPE)
     assert types[0] == "c.large"
+
+
+# --- existing capacity: initialized first ------------------------------------------------------------------------
+
+
+def _nodeclaim(name: str, provider: str = "") -> JSON:
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "1", "labels": {wk.LABEL_NODEPOOL: "np"}},
+        "spec": {"requirements": [], "nodeClassRef": {"group": wk.AWS_GROUP, "kind": "EC2NodeClass", "name": "nc"}},
+        "status": {"providerID": provider, "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "10"}},
+    }
+
+
+def _node(name: str, provider: str, **labels: str) -> JSON:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "1", "labels": labels},
+        "spec": {"providerID": provider},
+        "status": {"allocatable": {"cpu": "2", "memory": "4Gi", "pods": "10"}, "conditions": READY},
+    }
+
+
+def test_existing_capacity_says_which_nodes_are_initialized() -> None:
+    """Karpenter ``StateNode.Initialized``: a managed Node by its ``karpenter.sh/initialized`` label, an unmanaged
+    Node always, an in-flight NodeClaim never. The scheduler tries initialized capacity first."""
+    managed = {wk.LABEL_NODEPOOL: "np"}
+    state = loaded(
+        [
+            _nodeclaim("np-booting", "aws:///us-east-1a/i-1"),
+            _node("booting", "aws:///us-east-1a/i-1", **managed),
+            _nodeclaim("np-ready", "aws:///us-east-1a/i-2"),
+            _node("ready", "aws:///us-east-1a/i-2", **managed, **{wk.LABEL_INITIALIZED: "true"}),
+            _node("plain", "aws:///us-east-1a/i-3"),
+            _nodeclaim("np-inflight"),
+        ]
+    )
+    existing = provisioner(state, FakeKube())._existing_capacity()
+    assert {e.name: e.initialized for e in existing} == {
+        "booting": False,
+        "ready": True,
+        "plain": True,
+        "nodeclaim/np-inflight": False,
+    }
