@@ -22,6 +22,14 @@ launched:
   selects only NodePool ``sched-ds`` and tolerates its taint makes karpy launch a 4-vCPU instance for a 1-CPU
   pod there, while the same pod on twin NodePool ``sched-nods`` gets a 2-vCPU instance; a 4-CPU DaemonSet
   selecting both pools but not tolerating their taint adds nothing to either NodeClaim.
+- DaemonSet overhead from the live DaemonSet pod (Karpenter ``getDaemonSetPods``): a DaemonSet whose template
+  requests nothing runs in a namespace whose LimitRange gives every container 2 CPUs by default. Once its pod
+  exists (on the ``sched-nods`` node), a 1-CPU pod on a new NodePool the DaemonSet also runs on gets a NodeClaim
+  requesting 3 CPUs and a 4-vCPU instance, where the template alone would have asked for 1 CPU and 2 vCPUs.
+- DaemonSet host ports per instance type (Karpenter's DaemonSet overhead groups): on a NodePool offering
+  c6g (arm64) and c6i (amd64) types, a DaemonSet that runs on arm64 nodes only holds hostPort 9100 there; a pod
+  wanting hostPort 9100 gets a NodeClaim of amd64 types only (instead of none, as when the port was reserved
+  for the whole NodePool), while a pod without the port keeps the cheaper arm64 types.
 
 Everything made here is deleted at module end, and its NodeClaims, Nodes and instances are waited for.
 """
@@ -71,6 +79,11 @@ DEPLOYMENTS = {
     "sched-nods-app": (1, NODS),
 }
 FIGURES: dict[str, Any] = {}
+# The live-DaemonSet-pod scenario: its own NodePool, namespace (with a LimitRange), DaemonSet and app.
+LR, LR_NAMESPACE, LR_DAEMONSET, LR_APP = "sched-lr", "sched-lr", "sched-ds-lr", "sched-lr-app"
+LIMITRANGES = r.Resource("", "v1", "limitranges", "LimitRange", True)
+# The DaemonSet-host-port scenario: a NodePool with arm64 and amd64 types, an arm64-only DaemonSet on port 9100.
+PORT, PORT_DAEMONSET, PORT_APP, FREE_APP = "sched-port", "sched-ds-port", "sched-port-app", "sched-port-free"
 
 
 def record(**values: Any) -> None:
@@ -336,12 +349,17 @@ async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> A
 
 async def _cleanup(env: Env) -> None:
     """Delete this module's workloads, volumes, NodePools and NodeClaims while karpy runs; wait for the nodes."""
-    for app in DEPLOYMENTS:
+    for app in (*DEPLOYMENTS, LR_APP, PORT_APP, FREE_APP):
         with contextlib.suppress(ApiError):
             await env.client.delete(r.DEPLOYMENTS, app, "default")
-    for name in DAEMONSETS:
+    for name in (*DAEMONSETS, PORT_DAEMONSET):
         with contextlib.suppress(ApiError):
             await env.client.delete(r.DAEMONSETS, name, "default")
+    for res, name in ((r.DAEMONSETS, LR_DAEMONSET), (LIMITRANGES, "defaults")):
+        with contextlib.suppress(ApiError):
+            await env.client.delete(res, name, LR_NAMESPACE)
+    with contextlib.suppress(ApiError):
+        await env.client.delete(r.NAMESPACES, LR_NAMESPACE)
     for name in VOLUME_PODS:
         with contextlib.suppress(ApiError):
             await env.client.delete(r.PODS, name, "default")
@@ -353,16 +371,16 @@ async def _cleanup(env: Env) -> None:
     ):
         with contextlib.suppress(ApiError):
             await env.client.delete(res, name, "default" if res.namespaced else None)
-    for name in POOLS:
+    for name in (*POOLS, LR, PORT):
         with contextlib.suppress(ApiError):
             await env.client.delete(r.NODEPOOLS, name)
-    for pool in POOLS:
+    for pool in (*POOLS, LR, PORT):
         for claim in await env.claims(pool):
             with contextlib.suppress(ApiError):
                 await env.client.delete(r.NODECLAIMS, claim["metadata"]["name"])
 
     async def gone() -> bool:
-        for pool in POOLS:
+        for pool in (*POOLS, LR, PORT):
             if await env.claims(pool) or await env.nodes(pool):
                 return False
         return True
@@ -569,3 +587,151 @@ async def test_08_missing_claim_is_reported_not_provisioned(env: Env) -> None:
     assert "default/sched-nopvc-pod" not in planned
     [pod] = await env.pods("sched-nopvc-pod")
     assert not pod["spec"].get("nodeName")
+
+
+async def test_09_daemonset_overhead_from_the_live_pod(env: Env) -> None:
+    """The DaemonSet's template requests nothing, but the LimitRange of its namespace makes its pods request 2
+    CPUs: karpy sizes the new NodeClaim by the live pod (1-CPU app + 2 CPUs = 3 CPUs, a 4-vCPU instance), as
+    Karpenter does, not by the template (1 CPU, 2 vCPUs). The DaemonSet's pod then runs beside the app."""
+    await env.client.create(r.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LR_NAMESPACE}})
+    limits = {"type": "Container", "defaultRequest": {"cpu": "2", "memory": "128Mi"}}
+    await env.client.create(
+        LIMITRANGES,
+        {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "defaults"}, "spec": {"limits": [limits]}},
+        LR_NAMESPACE,
+    )
+    # Runs on the sched-nods node (so a live pod exists before the new pool is used) and on sched-lr nodes.
+    tolerate = [{"key": TAINT_KEY, "operator": "Equal", "value": pool, "effect": "NoSchedule"} for pool in (NODS, LR)]
+    template_spec = {
+        "terminationGracePeriodSeconds": 0,
+        "nodeSelector": {GROUP_LABEL: "ds"},
+        "tolerations": tolerate,
+        "containers": [{"name": "agent", "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7"}],
+    }
+    daemonset = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": LR_DAEMONSET, "namespace": LR_NAMESPACE},
+        "spec": {
+            "selector": {"matchLabels": {"app": LR_DAEMONSET}},
+            "template": {"metadata": {"labels": {"app": LR_DAEMONSET}}, "spec": template_spec},
+        },
+    }
+    await env.client.create(r.DAEMONSETS, daemonset, LR_NAMESPACE)
+
+    async def live_pod() -> dict[str, Any] | None:
+        query = {"labelSelector": f"app={LR_DAEMONSET}"}
+        pods = (await env.client.list(r.PODS, LR_NAMESPACE, query=query))[0]
+        return pods[0] if pods else None
+
+    pod = await wait_for(live_pod, timeout=60, what="the DaemonSet's first pod (on the sched-nods node)")
+    assert _cpu(pod["spec"]["containers"][0], "resources", "requests") == 2000, "the LimitRange's default request"
+
+    await apply(env.client, [nodepool(LR, "sched", SIZED, labels={GROUP_LABEL: "ds"})])
+    await wait_for(lambda: _ready(env.client, r.NODEPOOLS, LR), timeout=60, what=f"NodePool {LR} Ready")
+    await apply(env.client, [deployment(LR_APP, 1, pod_spec(LR, "1", "1Gi"))])
+
+    async def launched() -> dict[str, Any] | None:
+        claims = [c for c in await env.claims(LR) if (c.get("status") or {}).get("nodeName")]
+        return claims[0] if claims else None
+
+    claim = await wait_for(launched, timeout=90, what="the sched-lr NodeClaim launched and registered")
+    assert len(await env.claims(LR)) == 1
+    assert _cpu(claim, "spec", "resources", "requests") == 3000, claim["spec"]["resources"]
+    node = await env.client.get(r.NODES, claim["status"]["nodeName"])
+    assert _cpu(node, "status", "capacity") == 4000, node["metadata"]["labels"].get(wk.LABEL_INSTANCE_TYPE)
+    record(scheduling_live_daemonset_instance_type=claim["metadata"]["labels"][wk.LABEL_INSTANCE_TYPE])
+    await wait_for(lambda: env.running(LR_APP, 1), timeout=60, what="the sched-lr app Running")
+
+    async def agent_running_beside() -> bool:
+        query = {"labelSelector": f"app={LR_DAEMONSET}", "fieldSelector": f"spec.nodeName={node['metadata']['name']}"}
+        pods = (await env.client.list(r.PODS, LR_NAMESPACE, query=query))[0]
+        return len(pods) == 1 and pods[0]["status"].get("phase") == "Running"
+
+    await wait_for(agent_running_beside, timeout=60, what="the DaemonSet's pod Running on the sched-lr node")
+
+
+def _planned_for(claims: list[dict[str, Any]], pod: dict[str, Any]) -> dict[str, Any] | None:
+    key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+    for claim in claims:
+        annotations = claim["metadata"].get("annotations", {})
+        planned = json.loads(annotations.get(wk.ANNOTATION_PLANNED_PODS, "[]"))
+        decision = json.loads(annotations.get(wk.ANNOTATION_DECISION, "{}"))
+        if key in planned + decision.get("podKeys", []):
+            return claim
+    return None
+
+
+async def test_10_daemonset_host_ports_per_instance_type(env: Env) -> None:
+    """An arm64-only DaemonSet holding hostPort 9100 keeps a pod wanting 9100 off the arm64 types only: its
+    NodeClaim lists amd64 (c6i) types, the pod without the port gets one that lists the cheaper arm64 (c6g)."""
+    pool = nodepool(
+        PORT,
+        "sched",
+        [
+            {"key": wk.LABEL_INSTANCE_FAMILY, "operator": "In", "values": ["c6g", "c6i"]},
+            {"key": wk.LABEL_INSTANCE_CPU, "operator": "In", "values": ["2"]},
+        ],
+    )
+    requirements = pool["spec"]["template"]["spec"]["requirements"]
+    for req in requirements:
+        if req["key"] == wk.LABEL_ARCH:
+            req["values"] = ["amd64", "arm64"]
+    exporter = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": PORT_DAEMONSET, "namespace": "default"},
+        "spec": {
+            "selector": {"matchLabels": {"app": PORT_DAEMONSET}},
+            "template": {
+                "metadata": {"labels": {"app": PORT_DAEMONSET}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "nodeSelector": {wk.LABEL_ARCH: "arm64"},
+                    "tolerations": [{"key": TAINT_KEY, "operator": "Equal", "value": PORT, "effect": "NoSchedule"}],
+                    "containers": [
+                        {
+                            "name": "exporter",
+                            "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
+                            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                            "ports": [{"containerPort": 9100, "hostPort": 9100}],
+                        }
+                    ],
+                },
+            },
+        },
+    }
+    await apply(env.client, [pool, exporter])
+    await wait_for(lambda: _ready(env.client, r.NODEPOOLS, PORT), timeout=60, what=f"NodePool {PORT} Ready")
+    ported = pod_spec(PORT, "1500m", "1Gi")
+    ported["containers"][0]["ports"] = [{"containerPort": 9100, "hostPort": 9100}]
+    # 1.5 CPU each on 2-vCPU types: the two pods cannot share a node.
+    await apply(env.client, [deployment(PORT_APP, 1, ported), deployment(FREE_APP, 1, pod_spec(PORT, "1500m", "1Gi"))])
+
+    async def both_planned() -> tuple[dict[str, Any], dict[str, Any]] | None:
+        claims = await env.claims(PORT)
+        pods = {app: await env.pods(app) for app in (PORT_APP, FREE_APP)}
+        if not all(pods.values()):
+            return None
+        with_port, without = _planned_for(claims, pods[PORT_APP][0]), _planned_for(claims, pods[FREE_APP][0])
+        return (with_port, without) if with_port is not None and without is not None else None
+
+    with_port, without = await wait_for(both_planned, timeout=60, what="NodeClaims planned for both sched-port pods")
+
+    def types_of(claim: dict[str, Any]) -> list[str]:
+        reqs = claim["spec"]["requirements"]
+        return [v for q in reqs if q["key"] == wk.LABEL_INSTANCE_TYPE and q["operator"] == "In" for v in q["values"]]
+
+    assert with_port["metadata"]["name"] != without["metadata"]["name"]
+    ported_types, free_types = types_of(with_port), types_of(without)
+    assert ported_types and all(t.startswith("c6i.") for t in ported_types), ported_types
+    assert any(t.startswith("c6g.") for t in free_types), free_types
+    archs = {
+        t["InstanceType"]: t["ProcessorInfo"]["SupportedArchitectures"]
+        for t in env.ec2.describe_instance_types(InstanceTypes=ported_types)["InstanceTypes"]
+    }
+    assert all("x86_64" in a for a in archs.values()), archs
+    record(scheduling_host_port_instance_types={PORT_APP: ported_types, FREE_APP: free_types})
+    await wait_for(lambda: env.running(PORT_APP, 1), timeout=90, what="the hostPort pod Running on an amd64 node")
+    [pod] = await env.pods(PORT_APP)
+    assert (await env.node_of(pod))["metadata"]["labels"][wk.LABEL_ARCH] == "amd64"

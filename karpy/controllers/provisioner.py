@@ -43,6 +43,7 @@ from karpy.kube.resources import NODECLAIMS
 from karpy.metrics import NODECLAIMS_CREATED, UNSCHEDULABLE_PODS
 from karpy.runtime.batcher import Batcher
 from karpy.scheduling import model
+from karpy.scheduling.daemons import with_live_pods
 from karpy.scheduling.scheduler import solve
 from karpy.scheduling.volumes import volume_topology
 from karpy.simulate.inputs import (
@@ -159,7 +160,7 @@ class Provisioner:
             pods,
             nodepools,
             existing,
-            list(self.state.daemonsets.values()),
+            self.daemonsets(),
             preference_policy=self.preference_policy,
             namespace_labels=self.state.namespace_labels(),
         )
@@ -269,6 +270,12 @@ class Provisioner:
                     out.append(info)
         return out
 
+    def daemonsets(self) -> list[model.DaemonSet]:
+        """The DaemonSets as every simulation sees them: each by its newest live pod when one exists (requests
+        after LimitRange defaults and webhooks), else by its template (Karpenter ``getDaemonSetPods``)."""
+        live = (info.pod for info in self.state.pods.values() if info.daemonset)
+        return with_live_pods(self.state.daemonsets.values(), live)
+
     async def simulation_inputs(self) -> tuple[list[model.NodePool], dict[str, JSON], list[model.ExistingNode]]:
         """What a disruption simulation starts from: Ready NodePools (with instance types), their JSON by
         name, and every live node and in-flight NodeClaim with what is bound or planned on it."""
@@ -341,7 +348,9 @@ class Provisioner:
             if not condition_true(claim, wk.COND_INITIALIZED):
                 startup = {t.key for t in taints((claim.get("spec") or {}).get("startupTaints"))}
                 node_taints = tuple(t for t in node.taints if t.key not in EPHEMERAL_TAINT_KEYS | startup)
-        return node_capacity(node, pods, node_taints, claim_name)
+        # Karpenter ``StateNode.Initialized``: the Node's label for a managed node, always for an unmanaged one.
+        initialized = claim is None or node.labels.get(wk.LABEL_INITIALIZED) == "true"
+        return node_capacity(node, pods, node_taints, claim_name, initialized=initialized)
 
     def _inflight_claim(self, claim: JSON, planned: list[str]) -> model.ExistingNode:
         spec = claim.get("spec") or {}
@@ -366,6 +375,7 @@ class Provisioner:
             host_ports=tuple(hp for p in pods for hp in p.pod.host_ports),
             pods=len(pods),
             bound_pods=tuple(p.pod for p in pods),
+            initialized=False,
         )
 
     def _planned_infos(self, keys: list[str]) -> list[PodInfo]:
@@ -483,7 +493,12 @@ def with_volume_terms(
 
 
 def node_capacity(
-    node: NodeInfo, pods: Sequence[PodInfo], node_taints: tuple[model.Taint, ...], nodeclaim: str = ""
+    node: NodeInfo,
+    pods: Sequence[PodInfo],
+    node_taints: tuple[model.Taint, ...],
+    nodeclaim: str = "",
+    *,
+    initialized: bool = True,
 ) -> model.ExistingNode:
     """A Node as the scheduling engine sees it, holding ``pods`` (bound, or planned onto it as well)."""
     return model.ExistingNode(
@@ -497,6 +512,7 @@ def node_capacity(
         host_ports=tuple(hp for p in pods for hp in p.pod.host_ports),
         pods=len(pods),
         bound_pods=tuple(p.pod for p in pods),
+        initialized=initialized,
     )
 
 

@@ -103,7 +103,9 @@ class PoolTable:
         avail: per type, allocatable minus the DaemonSet overhead on that type, over the resource index.
         overhead: per type, the DaemonSet overhead vector.
         capacity: per type, the capacity used against NodePool limits (``nodes`` = 1).
-        daemon_ports: host ports of the DaemonSets that run on this NodePool's nodes.
+        daemon_ports: per type, the host ports of the DaemonSet pods that run on that type (Karpenter
+            ``DaemonOverheadGroup.HostPortUsage``: a DaemonSet limited to some types, by architecture for
+            example, holds its ports on those types only).
     """
 
     def __init__(self, pool: NodePool, order: int, index: Sequence[str], daemonsets: Sequence[DaemonSet]) -> None:
@@ -129,21 +131,25 @@ class PoolTable:
         ]
         self.capacity = [{**it.capacity, "nodes": 1} for it in self.types]
         daemons = [d for d in daemonsets if self._daemon_runs_here(d)]
-        self.daemon_ports: tuple[HostPort, ...] = tuple(hp for d in daemons for hp in d.pod.host_ports)
         overhead: list[Vector] = []
         avail: list[Vector] = []
+        ports: list[tuple[HostPort, ...]] = []
         zero = tuple(0 for _ in index)
         for it, labels in zip(self.types, self.labels, strict=True):
             vec = zero
+            held: tuple[HostPort, ...] = ()
             for d in daemons:
                 if pod_matches_type(d.pod, labels):
                     dvec = requests_vector(d.pod, index)
                     vec = tuple(a + b for a, b in zip(vec, dvec, strict=True))
+                    held += d.pod.host_ports
             overhead.append(vec)
+            ports.append(held)
             alloc = it.allocatable
             avail.append(tuple(alloc.get(name, 0) - o for name, o in zip(index, vec, strict=True)))
         self.overhead = overhead
         self.avail = avail
+        self.daemon_ports = ports
         self._viable: dict[rq.Signature, list[int]] = {}
         self._by_price: dict[rq.Signature, list[int]] = {}
 

@@ -228,6 +228,8 @@ class ExistingNode:
         pods: number of pods bound or planned (counts against ``allocatable['pods']``).
         bound_pods: the pods bound or planned onto it, for pod (anti-)affinity and topology spread counting
             (their labels, namespaces and required anti-affinity; their requests are already in ``requested``).
+        initialized: Karpenter ``StateNode.Initialized``: a managed Node labelled ``karpenter.sh/initialized``,
+            or any node karpy does not manage; never an in-flight NodeClaim. Initialized nodes are tried first.
     """
 
     name: str
@@ -240,6 +242,7 @@ class ExistingNode:
     host_ports: tuple[HostPort, ...] = ()
     pods: int = 0
     bound_pods: tuple[Pod, ...] = ()
+    initialized: bool = True
 
 
 @attrs.frozen(slots=True)

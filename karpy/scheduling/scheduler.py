@@ -145,6 +145,14 @@ def ports_conflict(a: Sequence[HostPort], b: Sequence[HostPort]) -> bool:
     return False
 
 
+def existing_order(node: ExistingNode) -> tuple[bool, str]:
+    """The order existing capacity is tried in (Karpenter ``sortExistingNodes``): initialized nodes first, then by
+    name, an in-flight NodeClaim by its own name. Uninitialized nodes may still fail to come up, so a pod only
+    waits on one when no ready node can take it (this matters most to consolidation)."""
+    name = node.nodeclaim if node.nodeclaim and node.name == f"nodeclaim/{node.nodeclaim}" else node.name
+    return (not node.initialized, name)
+
+
 def fit_count(avail: Vector, used: Sequence[int], need: Sequence[tuple[int, int]]) -> int:
     """How many more pods needing ``need`` (``(resource index, amount)``, amounts > 0) fit; may be ≤ 0."""
     best = 1 << 62
@@ -328,7 +336,8 @@ class Claim:
         self.limited = False
         self.used = used
         self.pods: list[Pod] = []
-        self.ports: list[HostPort] = list(table.daemon_ports)
+        # Pods' host ports only: DaemonSet ports differ per type and are kept out through the requirements.
+        self.ports: list[HostPort] = []
         self.headroom: list[int] = []
         self.closed = False
         self.hostname = f"hostname-placeholder-{index:05d}"
@@ -408,7 +417,7 @@ class Solver:
         self.res_pos = {n: i for i, n in enumerate(self.index)}
         ordered_pools = by_weight(nodepools)
         self.tables = [PoolTable(p, i, self.index, daemonsets) for i, p in enumerate(ordered_pools)]
-        self.slots = [Slot(n, self.index, i) for i, n in enumerate(existing)]
+        self.slots = [Slot(n, self.index, i) for i, n in enumerate(sorted(existing, key=existing_order))]
         self.has_pns = self.respect and (
             any(t.effect == PREFER_NO_SCHEDULE for p in nodepools for t in p.taints)
             or any(t.effect == PREFER_NO_SCHEDULE for n in existing for t in n.taints)
@@ -446,6 +455,7 @@ class Solver:
         self._offered: dict[tuple[object, ...], set[str]] = {}
         self._price_lists: dict[tuple[int, rq.Signature], tuple[list[int], list[float]]] = {}
         self._fresh: dict[tuple[int, int, rq.Signature], float] = {}
+        self._port_types: dict[tuple[int, tuple[HostPort, ...]], tuple[str, ...]] = {}
 
     # -- topology set-up ---------------------------------------------------------------------------------
 
@@ -881,6 +891,13 @@ class Solver:
                 front = frontier(table.avail, types)
             else:
                 types, front = table.viable(reqs, sig), self._frontier(table, reqs, sig)
+        if g.ports:
+            free = self._without_port_types(table, g.ports, reqs)
+            if free is not reqs:
+                reqs, sig = free, rq.signature(free)
+                allowed = self._viable_set(table, reqs, sig)
+                types = [t for t in types if t in allowed]
+                front = frontier(table.avail, types)
         cap = self._cap(table, reqs, types, front, claim.used, g.need)
         if cap <= 0:
             return None
@@ -1023,18 +1040,38 @@ class Solver:
         taint = untolerated(g.tolerations, pool.taints, pns)
         if taint is not None:
             return f"did not tolerate taint {format_taint(taint)}"
-        if g.ports and ports_conflict(g.ports, table.daemon_ports):
-            return "host ports conflict with a daemonset's host ports"
         why = rq.compatible(table.reqs, variant.reqs)
         if why is not None:
             return why
         reqs = rq.intersect_all(table.reqs, variant.reqs)
+        if g.ports:
+            free = self._without_port_types(table, g.ports, reqs)
+            if free is not reqs:
+                if table.viable(reqs, rq.signature(reqs)) and not table.viable(free, rq.signature(free)):
+                    return "host ports conflict with a daemonset's host ports"
+                reqs = free
         sig = rq.signature(reqs)
         front = self._frontier(table, reqs, sig)
         zero = [0] * len(self.index)
         if max((fit_count(table.avail[t], zero, g.need) for t in front), default=0) < 1:
             return self._explain_types(table, g, reqs)
         return Offer(None, reqs, sig, table.viable(reqs, sig), front, 0)
+
+    def _without_port_types(self, table: PoolTable, ports: tuple[HostPort, ...], reqs: rq.Reqs) -> rq.Reqs:
+        """``reqs`` narrowed to the types on which no DaemonSet pod holds one of ``ports`` (``reqs`` itself when
+        none does). Karpenter skips the DaemonSet overhead groups whose host ports conflict with the pod's; as an
+        ``instance-type NotIn`` requirement the exclusion stays with the NodeClaim through later merges."""
+        key = (table.order, ports)
+        names = self._port_types.get(key)
+        if names is None:
+            names = self._port_types[key] = tuple(
+                sorted({table.names[t] for t, held in enumerate(table.daemon_ports) if ports_conflict(ports, held)})
+            )
+        if not names:
+            return reqs
+        out = dict(reqs)
+        rq.add(out, rq.Req(wk.LABEL_INSTANCE_TYPE, True, frozenset(names)))
+        return out
 
     def _place_new(self, g: Group, level: Level, variant: Variant, todo: list[Pod]) -> tuple[list[Pod], list[str]]:
         """Open NodeClaims from the first NodePool (weight order) that can take the group's pods."""

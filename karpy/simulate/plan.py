@@ -25,6 +25,7 @@ from karpy.apis.quantity import format_resource_list
 from karpy.apis.resources import add
 from karpy.aws.instances import choose_capacity_type, launch_candidates
 from karpy.scheduling import model
+from karpy.scheduling.daemons import with_live_pods
 from karpy.scheduling.instancetypes import pod_matches_labels
 from karpy.scheduling.scheduler import solve
 from karpy.scheduling.taints import NO_SCHEDULE, untolerated
@@ -32,7 +33,7 @@ from karpy.scheduling.volumes import volume_topology
 from karpy.simulate.catalogue import Catalogue
 from karpy.simulate.inputs import EPHEMERAL_TAINT_KEYS, nodeclass_name, requirement_to_json, scheduling_nodepool
 from karpy.simulate.manifests import Manifests
-from karpy.state.views import daemonset_view, node_info, scheduling_pod
+from karpy.state.views import controller_owner, daemonset_view, node_info, scheduling_pod
 
 JSON = dict[str, Any]
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
@@ -174,9 +175,21 @@ def existing_nodes(
                 host_ports=tuple(hp for p in pods for hp in p.host_ports),
                 pods=len(pods),
                 bound_pods=tuple(pods),
+                initialized=not nodepool or info.labels.get(wk.LABEL_INITIALIZED) == "true",
             )
         )
     return out, notes
+
+
+def daemonset_pods(manifests: Manifests) -> list[model.Pod]:
+    """The manifests' pods a DaemonSet controls: the newest stands for its DaemonSet (Karpenter uses the live pod,
+    whose requests a LimitRange or webhook may have changed, over the template)."""
+    out = []
+    for obj in manifests.pods:
+        owner = controller_owner(obj.get("metadata") or {})
+        if owner is not None and owner.get("kind") == "DaemonSet":
+            out.append(scheduling_pod(obj))
+    return out
 
 
 def nodepool_usage(manifests: Manifests) -> dict[str, dict[str, int]]:
@@ -194,7 +207,9 @@ def split_pods(manifests: Manifests) -> tuple[list[model.Pod], dict[str, list[mo
     """Pending pods, pods bound per node name, and notes about pods left out.
 
     Terminal and DaemonSet-owned unbound pods are not provisionable (Karpenter ``IsProvisionable``); pods bound
-    to a deleting Node are rescheduled; pods bound to a Node that is not in the manifests are left out.
+    to a deleting Node are rescheduled; pods bound to a Node that is not in the manifests are left out. A pod
+    being deleted (``metadata.deletionTimestamp``) is never planned: kube-scheduler skips it and its controller
+    makes a replacement (Karpenter ``IsReschedulable``); bound to a live node it still holds its resources.
     """
     nodes = {n["metadata"]["name"]: n for n in manifests.nodes}
     pending: list[model.Pod] = []
@@ -214,6 +229,9 @@ def split_pods(manifests: Manifests) -> tuple[list[model.Pod], dict[str, list[mo
                 continue
             pod = attrs.evolve(pod, node_name="")
         if pod.owner.startswith("DaemonSet/"):
+            continue
+        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+            notes.append(f"pod {pod.key} is being deleted: not planned")
             continue
         pending.append(pod)
     return pending, bound, notes
@@ -295,8 +313,8 @@ def simulate(manifests: Manifests, catalogue: Catalogue, *, preference_policy: s
             continue
         zones_of[name] = catalogue.zones(nodeclass)
         pools.append(scheduling_nodepool(np_obj, usage.get(name, {"nodes": 0}), catalogue.instance_types(nodeclass)))
-    daemonsets = [daemonset_view(ds) for ds in manifests.daemonsets]
     pending, bound, notes = split_pods(manifests)
+    daemonsets = with_live_pods([daemonset_view(ds) for ds in manifests.daemonsets], daemonset_pods(manifests))
     notes += input_notes(manifests)
     pending, volume_errors = with_volume_topology(manifests, pending)
     startup = {p.name: p.startup_taints for p in pools}

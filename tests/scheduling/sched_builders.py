@@ -217,7 +217,9 @@ def existing(
     ports: Sequence[int] = (),
     nodeclaim: str = "",
     bound: Sequence[Pod] = (),
+    initialized: bool | None = None,
 ) -> ExistingNode:
+    """An existing node; an in-flight NodeClaim (``nodeclaim/<name>``) is uninitialized unless told otherwise."""
     return ExistingNode(
         name=name,
         nodeclaim=nodeclaim,
@@ -229,6 +231,7 @@ def existing(
         host_ports=tuple(HostPort(p) for p in ports),
         pods=used_pods,
         bound_pods=tuple(bound),
+        initialized=not name.startswith("nodeclaim/") if initialized is None else initialized,
     )
 
 
@@ -240,6 +243,7 @@ def daemonset(
     node_selector: Mapping[str, str] | None = None,
     terms: Sequence[Sequence[Requirement]] = (),
     tolerations: Sequence[Toleration] = (),
+    ports: Sequence[int] = (),
 ) -> DaemonSet:
     template = Pod(
         uid=f"ds-{name}",
@@ -249,6 +253,7 @@ def daemonset(
         node_selector=dict(node_selector or {}),
         required_terms=tuple(tuple(t) for t in terms),
         tolerations=tuple(tolerations),
+        host_ports=tuple(HostPort(p) for p in ports),
     )
     return DaemonSet(namespace="kube-system", name=name, pod=template)
 

@@ -19,6 +19,7 @@ from sched_builders import (
 )
 
 from karpy.apis.resources import add, fits
+from karpy.cloudprovider.types import InstanceType
 from karpy.scheduling.model import NewNodeClaim, SchedulingResult, Taint, Toleration
 from karpy.scheduling.scheduler import is_restricted_node_label, solve
 
@@ -238,6 +239,59 @@ def test_host_ports_conflict_on_existing_nodes_and_new_claims() -> None:
     result = solve(batch, [nodepool()], [node], [])
     assert result.existing == {}
     assert [len(c.pods) for c in result.new_nodeclaims] == [1, 1, 1]
+
+
+def _mixed_arch_pool() -> list[InstanceType]:
+    """amd64 types plus cheaper arm64 ones (Graviton-like)."""
+    return [
+        *catalogue(),
+        instance_type("m6g.large", 2, 8, 0.077, arch="arm64"),
+        instance_type("m6g.xlarge", 4, 16, 0.154, arch="arm64"),
+    ]
+
+
+def test_daemonset_host_ports_are_held_per_instance_type() -> None:
+    """An arm64-only DaemonSet holding port 9100 rules out the arm64 types for a pod wanting 9100, not the
+    whole NodePool (Karpenter ``buildDaemonOverheadGroups``: host ports per daemon group of instance types);
+    the exclusion survives a pod without ports joining the NodeClaim afterwards."""
+    exporter = daemonset("arm-exporter", cpu="100m", node_selector={"kubernetes.io/arch": "arm64"}, ports=[9100])
+    ported = pod("ported", cpu="1", ports=[9100])
+    small = pod("small", cpu="100m")
+    pool = nodepool(types=_mixed_arch_pool())
+    claim = only_claim(solve([ported, small], [pool], [], [exporter]))
+    assert claim.pods == (ported, small)
+    assert type_names(claim) and all(it.labels["kubernetes.io/arch"] == "amd64" for it in claim.instance_types)
+    assert "m6g.large" not in requirement_map(claim.requirements)[IT][1]
+    # Without the port the cheaper arm64 types stay candidates (and carry the DaemonSet's overhead).
+    free = only_claim(solve([pod(cpu="1")], [pool], [], [exporter]))
+    assert type_names(free)[0] == "m6g.large"
+
+
+def test_daemonset_host_ports_on_every_type_rule_out_the_nodepool() -> None:
+    everywhere = daemonset("exporter", cpu="100m", ports=[9100])
+    result = solve([pod("ported", cpu="1", ports=[9100])], [nodepool()], [], [everywhere])
+    assert not result.new_nodeclaims
+    assert "host ports conflict with a daemonset's host ports" in result.errors["default/ported"]
+    # Only the pod's port matters: another port fits anywhere.
+    assert only_claim(solve([pod(cpu="1", ports=[8080])], [nodepool()], [], [everywhere]))
+
+
+def test_existing_nodes_are_tried_initialized_first_then_by_name() -> None:
+    """Karpenter ``sortExistingNodes``: an uninitialized node (or in-flight NodeClaim) listed first still gets
+    pods only after every initialized node, and equal nodes go by name, whatever order they are listed in."""
+    booting = existing("a-booting", cpu=1, nodeclaim="default-a", initialized=False)
+    inflight = existing("nodeclaim/default-0", cpu=1, nodeclaim="default-0")
+    later = existing("z-ready", cpu=1)
+    first = existing("b-ready", cpu=1, nodeclaim="default-b")
+    batch = pods(4, cpu="1", mem=None)
+    result = solve(batch, [nodepool()], [booting, inflight, later, first], [])
+    assert result.existing == {
+        "b-ready": (batch[0],),
+        "z-ready": (batch[1],),
+        "a-booting": (batch[2],),
+        "nodeclaim/default-0": (batch[3],),
+    }
+    assert not result.new_nodeclaims
 
 
 def test_priority_goes_first() -> None:

@@ -410,3 +410,71 @@ def test_text_output_groups_pods_with_the_same_reason(tmp_path: Path, capsys: An
     [line] = [x for x in out.splitlines() if x.startswith("  5 pods (huge-")]
     assert line.endswith("no instance type has enough allocatable for cpu=64, memory=1Gi")
     assert ", … (+2)): " in line
+
+
+def test_pods_being_deleted_are_not_planned(tmp_path: Path, capsys: Any) -> None:
+    """A pending pod with a deletionTimestamp is going away (kube-scheduler skips it; its controller makes the
+    replacement): no capacity is planned for it, whether unbound or bound to a deleting Node."""
+    gone = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "leaving", "namespace": "default", "deletionTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": pod_spec(cpu="1"),
+    }
+    draining = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "old", "deletionTimestamp": "2026-01-01T00:00:00Z"},
+        "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "20"}},
+    }
+    evicted = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "evicted", "namespace": "default", "deletionTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {**pod_spec(cpu="1"), "nodeName": "old"},
+    }
+    path = write(tmp_path, nodeclass(), nodepool(), draining, gone, evicted, deployment("web", 1, memory="512Mi"))
+    result = run_json(capsys, "-f", path, "--catalogue", CATALOGUE)
+    assert result["summary"]["pendingPods"] == 1
+    [node] = result["newNodes"]
+    assert [p.split("-")[0] for p in node["pods"]] == ["default/web"]
+    assert result["unschedulable"] == []
+    assert sorted(n for n in result["notes"] if "being deleted" in n) == [
+        "pod default/evicted is being deleted: not planned",
+        "pod default/leaving is being deleted: not planned",
+    ]
+
+
+def test_daemonset_overhead_comes_from_its_live_pod(tmp_path: Path, capsys: Any) -> None:
+    """A LimitRange gave the DaemonSet's pods 2 CPU where the template asks for 100m: the new node for a 1-CPU
+    pod must hold 3 CPU (m.medium, 3.9 allocatable), not 1.1 (t.small, 1.9)."""
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "node-1"},
+        "status": {"allocatable": {"cpu": "2", "memory": "8Gi", "pods": "20"}},
+    }
+    ds = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": "kube-system"},
+        "spec": {"selector": {}, "template": {"spec": pod_spec(cpu="100m", memory="128Mi")}},
+    }
+    ds_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "agent-x",
+            "namespace": "kube-system",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "controller": True}],
+        },
+        "spec": {**pod_spec(cpu="2", memory="128Mi"), "nodeName": "node-1"},
+    }
+    path = write(tmp_path, nodeclass(), nodepool(), node, ds, ds_pod, deployment("web", 1, memory="512Mi"))
+    result = run_json(capsys, "-f", path, "--catalogue", CATALOGUE)
+    assert _nodes(result) == [("default", "m.medium", "zone-b", "on-demand", 0.09, 1)]
+    assert result["newNodes"][0]["requests"]["cpu"] == "3"
+    # The template alone (no live pod) would have fitted the small type.
+    path = write(tmp_path, nodeclass(), nodepool(), ds, deployment("web", 1, memory="512Mi"), name="template.yaml")
+    result = run_json(capsys, "-f", path, "--catalogue", CATALOGUE)
+    assert _nodes(result)[0][1] == "t.small"

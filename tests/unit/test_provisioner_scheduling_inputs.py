@@ -374,3 +374,106 @@ async def test_the_preference_policy_is_passed_to_the_solver(policy: str) -> Non
         assert zones == ["us-east-1c"]
     else:
         assert zones != ["us-east-1c"], "Ignore: the preference does not pin the zone"
+
+
+# --- DaemonSet overhead from the live pod ---------------------------------------------------------------------
+
+
+def daemonset(name: str, cpu: str) -> JSON:
+    template = {
+        "metadata": {"labels": {"app": name}},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": "kube-system", "uid": f"uid-ds-{name}", "resourceVersion": "1"},
+        "spec": {"selector": {"matchLabels": {"app": name}}, "template": template},
+    }
+
+
+def daemon_pod(ds: JSON, name: str, cpu: str, created: str) -> JSON:
+    """A pod the DaemonSet controller made, after a LimitRange or webhook changed its requests."""
+    obj = pod(name, namespace="kube-system", nodeName="other-node")
+    obj["metadata"]["creationTimestamp"] = created
+    obj["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "name": ds["metadata"]["name"],
+            "uid": ds["metadata"]["uid"],
+            "controller": True,
+        }
+    ]
+    obj["spec"]["containers"][0]["resources"]["requests"] = {"cpu": cpu}
+    obj["status"] = {"phase": "Running"}
+    return obj
+
+
+async def test_daemonset_overhead_comes_from_the_newest_live_pod() -> None:
+    """Karpenter ``getDaemonSetPods``: the template asks for 100m, the DaemonSet's pods run with 1600m; with a
+    500m pending pod the NodeClaim needs 2.1 CPU, so only the 4-CPU type remains."""
+    ds = daemonset("agent", "100m")
+    older = daemon_pod(ds, "agent-old", "200m", "2026-01-01T00:00:00Z")
+    newest = daemon_pod(ds, "agent-new", "1600m", "2026-01-02T00:00:00Z")
+    state = loaded([nodeclass(), nodepool(), ds, older, newest, pod("web")])
+    prov = provisioner(state, FakeKube())
+    [agent] = prov.daemonsets()
+    assert agent.pod.requests["cpu"] == 1_600
+    [claim] = await prov.provision_once()
+    await settle()
+    types = next(r["values"] for r in claim["spec"]["requirements"] if r["key"] == wk.LABEL_INSTANCE_TYPE)
+    assert types == ["c.xlarge"]
+    assert claim["spec"]["resources"]["requests"]["cpu"] == "2100m"
+    # Without a live pod the template's 100m counts and the 2-CPU type is the cheapest.
+    state = loaded([nodeclass(), nodepool(), ds, pod("web")])
+    [claim] = await provisioner(state, FakeKube()).provision_once()
+    await settle()
+    types = next(r["values"] for r in claim["spec"]["requirements"] if r["key"] == wk.LABEL_INSTANCE_TYPE)
+    assert types[0] == "c.large"
+
+
+# --- existing capacity: initialized first ------------------------------------------------------------------------
+
+
+def _nodeclaim(name: str, provider: str = "") -> JSON:
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "1", "labels": {wk.LABEL_NODEPOOL: "np"}},
+        "spec": {"requirements": [], "nodeClassRef": {"group": wk.AWS_GROUP, "kind": "EC2NodeClass", "name": "nc"}},
+        "status": {"providerID": provider, "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "10"}},
+    }
+
+
+def _node(name: str, provider: str, **labels: str) -> JSON:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "1", "labels": labels},
+        "spec": {"providerID": provider},
+        "status": {"allocatable": {"cpu": "2", "memory": "4Gi", "pods": "10"}, "conditions": READY},
+    }
+
+
+def test_existing_capacity_says_which_nodes_are_initialized() -> None:
+    """Karpenter ``StateNode.Initialized``: a managed Node by its ``karpenter.sh/initialized`` label, an unmanaged
+    Node always, an in-flight NodeClaim never. The scheduler tries initialized capacity first."""
+    managed = {wk.LABEL_NODEPOOL: "np"}
+    state = loaded(
+        [
+            _nodeclaim("np-booting", "aws:///us-east-1a/i-1"),
+            _node("booting", "aws:///us-east-1a/i-1", **managed),
+            _nodeclaim("np-ready", "aws:///us-east-1a/i-2"),
+            _node("ready", "aws:///us-east-1a/i-2", **managed, **{wk.LABEL_INITIALIZED: "true"}),
+            _node("plain", "aws:///us-east-1a/i-3"),
+            _nodeclaim("np-inflight"),
+        ]
+    )
+    existing = provisioner(state, FakeKube())._existing_capacity()
+    assert {e.name: e.initialized for e in existing} == {
+        "booting": False,
+        "ready": True,
+        "plain": True,
+        "nodeclaim/np-inflight": False,
+    }

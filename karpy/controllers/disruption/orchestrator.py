@@ -316,7 +316,7 @@ class Disruption:
             moved, _ = self.provisioner.scheduling_pods(reschedulable_pods(self.state, node.name))
             pending += [attrs.evolve(p, node_name="") for p in moved]
         existing = [e for e in existing if e.nodeclaim not in leaving and e.name not in leaving]
-        daemonsets = list(self.state.daemonsets.values())
+        daemonsets = self.provisioner.daemonsets()
         return Context(now, pools, objs, existing, pending, daemonsets, pdbs, candidates, blocked, eventual_only)
 
     def _with_volume_terms(self, candidate: Candidate) -> tuple[Candidate, str]:
