@@ -28,6 +28,7 @@ import asyncio
 import json
 import random
 import shutil
+import signal
 import statistics
 import sys
 import time
@@ -58,6 +59,21 @@ CLUSTER = "karpy-chaos"
 APP = "chaos"
 CATEGORIES = ("leaks", "double_launches", "orphan_nodes", "orphan_nodeclaims", "stuck")
 # karpy's knobs for a short round: evaluate disruption every 2 s and re-validate after 2 s (Karpenter: 10 s, 15 s).
+# Seconds after the scale command within which karpy is killed: a synced karpy creates, launches and binds within
+# ~2 s of a scale-up; after a scale-down it disrupts after consolidateAfter (5 s) + a poll (2 s) + validation (2 s).
+UP_KILL_WINDOW = 2.5
+DOWN_KILL_WINDOW = 12.0
+ACTIVITY = {
+    "created nodeclaim": "created",
+    "launched nodeclaim": "launched",
+    "registered nodeclaim": "registered",
+    "initialized nodeclaim": "initialized",
+    "bound pod": "bound",
+    "disrupting nodeclaim": "disrupting",
+    "tainted node": "tainted",
+    "terminating instance": "terminating",
+    "terminated nodeclaim": "terminated",
+}
 KARPY_SETTINGS = {"DISRUPTION_POLL_INTERVAL": "2s", "DISRUPTION_VALIDATION_DELAY": "2s"}
 
 
@@ -129,6 +145,7 @@ class Round:
     claims: int = 0
     instances: int = 0
     unsettled_reason: str = ""
+    interrupted: str = ""  # what karpy logged between the scale and the kill
 
 
 class Chaos:
@@ -183,22 +200,25 @@ class Chaos:
         """Scale, kill at a random moment, restart, wait for the cluster to settle while checking invariants."""
         target = self.rng.choice([n for n in range(self.args.max_replicas + 1) if n != self.replicas])
         up = target > self.replicas
-        kill_after = self.rng.uniform(0, 6.0 if up else 14.0)
+        kill_after = self.rng.uniform(0, UP_KILL_WINDOW if up else DOWN_KILL_WINDOW)
         rnd = Round(number, self.replicas, target, kill_after)
         if not self.karpy.alive:
             self.crashes += 1
             say(f"  karpy had exited by itself before round {number}; restarting (see {self.karpy.log_path})")
             self.karpy.start()
+        at_scale = log_size(self.karpy)
         started = time.monotonic()
         await scale(self.client, APP, target)
         self.replicas = target
         await asyncio.sleep(kill_after)
         self.karpy.kill()
         self.kills += 1
+        rnd.interrupted = activity(log_lines(self.karpy, at_scale))
         await asyncio.sleep(self.rng.uniform(0, 1.0))
+        at_restart = log_size(self.karpy)
         self.karpy.start()
         deadline = started + self.args.settle_timeout
-        reason = "not checked"
+        converging_from: int | None = None  # karpy log offset once everything else settled
         while True:
             now = time.monotonic()
             inv = await cluster_invariants(self.client, self.ec2, CLUSTER, pod_namespace="default")
@@ -206,7 +226,18 @@ class Chaos:
             reason = await self.unsettled(target)
             if not reason and pending:
                 reason = "pending " + ", ".join(f"{c} {k}" for c, k in pending)
-            if not reason:
+            if not reason and not any(
+                line.get("message") == "cluster state synced" for line in log_lines(self.karpy, at_restart)
+            ):
+                reason = "restarted karpy not synced"
+            if reason:
+                converging_from = None
+            elif converging_from is None:
+                converging_from = log_size(self.karpy)
+                reason = "waiting for a disruption evaluation"
+            elif not any(converged(line) for line in log_lines(self.karpy, converging_from)):
+                reason = "waiting for a disruption evaluation without command"
+            else:
                 rnd.settle = now - started
                 break
             if now > deadline:
@@ -236,10 +267,10 @@ class Chaos:
             self.rounds.append(rnd)
             direction = "up  " if rnd.target > rnd.before else "down"
             settled = f"settled {rnd.settle:5.1f}s" if rnd.settle is not None else f"UNSETTLED ({rnd.unsettled_reason})"
-            counts = " ".join(f"{c}={self.tracker.count(c)}" for c in CATEGORIES)
             say(
                 f"round {number:>3}/{self.args.rounds} {direction} {rnd.before:>2}→{rnd.target:<2} "
-                f"kill@{rnd.kill_after:4.1f}s {settled}  nodeclaims={rnd.claims} instances={rnd.instances}  {counts}"
+                f"kill@{rnd.kill_after:4.1f}s [{rnd.interrupted or 'idle'}] {settled} "
+                f"nodeclaims={rnd.claims} instances={rnd.instances} violations={len(self.tracker.counted)}"
             )
 
     def summary(self) -> dict[str, Any]:
@@ -272,6 +303,49 @@ class Chaos:
         }
 
 
+def log_size(karpy: KarpyProcess) -> int:
+    """Bytes in karpy's log so far (an offset for :func:`log_lines`)."""
+    try:
+        return karpy.log_path.stat().st_size
+    except OSError:
+        return 0
+
+
+def log_lines(karpy: KarpyProcess, offset: int) -> list[dict[str, Any]]:
+    """karpy's complete JSON log lines from byte ``offset`` on."""
+    try:
+        with karpy.log_path.open("rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return []
+    out = []
+    for raw in data.split(b"\n")[:-1]:  # the last piece is empty or a line being written
+        try:
+            out.append(json.loads(raw))
+        except ValueError:
+            continue
+    return out
+
+
+def converged(line: dict[str, Any]) -> bool:
+    """A disruption evaluation that found nothing to do: the cluster converged per the NodePool's consolidation.
+
+    Candidates it reports as blocked may be ones consolidation found no cheaper option for; the workload checks
+    (every NodeClaim Ready, none deleting, no empty node) come first."""
+    return line.get("message") == "disruption evaluation" and line.get("command") is None
+
+
+def activity(lines: list[dict[str, Any]]) -> str:
+    """What karpy was doing: its lifecycle messages (counted) in ``lines``, e.g. "launched nodeclaim×2"."""
+    counts: dict[str, int] = {}
+    for line in lines:
+        message = str(line.get("message", ""))
+        if message in ACTIVITY:
+            counts[message] = counts.get(message, 0) + 1
+    return ", ".join(f"{ACTIVITY[m]}×{n}" for m, n in counts.items())
+
+
 def _condition(obj: dict[str, Any], kind: str) -> bool:
     return any(
         c.get("type") == kind and c.get("status") == "True" for c in (obj.get("status") or {}).get("conditions") or []
@@ -302,8 +376,14 @@ def print_table(s: dict[str, Any], elapsed: float) -> None:
 
 
 async def chaos(args: argparse.Namespace) -> int:
-    """Start everything, run the rounds, print the table; the exit code."""
+    """Start everything, run the rounds, print the table; the exit code. SIGTERM/SIGINT end the run cleanly
+    (karpy and the cluster stopped, the table of the rounds done printed)."""
     from e2e.cluster import launcher
+
+    task = asyncio.current_task()
+    assert task is not None
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(sig, task.cancel)
 
     workdir = ROOT / ".e2e-run" / "chaos"
     shutil.rmtree(workdir, ignore_errors=True)
@@ -324,8 +404,12 @@ async def chaos(args: argparse.Namespace) -> int:
         await apply(client, deploy)
         say(f"karpy running (logs: {karpy.log_path}); {args.rounds} rounds, up to {args.max_replicas} pods")
         run = Chaos(client, karpy, aws_client("ec2", cluster.aws_env["AWS_ENDPOINT_URL"]), args)
+        interrupted = False
         try:
             await run.run()
+        except asyncio.CancelledError:
+            interrupted = True
+            say("interrupted; stopping")
         finally:
             summary = run.summary()
             summary["wall_s"] = round(time.monotonic() - began)
@@ -333,6 +417,8 @@ async def chaos(args: argparse.Namespace) -> int:
             print_table(summary, time.monotonic() - began)
             say(f"results: {workdir / 'results.json'}; karpy log: {karpy.log_path}; cluster logs: {workdir}")
         failing = sum(summary[k] for k in ("leaks", "double_launches", "orphans", "stuck", "unsettled_rounds"))
+        if interrupted:
+            return 130
         return 1 if failing or summary["karpy_crashes"] else 0
     finally:
         if karpy is not None:
