@@ -438,7 +438,7 @@ def main() -> None:
     parser.add_argument("--max-replicas", type=int, default=30)
     parser.add_argument("--settle-timeout", type=float, default=150.0, help="seconds a round may take to settle")
     parser.add_argument("--grace", type=float, default=90.0, help="seconds a leak/orphan may persist (GC's time)")
-    parser.add_argument("--max-minutes", type=float, default=45.0, help="stop starting rounds after this")
+    parser.add_argument("--max-minutes", type=float, default=35.0, help="stop starting rounds after this")
     args = parser.parse_args()
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1_000_000)
