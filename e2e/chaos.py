@@ -6,10 +6,14 @@ EC2NodeClass of ``e2e/manifests`` (``consolidateAfter`` shortened to 5 s so scal
 and a Deployment of small pods. Each round:
 
 1. scales the Deployment to a random replica count in 0..``--max-replicas`` other than the current one;
-2. waits a random delay (up to 6 s after a scale-up: launches and binds in flight; up to 14 s after a
-   scale-down: emptiness/consolidation commands in flight), SIGKILLs karpy and starts it again;
-3. waits until the cluster settled — every pod Running, no NodeClaim/Node/Pod being deleted, every NodeClaim
-   Ready, no node of karpy's left empty (emptiness consolidation) and the invariants clean — or until
+2. SIGKILLs karpy at a random moment and starts it again. Half the rounds kill after a random delay (up to
+   2.5 s after a scale-up, up to 12 s after a scale-down); the other half wait for karpy to log a randomly
+   chosen step of the work the scale causes (a NodeClaim created, launched, registered, a pod bound; a
+   NodeClaim disrupted, its node tainted, its instance terminating, its finalizer released) and kill 0–300 ms
+   after it, so kills land inside launches, binds and disruption commands, not only between them;
+3. waits until the cluster settled — the restarted karpy synced, every pod Running, no NodeClaim/Node/Pod being
+   deleted, every NodeClaim Ready, no node of karpy's left empty, the invariants clean, and then a disruption
+   evaluation that found nothing to do (converged per the NodePool's consolidation) — or until
    ``--settle-timeout`` seconds;
 4. checks :func:`e2e.helpers.cluster_invariants` throughout: leaks, double launches, orphans (a violation counts
    once it has persisted ``--grace`` seconds, the time Karpenter's garbage collection needs to repair it) and
@@ -63,6 +67,9 @@ CATEGORIES = ("leaks", "double_launches", "orphan_nodes", "orphan_nodeclaims", "
 # ~2 s of a scale-up; after a scale-down it disrupts after consolidateAfter (5 s) + a poll (2 s) + validation (2 s).
 UP_KILL_WINDOW = 2.5
 DOWN_KILL_WINDOW = 12.0
+# The steps an event-triggered kill waits for (karpy's log messages), after a scale-up and after a scale-down.
+UP_STEPS = ("created nodeclaim", "launched nodeclaim", "registered nodeclaim", "bound pod")
+DOWN_STEPS = ("disrupting nodeclaim", "tainted node", "terminating instance", "terminated nodeclaim")
 ACTIVITY = {
     "created nodeclaim": "created",
     "launched nodeclaim": "launched",
@@ -72,7 +79,7 @@ ACTIVITY = {
     "disrupting nodeclaim": "disrupting",
     "tainted node": "tainted",
     "terminating instance": "terminating",
-    "terminated nodeclaim": "terminated",
+    "terminated nodeclaim": "released",
 }
 KARPY_SETTINGS = {"DISRUPTION_POLL_INTERVAL": "2s", "DISRUPTION_VALIDATION_DELAY": "2s"}
 
@@ -146,6 +153,7 @@ class Round:
     instances: int = 0
     unsettled_reason: str = ""
     interrupted: str = ""  # what karpy logged between the scale and the kill
+    trigger: str = ""  # the step an event-triggered kill waited for
 
 
 class Chaos:
@@ -200,8 +208,10 @@ class Chaos:
         """Scale, kill at a random moment, restart, wait for the cluster to settle while checking invariants."""
         target = self.rng.choice([n for n in range(self.args.max_replicas + 1) if n != self.replicas])
         up = target > self.replicas
-        kill_after = self.rng.uniform(0, UP_KILL_WINDOW if up else DOWN_KILL_WINDOW)
-        rnd = Round(number, self.replicas, target, kill_after)
+        window = UP_KILL_WINDOW if up else DOWN_KILL_WINDOW
+        step = self.rng.choice(UP_STEPS if up else DOWN_STEPS) if self.rng.random() < 0.5 else ""
+        delay = self.rng.uniform(0, 0.3) if step else self.rng.uniform(0, window)
+        rnd = Round(number, self.replicas, target, delay)
         if not self.karpy.alive:
             self.crashes += 1
             say(f"  karpy had exited by itself before round {number}; restarting (see {self.karpy.log_path})")
@@ -210,7 +220,10 @@ class Chaos:
         started = time.monotonic()
         await scale(self.client, APP, target)
         self.replicas = target
-        await asyncio.sleep(kill_after)
+        if step:
+            rnd.trigger = await self.wait_for_step(step, at_scale, started + window + 5.0)
+        await asyncio.sleep(delay)
+        rnd.kill_after = time.monotonic() - started
         self.karpy.kill()
         self.kills += 1
         rnd.interrupted = activity(log_lines(self.karpy, at_scale))
@@ -252,6 +265,14 @@ class Chaos:
         rnd.instances = await self._live_instances()
         return rnd
 
+    async def wait_for_step(self, step: str, offset: int, deadline: float) -> str:
+        """Wait (polling karpy's log every 50 ms, until ``deadline``) for the message ``step``; what to print."""
+        while time.monotonic() < deadline:
+            if any(line.get("message") == step for line in log_lines(self.karpy, offset)):
+                return f"after {ACTIVITY[step]}"
+            await asyncio.sleep(0.05)
+        return f"{ACTIVITY[step]} not seen"
+
     async def _live_instances(self) -> int:
         instances = await asyncio.to_thread(cluster_instances, self.ec2, CLUSTER)
         return sum(1 for i in instances if i["State"]["Name"] in LIVE_INSTANCE_STATES)
@@ -269,7 +290,8 @@ class Chaos:
             settled = f"settled {rnd.settle:5.1f}s" if rnd.settle is not None else f"UNSETTLED ({rnd.unsettled_reason})"
             say(
                 f"round {number:>3}/{self.args.rounds} {direction} {rnd.before:>2}→{rnd.target:<2} "
-                f"kill@{rnd.kill_after:4.1f}s [{rnd.interrupted or 'idle'}] {settled} "
+                f"kill@{rnd.kill_after:4.1f}s{' ' + rnd.trigger if rnd.trigger else ''} [{rnd.interrupted or 'idle'}] "
+                f"{settled} "
                 f"nodeclaims={rnd.claims} instances={rnd.instances} violations={len(self.tracker.counted)}"
             )
 
