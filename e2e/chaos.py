@@ -1,7 +1,7 @@
 """``make chaos``: karpy SIGKILLed at random moments of random scale-ups and scale-downs, invariants checked.
 
 ``python -m e2e.chaos [--rounds N] [--seed S]`` starts the local cluster (control plane + KWOK + moto + node
-agent) in ``.e2e-run/chaos``, runs karpy as its ServiceAccount, applies the Karpenter user's NodePool and
+agent) in ``.e2e-run/chaos-<seed>``, runs karpy as its ServiceAccount, applies the Karpenter user's NodePool and
 EC2NodeClass of ``e2e/manifests`` (``consolidateAfter`` shortened to 5 s so scale-downs disrupt within a round)
 and a Deployment of small pods. Each round:
 
@@ -12,9 +12,9 @@ and a Deployment of small pods. Each round:
    NodeClaim disrupted, its node tainted, its instance terminating, its finalizer released) and kill 0–300 ms
    after it, so kills land inside launches, binds and disruption commands, not only between them;
 3. waits until the cluster settled — the restarted karpy synced, every pod Running, no NodeClaim/Node/Pod being
-   deleted, every NodeClaim Ready, no node of karpy's left empty, the invariants clean, and then a disruption
-   evaluation that found nothing to do (converged per the NodePool's consolidation) — or until
-   ``--settle-timeout`` seconds;
+   deleted, every NodeClaim Ready and Consolidatable (consolidateAfter passed), no node of karpy's left empty,
+   the invariants clean, and then a disruption evaluation that found nothing to do (converged per the NodePool's
+   consolidation) — or until ``--settle-timeout`` seconds;
 4. checks :func:`e2e.helpers.cluster_invariants` throughout: leaks, double launches, orphans (a violation counts
    once it has persisted ``--grace`` seconds, the time Karpenter's garbage collection needs to repair it) and
    stuck objects (a ``deletionTimestamp`` older than 60 s).
@@ -195,6 +195,11 @@ class Chaos:
         not_ready = [c["metadata"]["name"] for c in claims if not _condition(c, "Ready")]
         if not_ready:
             return f"nodeclaims not Ready: {','.join(not_ready)}"
+        # Consolidatable: consolidateAfter has passed since the node's last pod change, so the next disruption
+        # evaluation judges the cluster as it settled (not a node whose pods just left).
+        waiting = [c["metadata"]["name"] for c in claims if not _condition(c, "Consolidatable")]
+        if waiting:
+            return f"nodeclaims not Consolidatable yet: {','.join(waiting)}"
         used = {p["spec"].get("nodeName") for p in live}
         empty = [c["status"].get("nodeName") for c in claims if c["status"].get("nodeName") not in used]
         if empty:
@@ -407,7 +412,7 @@ async def chaos(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, task.cancel)
 
-    workdir = ROOT / ".e2e-run" / "chaos"
+    workdir = ROOT / ".e2e-run" / f"chaos-{args.seed}"
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     began = time.monotonic()
