@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -400,3 +401,140 @@ class KarpyProcess:
         with contextlib.suppress(OSError):
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
         return ""
+
+
+LIVE_INSTANCE_STATES = frozenset({"pending", "running", "stopping", "stopped"})
+
+
+def instance_id_of(provider_id: str) -> str:
+    """The instance id in ``aws:///<zone>/<instance-id>`` ("" when there is none)."""
+    last = provider_id.rstrip("/").rsplit("/", 1)[-1] if provider_id else ""
+    return last if last.startswith("i-") else ""
+
+
+@dataclass
+class Invariants:
+    """One snapshot of the safety invariants karpy must keep whatever happens to it (crash, restart, races).
+
+    Every list holds keys like ``instance/i-…`` or ``nodeclaim/<name>``, stable across snapshots so a caller can
+    tell how long a violation has persisted; ``details`` says more about some keys (instance ids, finalizers).
+    Empty lists everywhere mean the invariants hold.
+
+    - ``leaks``: live instances owned by the cluster, launched at least ``launch_grace`` seconds ago, with no
+      NodeClaim of their providerID nor of their ``karpenter.sh/nodeclaim`` tag (Karpenter's garbage collection
+      terminates these; a leak that outlives it is a defect).
+    - ``double_launches``: NodeClaim names with more than one instance tagged for them, in any state (a second
+      instance garbage collection terminated later still was a double launch).
+    - ``orphan_nodes``: Nodes whose providerID is no NodeClaim's.
+    - ``orphan_nodeclaims``: NodeClaims not being deleted whose launched instance is not live any more
+      (Karpenter's garbage collection deletes these).
+    - ``stuck``: NodeClaims, Nodes and Pods with a ``deletionTimestamp`` older than ``stuck_after`` seconds.
+    """
+
+    leaks: list[str] = field(default_factory=list)
+    double_launches: list[str] = field(default_factory=list)
+    orphan_nodes: list[str] = field(default_factory=list)
+    orphan_nodeclaims: list[str] = field(default_factory=list)
+    stuck: list[str] = field(default_factory=list)
+    details: dict[str, str] = field(default_factory=dict)
+
+    def violations(self) -> dict[str, list[str]]:
+        """Category → keys, only the categories that have any."""
+        out = {
+            "leaks": self.leaks,
+            "double_launches": self.double_launches,
+            "orphan_nodes": self.orphan_nodes,
+            "orphan_nodeclaims": self.orphan_nodeclaims,
+            "stuck": self.stuck,
+        }
+        return {k: v for k, v in out.items() if v}
+
+    @property
+    def clean(self) -> bool:
+        """Every invariant holds."""
+        return not self.violations()
+
+
+def cluster_instances(ec2: Any, cluster_name: str) -> list[dict[str, Any]]:
+    """Every instance tagged ``kubernetes.io/cluster/<cluster_name>``, in any state (boto3 EC2 client)."""
+    out: list[dict[str, Any]] = []
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[{"Name": "tag-key", "Values": [f"kubernetes.io/cluster/{cluster_name}"]}]
+    )
+    for page in pages:
+        for res in page["Reservations"]:
+            out.extend(res["Instances"])
+    return out
+
+
+def _deletion_age(obj: Mapping[str, Any], now: float) -> float | None:
+    """Seconds since ``metadata.deletionTimestamp`` (None when not being deleted)."""
+    from datetime import datetime
+
+    stamp = (obj.get("metadata") or {}).get("deletionTimestamp")
+    if not stamp:
+        return None
+    return now - datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+async def cluster_invariants(
+    client: KubeClient,
+    ec2: Any,
+    cluster_name: str,
+    *,
+    launch_grace: float = 30.0,
+    stuck_after: float = 60.0,
+    pod_namespace: str | None = None,
+) -> Invariants:
+    """A snapshot of :class:`Invariants` from the API server and EC2 (a boto3 client, called in a thread).
+
+    ``launch_grace`` (seconds) keeps an instance whose launch is still being recorded out of ``leaks``;
+    ``stuck_after`` (seconds) is how old a ``deletionTimestamp`` must be to count as stuck; Pods are read in
+    ``pod_namespace`` (all namespaces when None). Wall-clock ages: the API server runs on this machine.
+    """
+    from karpy.kube import resources as r
+
+    claims = (await client.list(r.NODECLAIMS))[0]
+    nodes = (await client.list(r.NODES))[0]
+    pods = (await client.list(r.PODS, pod_namespace))[0]
+    instances = await asyncio.to_thread(cluster_instances, ec2, cluster_name)
+    now = time.time()
+    inv = Invariants()
+
+    claim_names = {c["metadata"]["name"] for c in claims}
+    claim_ids = {instance_id_of((c.get("status") or {}).get("providerID", "")) for c in claims} - {""}
+    live: set[str] = set()
+    tagged: dict[str, list[str]] = {}
+    for inst in instances:
+        tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+        iid = inst["InstanceId"]
+        if claim := tags.get("karpenter.sh/nodeclaim"):
+            tagged.setdefault(claim, []).append(iid)
+        if inst["State"]["Name"] not in LIVE_INSTANCE_STATES:
+            continue
+        live.add(iid)
+        age = now - inst["LaunchTime"].timestamp()
+        if iid not in claim_ids and tags.get("karpenter.sh/nodeclaim") not in claim_names and age >= launch_grace:
+            inv.leaks.append(f"instance/{iid}")
+    for name, ids in sorted(tagged.items()):
+        if len(ids) > 1:
+            inv.double_launches.append(f"nodeclaim/{name}")
+            inv.details[f"nodeclaim/{name}"] = "instances " + ",".join(sorted(ids))
+    for node in nodes:
+        iid = instance_id_of((node.get("spec") or {}).get("providerID", ""))
+        if iid not in claim_ids:
+            inv.orphan_nodes.append(f"node/{node['metadata']['name']}")
+    for c in claims:
+        iid = instance_id_of((c.get("status") or {}).get("providerID", ""))
+        if iid and iid not in live and not c["metadata"].get("deletionTimestamp"):
+            inv.orphan_nodeclaims.append(f"nodeclaim/{c['metadata']['name']}")
+            inv.details[f"nodeclaim/{c['metadata']['name']}"] = f"instance {iid} not live"
+    for kind, objs in (("nodeclaim", claims), ("node", nodes), ("pod", pods)):
+        for obj in objs:
+            age = _deletion_age(obj, now)
+            if age is not None and age > stuck_after:
+                meta = obj["metadata"]
+                name = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
+                inv.stuck.append(f"{kind}/{name}")
+                inv.details[f"{kind}/{name}"] = f"deleting for {age:.0f}s, finalizers {meta.get('finalizers', [])}"
+    return inv
