@@ -78,7 +78,9 @@ class Operator:
         from karpy.controllers.terminator import Terminator
 
         self.terminator = Controller(Terminator(client, self.state, cloud, self.events), workers=8)
-        self.nodepool_status = Controller(NodePoolStatusReconciler(client, self.state, self.events), workers=2)
+        self.nodepool_status = Controller(
+            NodePoolStatusReconciler(client, self.state, self.events, cloud=cloud), workers=2
+        )
         self.nodeclass_status = Controller(
             NodeClassStatusReconciler(
                 client, self.state, cloud, self.events, refresh_interval=settings.subnet_refresh_interval
