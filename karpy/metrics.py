@@ -74,6 +74,20 @@ DISRUPTION_ALLOWED = Gauge(
 
 
 def serve(port: int) -> None:
-    """Start the metrics endpoint in a background thread (port 0 disables it)."""
+    """Start the metrics endpoint in a background thread (port 0 disables it).
+
+    Raises:
+        OSError: the port cannot be bound (already in use, not permitted).
+    """
     if port:
         start_http_server(port)
+
+
+# Interruption queue health (karpy's): 0 while the queue cannot be read, so an outage or a
+# deleted queue is visible, not just silently retried.
+INTERRUPTION_QUEUE_HEALTHY = Gauge(
+    "karpy_interruption_queue_healthy", "1 when the last read of the interruption queue succeeded, else 0."
+)
+INTERRUPTION_QUEUE_ERRORS = Counter(
+    "karpy_interruption_queue_receive_errors_total", "Failed reads (ReceiveMessage/GetQueueUrl) of the queue."
+)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -17,7 +18,7 @@ from karpy.apis import labels as wk
 from karpy.aws.cloudprovider import AWSCloudProvider
 from karpy.aws.session import AWSClients
 from karpy.aws.sqs import SQSInterruptionQueue
-from karpy.cloudprovider.types import InterruptionQueue
+from karpy.cloudprovider.types import CloudProviderError, InterruptionQueue
 from karpy.controllers.binder import Binder
 from karpy.controllers.disruption.controls import from_settings as disruption_settings
 from karpy.controllers.disruption.orchestrator import Disruption
@@ -32,10 +33,10 @@ from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
 from karpy.kube.events import EventRecorder
 from karpy.kube.watch import Informer
-from karpy.metrics import CLUSTER_STATE_NODE_COUNT, CLUSTER_STATE_SYNCED, serve
+from karpy.metrics import CLUSTER_STATE_NODE_COUNT, CLUSTER_STATE_SYNCED, INTERRUPTION_QUEUE_HEALTHY, serve
 from karpy.runtime.controller import Controller
 from karpy.runtime.supervisor import supervise
-from karpy.settings import Settings
+from karpy.settings import Settings, StartupError
 from karpy.state.cluster import ClusterState, condition_true
 from karpy.state.plans import Plans
 from karpy.state.views import NodeInfo, PodInfo
@@ -87,7 +88,7 @@ class Operator:
 
         self.terminator = Controller(Terminator(client, self.state, cloud, self.events), workers=8)
         self.nodepool_status = Controller(
-            NodePoolStatusReconciler(client, self.state, self.events), workers=2
+            NodePoolStatusReconciler(client, self.state, self.events, cloud=cloud), workers=2
         )
         self.nodeclass_status = Controller(
             NodeClassStatusReconciler(
@@ -251,46 +252,144 @@ async def kubernetes_version(client: KubeClient) -> str:
 
 
 async def run(settings: Settings) -> None:
-    """Start karpy and run until SIGTERM/SIGINT."""
-    client = await KubeClient.from_environment()
-    version = await kubernetes_version(client)
-    endpoint = settings.cluster_endpoint or client.host
-    log.info(
-        "starting karpy",
-        cluster=settings.cluster_name,
-        endpoint=endpoint,
-        kubernetes=version,
-        region=settings.aws_region,
-        aws_endpoint=settings.aws_endpoint_url or None,
-    )
-    serve(settings.metrics_port)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    async with AWSClients.create(settings.aws_region, settings.aws_endpoint_url or None) as clients:
-        cloud = AWSCloudProvider(
-            clients,
-            cluster_name=settings.cluster_name,
-            cluster_endpoint=endpoint,
-            cluster_ca_bundle=settings.cluster_ca_bundle,
-            region=settings.aws_region,
-            k8s_version=version,
-            vm_memory_overhead_percent=settings.vm_memory_overhead_percent,
-            reserved_enis=settings.reserved_enis,
-            isolated_vpc=settings.isolated_vpc,
-        )
-        operator = Operator(settings, client, cloud)
-        probes = await start_probe_server(settings.health_probe_port, lambda: operator.state.synced)
-        main = asyncio.create_task(operator.run())
-        await asyncio.wait([main, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-        main.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await main
+    """Start karpy and run until SIGTERM/SIGINT.
+
+    Startup checks come first and fail with :class:`StartupError` (one line naming the variable, exit 2) instead
+    of a traceback: the metrics and probe ports can be bound, the kubeconfig loads and the apiserver answers,
+    and ``INTERRUPTION_QUEUE`` names a queue that exists (GetQueueUrl).
+
+    Raises:
+        StartupError: one of the checks above failed.
+    """
+    try:
+        serve(settings.metrics_port)
+    except OSError as err:
+        raise _cannot_listen("METRICS_PORT", settings.metrics_port, err) from None
+    operator: Operator | None = None
+
+    def not_ready() -> str:
+        """Why ``/readyz`` fails ("" when ready): state not synced, or the interruption queue unreadable."""
+        if operator is None or not operator.state.synced:
+            return "cluster state not synced"
+        if operator.interruption is not None and operator.interruption.queue_error:
+            return f"interruption queue {settings.interruption_queue!r} unreadable: {operator.interruption.queue_error}"
+        return ""
+
+    try:
+        probes = await start_probe_server(settings.health_probe_port, not_ready)
+    except OSError as err:
+        raise _cannot_listen("HEALTH_PROBE_PORT", settings.health_probe_port, err) from None
+    try:
+        client = await _connect()
+        try:
+            version = await kubernetes_version(client)
+            endpoint = settings.cluster_endpoint or client.host
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(NotImplementedError):
+                    loop.add_signal_handler(sig, stop.set)
+            async with AWSClients.create(settings.aws_region, settings.aws_endpoint_url or None) as clients:
+                cloud = AWSCloudProvider(
+                    clients,
+                    cluster_name=settings.cluster_name,
+                    cluster_endpoint=endpoint,
+                    cluster_ca_bundle=settings.cluster_ca_bundle,
+                    region=settings.aws_region,
+                    k8s_version=version,
+                    vm_memory_overhead_percent=settings.vm_memory_overhead_percent,
+                    reserved_enis=settings.reserved_enis,
+                    isolated_vpc=settings.isolated_vpc,
+                )
+                queue = await _interruption_queue(settings, clients.sqs)
+                # Logged once every startup check passed: a failed check prints its one line and nothing else.
+                log.info(
+                    "starting karpy",
+                    cluster=settings.cluster_name,
+                    endpoint=endpoint,
+                    kubernetes=version,
+                    region=settings.aws_region,
+                    aws_endpoint=settings.aws_endpoint_url or None,
+                    interruption_queue=settings.interruption_queue or None,
+                )
+                operator = Operator(settings, client, cloud, interruption_queue=queue)
+                main = asyncio.create_task(operator.run())
+                await asyncio.wait([main, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+                main.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await main
+        finally:
+            await client.close()
+    finally:
         await probes.cleanup()
-    await client.close()
     log.info("karpy stopped")
+
+
+async def _interruption_queue(settings: Settings, sqs: Any) -> SQSInterruptionQueue | None:
+    """The ``INTERRUPTION_QUEUE`` (None when unset), its URL resolved now: a queue that does not exist, or SQS
+    refusing, stops karpy at start rather than leaving spot interruptions silently unhandled.
+
+    Raises:
+        StartupError: GetQueueUrl failed.
+    """
+    if not settings.interruption_queue:
+        return None
+    queue = SQSInterruptionQueue(sqs, settings.interruption_queue)
+    try:
+        await queue.url()
+    except CloudProviderError as err:
+        raise StartupError(f"INTERRUPTION_QUEUE={settings.interruption_queue}: {_one_line(err)}") from None
+    INTERRUPTION_QUEUE_HEALTHY.set(1)
+    return queue
+
+
+async def _connect() -> KubeClient:
+    """A client from the kubeconfig (or in-cluster config), checked against the apiserver's ``/version``.
+
+    Raises:
+        StartupError: no usable kubeconfig, or the apiserver did not answer.
+    """
+    where = _kubeconfig_source()
+    try:
+        client = await KubeClient.from_environment()
+    except Exception as err:
+        raise StartupError(f"{where}: cannot load: {_one_line(err)}") from None
+    try:
+        await client.request("GET", "/version", timeout=30.0)
+    except Exception as err:
+        await client.close()
+        raise StartupError(f"{where}: apiserver {client.host} did not answer: {_one_line(err)}") from None
+    return client
+
+
+def _kubeconfig_source() -> str:
+    """How the kubeconfig is found, for messages (a small local check, before the loader's own warnings).
+
+    Raises:
+        StartupError: ``KUBECONFIG`` names no existing file, or it is unset outside a pod and there is no
+            ``~/.kube/config``.
+    """
+    env = os.environ.get("KUBECONFIG", "")
+    if env:
+        paths = [path for path in env.split(os.pathsep) if path]
+        if not any(os.path.isfile(path) for path in paths):
+            raise StartupError(f"KUBECONFIG={env}: no such file")
+        return f"KUBECONFIG={env}"
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return "KUBECONFIG (unset; in-cluster config)"
+    if not os.path.isfile(os.path.expanduser("~/.kube/config")):
+        raise StartupError("KUBECONFIG: not set, not in a pod, and ~/.kube/config does not exist")
+    return "KUBECONFIG (unset; ~/.kube/config)"
+
+
+def _cannot_listen(variable: str, port: int, err: OSError) -> StartupError:
+    reason = os.strerror(err.errno) if err.errno else _one_line(err)
+    return StartupError(f"{variable}={port}: cannot listen: {reason}")
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text[:300]
 
 
 __all__ = ["Operator", "run"]

@@ -24,6 +24,11 @@ class SettingsError(ValueError):
     """An environment variable holds an invalid value; the message names the variable."""
 
 
+class StartupError(SettingsError):
+    """karpy cannot start with these settings: no usable kubeconfig, a port in use, a missing interruption
+    queue. The message names the variable; the command exits 2 with that one line."""
+
+
 def parse_duration(text: str) -> float:
     """A Go duration (``1s``, ``1m30s``, ``720h``, ``500ms``) in seconds.
 

@@ -54,6 +54,7 @@ DETAIL_HEALTH: Final = "AWS Health Event"
 DETAIL_STATE_CHANGE: Final = "EC2 Instance State-change Notification"
 STOPPED_STATES: Final = frozenset({"stopping", "stopped"})
 TERMINATED_STATES: Final = frozenset({"shutting-down", "terminated"})
+CLIP: Final = 100  # characters of a message field quoted in a reason
 
 
 def parse(body: str | bytes | None) -> InterruptionMessage:
@@ -81,7 +82,7 @@ def _route(envelope: Mapping[str, Any]) -> InterruptionMessage:
     detail = envelope.get("detail")
     known = (source, detail_type) in _PARSERS
     if not known or version != "0":
-        why = f"unhandled event version={version!r} source={source!r} detail-type={detail_type!r}"
+        why = f"unhandled event version={_clip(version)!r} source={_clip(source)!r} detail-type={_clip(detail_type)!r}"
         return InterruptionMessage(kind=KIND_NO_OP, reason=why, **base)
     if not isinstance(detail, dict):
         return InterruptionMessage(kind=KIND_INVALID, reason=f"{detail_type}: detail is not an object", **base)
@@ -112,7 +113,11 @@ def _state_change(detail: Mapping[str, Any], base: Mapping[str, Any]) -> Interru
         kind = KIND_INSTANCE_TERMINATED
     else:
         return InterruptionMessage(
-            kind=KIND_NO_OP, instance_ids=(instance_id,), state=state, reason=f"state {state!r} not acted on", **base
+            kind=KIND_NO_OP,
+            instance_ids=(instance_id,),
+            state=state,
+            reason=f"state {_clip(state)!r} not acted on",
+            **base,
         )
     return InterruptionMessage(kind=kind, instance_ids=(instance_id,), state=state, **base)
 
@@ -121,7 +126,7 @@ def _health(detail: Mapping[str, Any], base: Mapping[str, Any]) -> InterruptionM
     service = _text(detail.get("service"))
     category = _text(detail.get("eventTypeCategory"))
     if service != "EC2" or category != "scheduledChange":
-        why = f"health event service={service!r} category={category!r} not acted on"
+        why = f"health event service={_clip(service)!r} category={_clip(category)!r} not acted on"
         return InterruptionMessage(kind=KIND_NO_OP, reason=why, **base)
     entities = detail.get("affectedEntities")
     ids: list[str] = []
@@ -140,6 +145,11 @@ _PARSERS: Final[dict[tuple[str, str], Parser]] = {
     (SOURCE_HEALTH, DETAIL_HEALTH): _health,
     (SOURCE_EC2, DETAIL_STATE_CHANGE): _state_change,
 }
+
+
+def _clip(text: str, limit: int = CLIP) -> str:
+    """``text`` cut to ``limit`` characters (a field of an unknown event can be the whole 256 KB body)."""
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _text(value: Any) -> str:

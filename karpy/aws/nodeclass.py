@@ -3,8 +3,11 @@
 
 :func:`resolve` turns ``spec`` selector terms into the v1 ``status`` shape and one condition per part
 (SubnetsReady, SecurityGroupsReady, AMIsReady, InstanceProfileReady). Selector terms are ORed; fields within
-a term are ANDed; a tag value ``"*"`` matches any value of that key. AWS errors become a False condition with
-a reason, never an exception, so the status controller can report them.
+a term are ANDed; a tag value ``"*"`` matches any value of that key. AWS errors never raise out of
+:func:`resolve`: a selector that matched nothing is a False condition (``SubnetsNotFound``…), while a read that
+*failed* (connection refused, throttling, a 5xx, access denied) is reported in ``failed`` with its part's
+status left out, so the status controller keeps the last known value (Karpenter's reconcilers return the error
+and leave ``status`` as it was: a failed DescribeSubnets is never "no subnets matched").
 
 AMI aliases (``al2023@latest``, ``al2023@vYYYYMMDD``) are read from the public EKS SSM parameters
 ``/aws/service/eks/optimized-ami/<k8s>/amazon-linux-2023/<x86_64|arm64>/<standard|nvidia|neuron>/…/image_id``.
@@ -39,11 +42,14 @@ class NodeClassResolution:
 
     status: JSON
     conditions: list[JSON]
+    # Condition type → error message, for the parts whose AWS read failed. Their status key is absent from
+    # ``status`` and their condition (False, ``…ResolutionFailed``) applies only when nothing is known yet.
+    failed: dict[str, str] = attrs.field(factory=dict)
 
     @property
     def ready(self) -> bool:
         """True when every part resolved."""
-        return all(c["status"] == "True" for c in self.conditions)
+        return not self.failed and all(c["status"] == "True" for c in self.conditions)
 
 
 def _condition(type_: str, ok: bool, reason: str, message: str = "") -> JSON:
@@ -272,6 +278,7 @@ async def resolve(
     name = str((nodeclass.get("metadata") or {}).get("name", ""))
     status: JSON = {}
     conditions: list[JSON] = []
+    failed: dict[str, str] = {}
 
     try:
         status["subnets"] = await resolve_subnets(ec2, spec.get("subnetSelectorTerms") or [])
@@ -282,8 +289,7 @@ async def resolve(
             )
         )
     except Exception as err:
-        status["subnets"] = []
-        conditions.append(_condition(wk.COND_SUBNETS_READY, False, "SubnetsResolutionFailed", _message(err)))
+        _failed(status, conditions, failed, ("subnets", wk.COND_SUBNETS_READY, "SubnetsResolutionFailed"), err)
 
     try:
         status["securityGroups"] = await resolve_security_groups(ec2, spec.get("securityGroupSelectorTerms") or [])
@@ -297,10 +303,8 @@ async def resolve(
             )
         )
     except Exception as err:
-        status["securityGroups"] = []
-        conditions.append(
-            _condition(wk.COND_SECURITY_GROUPS_READY, False, "SecurityGroupsResolutionFailed", _message(err))
-        )
+        part = ("securityGroups", wk.COND_SECURITY_GROUPS_READY, "SecurityGroupsResolutionFailed")
+        _failed(status, conditions, failed, part, err)
 
     try:
         status["amis"] = await resolve_amis(ec2, ssm, spec.get("amiSelectorTerms") or [], k8s_version)
@@ -309,8 +313,7 @@ async def resolve(
             _condition(wk.COND_AMIS_READY, ok, "AMINotFound", "" if ok else "AMISelector did not match any AMIs")
         )
     except Exception as err:
-        status["amis"] = []
-        conditions.append(_condition(wk.COND_AMIS_READY, False, "AMIResolutionFailed", _message(err)))
+        _failed(status, conditions, failed, ("amis", wk.COND_AMIS_READY, "AMIResolutionFailed"), err)
 
     try:
         if spec.get("instanceProfile"):
@@ -324,10 +327,34 @@ async def resolve(
             raise ValueError("neither spec.role nor spec.instanceProfile is set")
         status["instanceProfile"] = profile
         conditions.append(_condition(wk.COND_INSTANCE_PROFILE_READY, True, ""))
+    except ValueError as err:
+        conditions.append(_condition(wk.COND_INSTANCE_PROFILE_READY, False, "InstanceProfileCreationFailed", str(err)))
     except Exception as err:
-        reason = "InstanceProfileNotFound" if is_not_found(err) else "InstanceProfileCreationFailed"
-        conditions.append(_condition(wk.COND_INSTANCE_PROFILE_READY, False, reason, _message(err)))
-    return NodeClassResolution(status=status, conditions=conditions)
+        if is_not_found(err):  # the named profile or the role does not exist: an answer, not a failed read
+            conditions.append(
+                _condition(wk.COND_INSTANCE_PROFILE_READY, False, "InstanceProfileNotFound", _message(err))
+            )
+        else:
+            part = ("instanceProfile", wk.COND_INSTANCE_PROFILE_READY, "InstanceProfileCreationFailed")
+            _failed(status, conditions, failed, part, err)
+    return NodeClassResolution(status=status, conditions=conditions, failed=failed)
+
+
+def _failed(
+    status: JSON, conditions: list[JSON], failed: dict[str, str], part: tuple[str, str, str], err: BaseException
+) -> None:
+    """Record a part (status key, condition type, reason) whose resolution raised.
+
+    A ``ValueError`` is the spec's fault (an unsupported AMI alias family): the part resolves to nothing. Any
+    other error is a failed AWS read: the condition applies only to a first resolution and ``failed`` tells the
+    status controller to keep the last known value."""
+    key, type_, reason = part
+    message = _message(err)
+    conditions.append(_condition(type_, False, reason, message))
+    if isinstance(err, ValueError):
+        status[key] = [] if key != "instanceProfile" else ""
+    else:
+        failed[type_] = message
 
 
 def _message(err: BaseException) -> str:

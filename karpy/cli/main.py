@@ -13,7 +13,7 @@ import json
 import sys
 
 from karpy import logs
-from karpy.settings import SettingsError, from_environment
+from karpy.settings import SettingsError, StartupError, from_environment
 
 
 def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -96,7 +96,8 @@ def simulate_command(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse the command line and run; exit code 2 on invalid settings or input."""
+    """Parse the command line and run; exit code 2 on invalid settings or input, or when a startup check fails
+    (kubeconfig, a port in use, a missing interruption queue), with one line on stderr naming the variable."""
     parser = argparse.ArgumentParser(prog="karpy", description="Just-in-time nodes for Kubernetes on AWS.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="run the controller (settings from environment variables)")
@@ -119,7 +120,11 @@ def main(argv: list[str] | None = None) -> int:
             uvloop.install()
         except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
             pass
-        asyncio.run(run(settings))
+        try:
+            asyncio.run(run(settings))
+        except StartupError as err:  # one line naming the variable, not a traceback
+            print(f"karpy: cannot start: {err}", file=sys.stderr)
+            return 2
         return 0
     return 1  # pragma: no cover - argparse rejects unknown commands
 

@@ -25,6 +25,11 @@ A message is deleted once handled, and also when it is invalid or a no-op (logge
 leaves it in the queue, to be delivered again after its visibility timeout. Metrics:
 ``karpenter_interruption_received_messages_total``, ``…_deleted_messages_total`` (by ``message_type``),
 ``…_message_queue_duration_seconds`` (now − the event's ``time``).
+
+A queue that cannot be read (deleted, unreachable) is retried with backoff and surfaced: ``queue_error`` (the
+operator's ``/readyz`` answers 503 with it), ``karpy_interruption_queue_healthy`` 0 and
+``karpy_interruption_queue_receive_errors_total``, until a read succeeds again. At start the operator checks the
+queue exists (GetQueueUrl) and refuses to start otherwise.
 """
 
 from __future__ import annotations
@@ -58,6 +63,8 @@ from karpy.kube.resources import NODECLAIMS
 from karpy.metrics import (
     INTERRUPTION_DELETED,
     INTERRUPTION_QUEUE_DURATION,
+    INTERRUPTION_QUEUE_ERRORS,
+    INTERRUPTION_QUEUE_HEALTHY,
     INTERRUPTION_RECEIVED,
     NODECLAIMS_DISRUPTED,
 )
@@ -67,6 +74,7 @@ from karpy.state.views import NodeInfo
 log = structlog.get_logger("karpy.interruption")
 JSON = dict[str, Any]
 RECEIVE_BACKOFF: Final = (1.0, 30.0)  # first and longest wait after the queue could not be read
+REASON_MAX: Final = 300  # characters of an ignored message's reason in the log (a body can be 256 KB)
 
 # kind → (event reason, event type, message) published on the Node and NodeClaim (Karpenter events.go).
 EVENTS: Final[Mapping[str, tuple[str, str, str]]] = {
@@ -128,6 +136,8 @@ class Interruption:
         self.on_disrupted = on_disrupted
         self.rebalance_replacement = rebalance_replacement
         self.now = now
+        # Why the last read of the queue failed; "" while it is readable (readiness reports it).
+        self.queue_error = ""
 
     async def run(self) -> None:
         """Receive and handle batches forever, once every kind is listed (NodeClaims must be known)."""
@@ -137,10 +147,17 @@ class Interruption:
             try:
                 batch = await self.queue.receive()
             except CloudProviderError as err:
-                log.warning("interruption queue unreadable, retrying", error=str(err)[:300], retry_in=backoff)
+                self.queue_error = str(err)[:300]
+                INTERRUPTION_QUEUE_HEALTHY.set(0)
+                INTERRUPTION_QUEUE_ERRORS.inc()
+                log.warning("interruption queue unreadable, retrying", error=self.queue_error, retry_in=backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, RECEIVE_BACKOFF[1])
                 continue
+            if self.queue_error:
+                log.info("interruption queue readable again")
+                self.queue_error = ""
+            INTERRUPTION_QUEUE_HEALTHY.set(1)
             backoff = RECEIVE_BACKOFF[0]
             await self.handle_batch(batch)
 
@@ -157,7 +174,8 @@ class Interruption:
             INTERRUPTION_QUEUE_DURATION.observe(max(0.0, (self.now() - msg.time).total_seconds()))
         if msg.kind in (KIND_INVALID, KIND_NO_OP):
             level = log.warning if msg.kind == KIND_INVALID else log.info
-            level("interruption message ignored", kind=msg.kind, reason=msg.reason, message_id=queued.message_id)
+            reason = msg.reason if len(msg.reason) <= REASON_MAX else msg.reason[:REASON_MAX] + "…"
+            level("interruption message ignored", kind=msg.kind, reason=reason, message_id=queued.message_id)
         else:
             try:
                 await self.act(msg)

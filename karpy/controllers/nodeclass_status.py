@@ -3,6 +3,13 @@
 Karpenter AWS ``controllers/nodeclass``: ``Ready`` = AMIsReady ∧ SubnetsReady ∧ SecurityGroupsReady ∧
 InstanceProfileReady ∧ ValidationSucceeded. Re-resolved every ``SUBNET_REFRESH_INTERVAL`` so new subnets or
 AMIs are picked up. The resolution itself lives behind the cloud provider (``resolve_nodeclass``).
+
+A part whose AWS read *failed* (the resolution's ``failed``: connection refused, throttling, 5xx) keeps its last
+known ``status`` value and condition, so ``Ready`` does not flip on an AWS blip; the other parts are still
+written, and the reconcile then fails so the key is retried with backoff (Karpenter's nodeclass reconcilers
+return the error without touching status). Only a NodeClass with nothing known yet for that part gets the
+``…ResolutionFailed`` condition. Not Ready means the lifecycle deletes unlaunched NodeClaims of this class
+(Karpenter's ``NodeClassNotReady``), which is why a read error must never count as "nothing matched".
 """
 
 from __future__ import annotations
@@ -30,6 +37,10 @@ SUB_CONDITIONS = (
     wk.COND_AMIS_READY,
     wk.COND_INSTANCE_PROFILE_READY,
 )
+
+
+class NodeClassResolutionError(Exception):
+    """An AWS read failed while resolving an EC2NodeClass; its last known status was kept."""
 
 
 class NodeClassResolver(Protocol):
@@ -68,19 +79,21 @@ class NodeClassStatusReconciler:
             return Result()
         await self._ensure_hash(nodeclass)
         resolution = await self.resolver.resolve_nodeclass(nodeclass)
+        failed: dict[str, str] = dict(getattr(resolution, "failed", None) or {})
         generation = (nodeclass.get("metadata") or {}).get("generation")
         old_status = dict(nodeclass.get("status") or {})
+        known = {c.get("type") for c in old_status.get("conditions") or []}
         conditions = list(old_status.get("conditions") or [])
-        failing = []
         for c in resolution.conditions:
+            if c["type"] in failed and c["type"] in known:
+                continue  # a failed read: the last known condition (and status value) stands
             conditions = set_condition(
                 conditions, c["type"], c["status"], c["reason"], c.get("message", ""), generation
             )
-            if c["status"] != "True":
-                failing.append(c)
         conditions = set_condition(
             conditions, wk.COND_VALIDATION_SUCCEEDED, "True", "ValidationSucceeded", "", generation
         )
+        failing = [c for c in conditions if c.get("type") in SUB_CONDITIONS and c.get("status") != "True"]
         if failing:
             first = failing[0]
             conditions = set_condition(
@@ -111,6 +124,12 @@ class NodeClassStatusReconciler:
                     ec2nodeclass=key,
                     subnets=len(resolution.status.get("subnets") or []),
                 )
+        if failed:
+            # Retried with the controller's per-key backoff, as Karpenter's reconcile error is.
+            parts = ", ".join(f"{t}: {m}" for t, m in sorted(failed.items()))
+            raise NodeClassResolutionError(
+                f"ec2nodeclass {key}: AWS read failed, last known status kept ({parts})"[:500]
+            )
         return Result(requeue_after=self.refresh_interval)
 
     async def _ensure_hash(self, nodeclass: JSON) -> None:

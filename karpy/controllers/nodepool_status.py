@@ -3,6 +3,12 @@
 Karpenter core ``controllers/nodepool/{readiness,validation,counter,hash}``. Only Ready NodePools provision;
 an invalid NodePool or one whose EC2NodeClass is missing gets ``Ready=False`` with a reason and a Warning
 event, never a crash: the other NodePools keep working.
+
+A Ready NodePool whose requirements (and template labels) no instance type of its EC2NodeClass can ever satisfy
+(``kubernetes.io/arch DoesNotExist``, an instance family that does not exist, a zone outside every subnet) gets
+a Warning event ``NoCompatibleInstanceTypes`` and a log line, as Karpenter's scheduler publishes when a
+NodePool's requirements filter out every instance type; like Karpenter it stays Ready (no condition: Karpenter
+v1 has none for this). "Ever" ignores offering availability (an ICE'd or unpriced offering may come back).
 """
 
 from __future__ import annotations
@@ -15,12 +21,16 @@ from karpy.apis import labels as wk
 from karpy.apis.hashing import nodepool_hash
 from karpy.apis.quantity import QuantityError, format_resource_list, parse_resource_list
 from karpy.apis.resources import add
+from karpy.cloudprovider.types import CloudProvider, CloudProviderError, InstanceType
 from karpy.controllers.conditions import same_conditions, set_condition
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.events import WARNING, EventRecorder
 from karpy.kube.resources import NODEPOOLS
 from karpy.runtime.controller import Result
+from karpy.scheduling import requirements as rq
+from karpy.scheduling.instancetypes import labels_allow, offering_allowed, type_labels
+from karpy.simulate.inputs import nodeclass_name, requirement_from_json
 from karpy.state.cluster import ClusterState, condition, deleting
 
 log = structlog.get_logger("karpy.nodepool")
@@ -70,15 +80,43 @@ def nodeclass_readiness(nodepool: JSON, state: ClusterState) -> tuple[str, str, 
     return "True", "NodeClassReady", ""
 
 
+NO_COMPATIBLE_TYPES = "NodePool requirements filtered out all compatible available instance types"
+
+
+def compatible_instance_types(nodepool: JSON, instance_types: list[InstanceType]) -> list[str]:
+    """Names of the types that can satisfy the NodePool's requirements and template labels, with at least one
+    offering (zone, capacity type) they allow, available or not (Karpenter ``filterInstanceTypesByRequirements``
+    on the NodeClaim template, without pods)."""
+    template = (nodepool.get("spec") or {}).get("template") or {}
+    reqs = rq.build(requirement_from_json(r) for r in (template.get("spec") or {}).get("requirements") or [])
+    for req in rq.from_labels((template.get("metadata") or {}).get("labels") or {}).values():
+        rq.add(reqs, req)
+    return [
+        it.name
+        for it in instance_types
+        if labels_allow(type_labels(it), reqs)
+        and any(offering_allowed(o.zone, o.capacity_type, o.zone_id, reqs) for o in it.offerings)
+    ]
+
+
 class NodePoolStatusReconciler:
-    """Keyed by NodePool name."""
+    """Keyed by NodePool name.
+
+    Args:
+        cloud: the instance types of each EC2NodeClass, for the ``NoCompatibleInstanceTypes`` warning (None: no
+            such check, as in tests that only look at conditions).
+    """
 
     name = "nodepool.status"
 
-    def __init__(self, client: KubeClient, state: ClusterState, events: EventRecorder) -> None:
+    def __init__(
+        self, client: KubeClient, state: ClusterState, events: EventRecorder, *, cloud: CloudProvider | None = None
+    ) -> None:
         self.client = client
         self.state = state
         self.events = events
+        self.cloud = cloud
+        self._incompatible: set[str] = set()  # NodePools last found with no compatible type (log on change)
 
     async def reconcile(self, key: str) -> Result:
         """Recompute conditions, resources and node count; write them when they changed."""
@@ -107,6 +145,8 @@ class NodePoolStatusReconciler:
         else:
             ready = ("True", "Ready", "")
         conditions = set_condition(conditions, wk.COND_READY, *ready, generation)
+        if ready[0] == "True":
+            await self._check_instance_types(key, nodepool)
         resources, nodes = self._usage(key)
         if (
             same_conditions(conditions, status.get("conditions") or [])
@@ -132,6 +172,31 @@ class NodePoolStatusReconciler:
         elif ready[0] == "True" and was_ready != "True":
             log.info("nodepool ready", nodepool=key)
         return Result()
+
+    async def _check_instance_types(self, key: str, nodepool: JSON) -> None:
+        """Warn (event + log) when no instance type of the NodePool's EC2NodeClass can satisfy it."""
+        if self.cloud is None:
+            return
+        nodeclass = self.state.nodeclasses.get(nodeclass_name(nodepool))
+        if nodeclass is None:
+            return
+        try:
+            types = await self.cloud.get_instance_types(nodeclass)
+        except CloudProviderError as err:  # not known now: nothing to say about compatibility
+            log.debug("nodepool instance types unknown", nodepool=key, error=str(err)[:300])
+            return
+        if not types or compatible_instance_types(nodepool, types):
+            if key in self._incompatible:
+                self._incompatible.discard(key)
+                log.info("nodepool has compatible instance types again", nodepool=key)
+            return
+        if key not in self._incompatible:
+            self._incompatible.add(key)
+            log.warning(
+                "nodepool requirements filtered out all instance types", nodepool=key, instance_types=len(types)
+            )
+        ref = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": nodepool["metadata"]}
+        self.events.publish(ref, WARNING, "NoCompatibleInstanceTypes", NO_COMPATIBLE_TYPES)
 
     async def _ensure_hash(self, nodepool: JSON) -> None:
         meta = nodepool.get("metadata") or {}

@@ -1,0 +1,114 @@
+"""A NodePool no instance type can ever satisfy: Warning event ``NoCompatibleInstanceTypes`` (Karpenter's reason
+and message), a log line, and still Ready (Karpenter v1 has no condition for it)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from karpy.apis import labels as wk
+from karpy.cloudprovider.types import InstanceType, Offering
+from karpy.controllers.nodepool_status import (
+    NO_COMPATIBLE_TYPES,
+    NodePoolStatusReconciler,
+    compatible_instance_types,
+)
+from karpy.state.cluster import ClusterState, condition
+
+
+def itype(name: str, arch: str = "amd64", zone: str = "us-east-1a") -> InstanceType:
+    labels = {wk.LABEL_ARCH: arch, wk.LABEL_INSTANCE_TYPE: name, "karpenter.k8s.aws/instance-family": name[:2]}
+    return InstanceType(
+        name=name,
+        labels=labels,
+        capacity={"cpu": 2000},
+        overhead={},
+        offerings=(Offering(zone, "on-demand", 0.1, available=False),),  # unavailable now, not forever
+    )
+
+
+TYPES = [itype("m5.large"), itype("m6g.large", arch="arm64")]
+
+
+def nodepool(*requirements: dict[str, Any], labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "np", "generation": 1, "resourceVersion": "1"},
+        "spec": {
+            "template": {
+                "metadata": {"labels": labels or {}},
+                "spec": {
+                    "requirements": list(requirements),
+                    "nodeClassRef": {"group": wk.AWS_GROUP, "kind": "EC2NodeClass", "name": "nc"},
+                },
+            }
+        },
+    }
+
+
+def test_compatibility_ignores_availability_but_not_requirements() -> None:
+    assert compatible_instance_types(nodepool(), TYPES) == ["m5.large", "m6g.large"]
+    arm = {"key": wk.LABEL_ARCH, "operator": "In", "values": ["arm64"]}
+    assert compatible_instance_types(nodepool(arm), TYPES) == ["m6g.large"]
+    assert compatible_instance_types(nodepool({"key": wk.LABEL_ARCH, "operator": "DoesNotExist"}), TYPES) == []
+    zone = {"key": wk.LABEL_ZONE, "operator": "In", "values": ["us-east-1z"]}
+    assert compatible_instance_types(nodepool(zone), TYPES) == []
+    assert compatible_instance_types(nodepool(labels={wk.LABEL_ARCH: "s390x"}), TYPES) == []
+
+
+class FakeClient:
+    def __init__(self) -> None:
+        self.objs: dict[str, dict[str, Any]] = {}
+
+    async def merge_patch(self, res: Any, name: str, patch: dict[str, Any], **_: Any) -> dict[str, Any]:
+        obj = copy.deepcopy(self.objs[name])
+        for key, value in patch.items():
+            obj.setdefault(key, {}).update(value)
+        self.objs[name] = obj
+        return obj
+
+
+class FakeEvents:
+    def __init__(self) -> None:
+        self.published: list[tuple[str, str, str, str]] = []
+
+    def publish(self, obj: Any, event_type: str, reason: str, message: str) -> None:
+        self.published.append((obj["kind"], event_type, reason, message))
+
+
+class FakeCloud:
+    async def get_instance_types(self, nodeclass: Any) -> list[InstanceType]:
+        return TYPES
+
+
+async def reconcile(np: dict[str, Any]) -> tuple[FakeEvents, dict[str, Any]]:
+    state = ClusterState()
+    nodeclass = {
+        "metadata": {"name": "nc", "resourceVersion": "1"},
+        "status": {"conditions": [{"type": wk.COND_READY, "status": "True", "reason": "Ready"}]},
+    }
+    state.apply("EC2NodeClass", "ADDED", nodeclass)
+    state.apply("NodePool", "ADDED", np)
+    client = FakeClient()
+    client.objs["np"] = np
+    events = FakeEvents()
+    rec = NodePoolStatusReconciler(client, state, events, cloud=FakeCloud())  # type: ignore[arg-type]
+
+    async def no_hash(_: Any) -> None:
+        return None
+
+    rec._ensure_hash = no_hash  # type: ignore[method-assign]
+    await rec.reconcile("np")
+    return events, state.nodepools["np"]
+
+
+async def test_nodepool_no_type_can_satisfy_gets_a_warning_event_and_stays_ready() -> None:
+    events, stored = await reconcile(nodepool({"key": wk.LABEL_ARCH, "operator": "DoesNotExist"}))
+    assert ("NodePool", "Warning", "NoCompatibleInstanceTypes", NO_COMPATIBLE_TYPES) in events.published
+    assert (condition(stored, wk.COND_READY) or {}).get("status") == "True"
+
+
+async def test_satisfiable_nodepool_gets_no_warning() -> None:
+    events, _ = await reconcile(nodepool({"key": wk.LABEL_ARCH, "operator": "In", "values": ["amd64"]}))
+    assert not [e for e in events.published if e[2] == "NoCompatibleInstanceTypes"]
