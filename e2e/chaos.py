@@ -53,14 +53,18 @@ from e2e.helpers import (
     free_port,
     karpy_process,
     load_documents,
+    run_tagged_instance,
     scale,
     wait_for,
 )
+from karpy.apis import labels as wk
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
 
 CLUSTER = "karpy-chaos"
 APP = "chaos"
+SELF_CHECK_CLAIM = "chaos-self-check"  # the NodeClaim name the self-check's hand-launched instances carry
+SELF_CHECK_KEY = f"nodeclaim/{SELF_CHECK_CLAIM}"
 CATEGORIES = ("leaks", "double_launches", "orphan_nodes", "orphan_nodeclaims", "stuck")
 # karpy's knobs for a short round: evaluate disruption every 2 s and re-validate after 2 s (Karpenter: 10 s, 15 s).
 # Seconds after the scale command within which karpy is killed: a synced karpy creates, launches and binds within
@@ -113,10 +117,11 @@ class Tracker:
     first_seen: dict[tuple[str, str], float] = field(default_factory=dict)
     counted: dict[tuple[str, str], int] = field(default_factory=dict)  # (category, key) → round found
     details: dict[tuple[str, str], str] = field(default_factory=dict)
+    excluded: set[str] = field(default_factory=lambda: {SELF_CHECK_KEY})  # the self-check's own instances
 
     def observe(self, inv: Invariants, round_no: int, now: float) -> list[tuple[str, str]]:
         """Record a snapshot; the violations not counted yet that are still within their grace (pending)."""
-        seen = {(cat, key) for cat in CATEGORIES for key in getattr(inv, cat)}
+        seen = {(cat, key) for cat in CATEGORIES for key in getattr(inv, cat) if key not in self.excluded}
         for gone in set(self.first_seen) - seen:
             del self.first_seen[gone]
         pending = []
@@ -430,7 +435,9 @@ async def chaos(args: argparse.Namespace) -> int:
         await wait_for(lambda: _ready(client), timeout=60, what="NodePool default Ready")
         await apply(client, deploy)
         say(f"karpy running (logs: {karpy.log_path}); {args.rounds} rounds, up to {args.max_replicas} pods")
-        run = Chaos(client, karpy, aws_client("ec2", cluster.aws_env["AWS_ENDPOINT_URL"]), args)
+        ec2 = aws_client("ec2", cluster.aws_env["AWS_ENDPOINT_URL"])
+        await self_check(client, ec2)
+        run = Chaos(client, karpy, ec2, args)
         interrupted = False
         try:
             await run.run()
@@ -452,6 +459,20 @@ async def chaos(args: argparse.Namespace) -> int:
             karpy.stop()
         await client.close()
         cluster.stop()
+
+
+async def self_check(client: KubeClient, ec2: Any) -> None:
+    """The invariant checks can fail: two instances launched by hand, tagged as karpy's for one NodeClaim that
+    does not exist, must show as leaks and as a double launch; they are terminated before the rounds start."""
+    tags = {wk.cluster_tag(CLUSTER): "owned", wk.TAG_NODEPOOL: "default", wk.TAG_NODECLAIM: SELF_CHECK_CLAIM}
+    ids = [run_tagged_instance(ec2, CLUSTER, tags) for _ in range(2)]
+    try:
+        inv = await cluster_invariants(client, ec2, CLUSTER, launch_grace=0.0)
+        assert {f"instance/{i}" for i in ids} <= set(inv.leaks), inv
+        assert SELF_CHECK_KEY in inv.double_launches, inv
+    finally:
+        ec2.terminate_instances(InstanceIds=ids)
+    say("self-check: hand-launched leaked/double-launched instances were detected (and terminated)")
 
 
 async def _ready(client: KubeClient) -> bool:
