@@ -312,7 +312,10 @@ class ClusterState:
     def _put_pod(self, key: str, info: PodInfo) -> None:
         old = self.pods.get(key)
         if old is not None:
-            self._unindex_pod(old)
+            # Only a pod leaving its node (moved, finished) is a pod event; a status update of a pod that stays
+            # must not restart the node's consolidateAfter clock (Karpenter's lastPodEventTime: bound or removed).
+            left = old.node_name != info.node_name or (info.terminal and not old.terminal)
+            self._unindex_pod(old, stamp=left)
         self.pods[key] = info
         if info.node_name and not info.terminal:
             self.pods_by_node[info.node_name].add(key)
@@ -326,12 +329,12 @@ class ClusterState:
         else:
             self.pod_volumes[key] = volumes
 
-    def _unindex_pod(self, info: PodInfo) -> None:
+    def _unindex_pod(self, info: PodInfo, *, stamp: bool = True) -> None:
         if info.node_name:
             keys = self.pods_by_node.get(info.node_name)
             if keys is not None and info.key in keys:
                 keys.discard(info.key)
-                if not info.daemonset:
+                if stamp and not info.daemonset:
                     self.last_pod_event[info.node_name] = self.clock()
                 if not keys:
                     self.pods_by_node.pop(info.node_name, None)
