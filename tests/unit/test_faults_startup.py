@@ -149,3 +149,25 @@ async def test_ignored_message_log_line_is_bounded(monkeypatch: pytest.MonkeyPat
     msg = QueuedMessage("m", "rh", InterruptionMessage(kind="no_op", reason="z" * 250_000))
     await ctl.handle(msg)
     assert len(logged[0]["reason"]) <= interruption_mod.REASON_MAX + 1
+
+
+async def test_readyz_reports_why_it_is_not_ready() -> None:
+    """/readyz answers 503 with the reason (e.g. the interruption queue unreadable), 200 once it clears."""
+    import aiohttp
+
+    from karpy.health import start_probe_server
+
+    why = ["interruption queue 'q' unreadable: ReceiveMessage 'q': connection refused"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    runner = await start_probe_server(port, lambda: why[0], host="127.0.0.1")
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
+                assert response.status == 503 and "unreadable" in await response.text()
+            why[0] = ""
+            async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
+                assert response.status == 200
+    finally:
+        await runner.cleanup()
