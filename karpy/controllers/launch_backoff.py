@@ -51,6 +51,7 @@ MAX_DELAY: Final = 300.0
 class _Failures:
     count: int
     until: float
+    nodeclaim: str = ""
 
 
 class LaunchBackoff:
@@ -69,15 +70,22 @@ class LaunchBackoff:
         self.cap = cap
         self._pods: dict[str, _Failures] = {}
 
-    def failed(self, pod_keys: Iterable[str]) -> float:
-        """One more consecutive launch failure for each pod; returns the longest back-off now set (seconds)."""
+    def failed(self, pod_keys: Iterable[str], nodeclaim: str = "") -> float:
+        """One more consecutive launch failure for each pod; returns the longest back-off now set (seconds).
+
+        A NodeClaim counts once: its launch can be retried before its deletion is seen (a second failure of the
+        same ``nodeclaim`` keeps the back-off it set).
+        """
         now = self.clock()
         longest = 0.0
         for key in pod_keys:
             entry = self._current(key, now)
+            if entry is not None and nodeclaim and entry.nodeclaim == nodeclaim:
+                longest = max(longest, min(self.cap, self.base * 2 ** (entry.count - 1)))
+                continue
             count = 1 if entry is None else entry.count + 1
             delay = min(self.cap, self.base * 2 ** (count - 1))
-            self._pods[key] = _Failures(count, now + delay)
+            self._pods[key] = _Failures(count, now + delay, nodeclaim)
             longest = max(longest, delay)
         return longest
 
@@ -155,7 +163,7 @@ def record_launch_failure(
     nodepool = str((claim["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL, ""))
     NODECLAIMS_LAUNCH_FAILED.labels(nodepool=nodepool, reason=reason).inc()
     keys = [k for k in planned_pods(claim) if k in state.pods]
-    delay = backoff.failed(keys)
+    delay = backoff.failed(keys, name)
     for key in keys:
         info = state.pods[key]
         events.publish(

@@ -159,6 +159,15 @@ def test_success_resets_and_a_long_quiet_period_forgets() -> None:
     assert backoff.failures("default/a") == 0, "pruned: the pod no longer exists"
 
 
+def test_a_nodeclaim_counts_once() -> None:
+    """A second failure of the same NodeClaim (its launch retried before its deletion was seen) adds nothing."""
+    backoff = LaunchBackoff(Clock())
+    assert backoff.failed(["default/a"], "np-1") == BASE_DELAY
+    assert backoff.failed(["default/a"], "np-1") == BASE_DELAY
+    assert backoff.failures("default/a") == 1
+    assert backoff.failed(["default/a"], "np-2") == 2 * BASE_DELAY
+
+
 def test_hold_keeps_back_plans_whose_pods_all_back_off() -> None:
     clock = Clock()
     backoff = LaunchBackoff(clock)
