@@ -25,7 +25,16 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from e2e.helpers import KarpyProcess, apply, aws_client, karpy_process, scale, stop_karpy, wait_for
+from e2e.helpers import (
+    KarpyProcess,
+    apply,
+    assert_nodeclaim_counters,
+    aws_client,
+    karpy_process,
+    scale,
+    stop_karpy,
+    wait_for,
+)
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
@@ -343,3 +352,4 @@ async def test_aws_outage_mid_scale_up_deletes_nothing_and_recovers(env: Env) ->
         if line.get("controller") == "ec2nodeclass.status" and "last known status kept" in str(line.get("error"))
     ]
     assert kept, "the EC2NodeClass refresh ran during the outage and kept the last known status"
+    await assert_nodeclaim_counters(env.client, env.karpy, [POOL])

@@ -22,7 +22,16 @@ from typing import Any
 
 import pytest
 
-from e2e.helpers import KarpyProcess, apply, ec2nodeclass, karpy_process, record_figures, stop_karpy, wait_for
+from e2e.helpers import (
+    KarpyProcess,
+    apply,
+    assert_nodeclaim_counters,
+    ec2nodeclass,
+    karpy_process,
+    record_figures,
+    stop_karpy,
+    wait_for,
+)
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
@@ -341,6 +350,7 @@ async def test_statefulset_with_zonal_volumes_through_a_drift_wave(env: Env) -> 
         binding_e2e_left_to_scheduler=len(left),
     )
     print("bindings:", json.dumps(watch.bindings), "left to kube-scheduler:", [line.get("reason") for line in left])
+    await assert_nodeclaim_counters(env.client, env.karpy, [POOL])
 
 
 async def _bound_everywhere(watch: Bindings) -> bool:

@@ -29,6 +29,7 @@ from e2e.cluster.aws import interruption_queue_name
 from e2e.helpers import (
     KarpyProcess,
     apply,
+    assert_nodeclaim_counters,
     aws_client,
     karpy_process,
     run_tagged_instance,
@@ -326,6 +327,7 @@ async def test_01_spot_interruption_drains_and_replaces(env: Env) -> None:
         await env.client.list(r.EVENTS, "default", query={"fieldSelector": f"involvedObject.name={victim_name}"})
     )[0]
     assert {"SpotInterrupted", "TerminatingOnInterruption"} <= {e["reason"] for e in events}
+    await assert_nodeclaim_counters(env.client, env.karpy, [POOL])
 
 
 async def test_02_gc_terminates_leak_only(env: Env) -> None:
@@ -368,6 +370,7 @@ async def test_02_gc_terminates_leak_only(env: Env) -> None:
         )
     finally:
         env.ec2.terminate_instances(InstanceIds=[leak, other])
+    await assert_nodeclaim_counters(env.client, env.karpy, [POOL])
 
 
 async def _standing_instances(env: Env) -> set[str]:

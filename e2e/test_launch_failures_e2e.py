@@ -20,7 +20,15 @@ from typing import Any
 
 import pytest
 
-from e2e.helpers import KarpyProcess, apply, ec2nodeclass, karpy_process, stop_karpy, wait_for
+from e2e.helpers import (
+    KarpyProcess,
+    apply,
+    assert_nodeclaim_counters,
+    ec2nodeclass,
+    karpy_process,
+    stop_karpy,
+    wait_for,
+)
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
@@ -208,3 +216,4 @@ async def test_no_churn_and_failed_scheduling_names_the_ami(env: Env) -> None:
     assert len(created) <= MAX_NODECLAIMS, f"{len(created)} NodeClaims in {WINDOW:.0f}s: {created}"
     assert env.karpy.alive
     assert all(not p["spec"].get("nodeName") for p in await env.pods())
+    await assert_nodeclaim_counters(env.client, env.karpy, [POOL])

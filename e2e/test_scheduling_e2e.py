@@ -48,6 +48,7 @@ import pytest
 from e2e.helpers import (
     KarpyProcess,
     apply,
+    assert_nodeclaim_counters,
     aws_client,
     ec2nodeclass,
     karpy_process,
@@ -435,6 +436,7 @@ async def test_01_all_workloads_provisioned(env: Env) -> None:
     finally:
         record(scheduling_all_running_s=round(time.monotonic() - start, 1))
     assert env.karpy.alive
+    await assert_nodeclaim_counters(env.client, env.karpy, [*POOLS, LR, PORT])
 
 
 async def _karpy_synced(env: Env) -> bool:
@@ -649,6 +651,7 @@ async def test_09_daemonset_overhead_from_the_live_pod(env: Env) -> None:
         return len(pods) == 1 and pods[0]["status"].get("phase") == "Running"
 
     await wait_for(agent_running_beside, timeout=60, what="the DaemonSet's pod Running on the sched-lr node")
+    await assert_nodeclaim_counters(env.client, env.karpy, [*POOLS, LR, PORT])
 
 
 def _planned_for(claims: list[dict[str, Any]], pod: dict[str, Any]) -> dict[str, Any] | None:
@@ -735,3 +738,4 @@ async def test_10_daemonset_host_ports_per_instance_type(env: Env) -> None:
     await wait_for(lambda: env.running(PORT_APP, 1), timeout=90, what="the hostPort pod Running on an amd64 node")
     [pod] = await env.pods(PORT_APP)
     assert (await env.node_of(pod))["metadata"]["labels"][wk.LABEL_ARCH] == "amd64"
+    await assert_nodeclaim_counters(env.client, env.karpy, [*POOLS, LR, PORT])

@@ -22,6 +22,7 @@ import pytest
 from e2e.helpers import (
     KarpyProcess,
     apply,
+    assert_nodeclaim_counters,
     aws_client,
     ec2nodeclass,
     free_port,
@@ -183,3 +184,4 @@ async def test_deleting_a_nodepool_and_its_workload_leaves_nothing(env: Env) -> 
     await wait_for(state_caught_up, timeout=15, what="cluster state node count equal to the apiserver's")
     await env.client.delete(r.EC2NODECLASSES, POOL)
     assert env.karpy.alive
+    await assert_nodeclaim_counters(env.client, env.karpy, [POOL])
