@@ -159,6 +159,36 @@ def ec2nodeclass(name: str, cluster: str, **spec: Any) -> dict[str, Any]:
     }
 
 
+def nodepool(
+    name: str,
+    *,
+    nodeclass: str | None = None,
+    requirements: Iterable[Mapping[str, Any]] = (),
+    taints: Iterable[Mapping[str, Any]] | None = None,
+    disruption: Mapping[str, Any] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A karpenter.sh/v1 NodePool whose template points at the EC2NodeClass ``nodeclass`` (``name`` by default).
+    ``taints``, ``disruption``, ``annotations`` and template ``labels`` are left out when None; ``spec`` adds or
+    overrides top-level spec fields."""
+    template_spec: dict[str, Any] = {"requirements": list(requirements)}
+    if taints is not None:
+        template_spec["taints"] = list(taints)
+    template_spec["nodeClassRef"] = {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": nodeclass or name}
+    template: dict[str, Any] = {"spec": template_spec}
+    if labels is not None:
+        template = {"metadata": {"labels": labels}, **template}
+    metadata: dict[str, Any] = {"name": name}
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    pool_spec: dict[str, Any] = {"template": template}
+    if disruption is not None:
+        pool_spec["disruption"] = disruption
+    return {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": metadata, "spec": {**pool_spec, **spec}}
+
+
 def record_figures(**values: Any) -> None:
     """Merge measured figures into ``.e2e-run/phases.json`` (every e2e module adds its own keys; the closing
     notes quote them)."""

@@ -30,11 +30,13 @@ from e2e.helpers import (
     apply,
     assert_nodeclaim_counters,
     aws_client,
+    ec2nodeclass,
     karpy_process,
     scale,
     stop_karpy,
     wait_for,
 )
+from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
@@ -116,36 +118,17 @@ def manifests(cluster: str) -> list[dict[str, Any]]:
     """An EC2NodeClass, a NodePool of 2-vCPU types (tainted so only this module's pods land there) and a
     Deployment whose pods need a node each (1.2 vCPU of 2)."""
     return [
-        {
-            "apiVersion": "karpenter.k8s.aws/v1",
-            "kind": "EC2NodeClass",
-            "metadata": {"name": POOL},
-            "spec": {
-                "role": f"KarpenterNodeRole-{cluster}",
-                "amiSelectorTerms": [{"alias": "al2023@latest"}],
-                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
-                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
-            },
-        },
-        {
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodePool",
-            "metadata": {"name": POOL},
-            "spec": {
-                "template": {
-                    "spec": {
-                        "requirements": [
-                            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
-                            {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
-                            {"key": "karpenter.k8s.aws/instance-cpu", "operator": "In", "values": ["2"]},
-                        ],
-                        "taints": [{"key": TAINT, "effect": "NoSchedule"}],
-                        "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": POOL},
-                    }
-                },
-                "disruption": {"consolidateAfter": "Never"},
-            },
-        },
+        ec2nodeclass(POOL, cluster),
+        shared_nodepool(
+            POOL,
+            requirements=[
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                {"key": "karpenter.k8s.aws/instance-cpu", "operator": "In", "values": ["2"]},
+            ],
+            taints=[{"key": TAINT, "effect": "NoSchedule"}],
+            disruption={"consolidateAfter": "Never"},
+        ),
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",

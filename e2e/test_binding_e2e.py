@@ -32,6 +32,7 @@ from e2e.helpers import (
     stop_karpy,
     wait_for,
 )
+from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
@@ -48,26 +49,17 @@ PV_ZONES = {0: "us-east-1b", 1: "us-east-1c"}
 
 
 def nodepool() -> dict[str, Any]:
-    return {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodePool",
-        "metadata": {"name": POOL},
-        "spec": {
-            "template": {
-                "spec": {
-                    "requirements": [
-                        {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
-                        {"key": wk.LABEL_INSTANCE_CATEGORY, "operator": "In", "values": ["c", "m"]},
-                        {"key": wk.LABEL_INSTANCE_GENERATION, "operator": "Gt", "values": ["4"]},
-                        {"key": wk.LABEL_ARCH, "operator": "In", "values": ["amd64"]},
-                    ],
-                    "taints": [{"key": TAINT_KEY, "value": POOL, "effect": "NoSchedule"}],
-                    "nodeClassRef": {"group": wk.AWS_GROUP, "kind": "EC2NodeClass", "name": POOL},
-                }
-            },
-            "disruption": {"consolidateAfter": "Never", "budgets": [{"nodes": "1"}]},
-        },
-    }
+    return shared_nodepool(
+        POOL,
+        requirements=[
+            {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+            {"key": wk.LABEL_INSTANCE_CATEGORY, "operator": "In", "values": ["c", "m"]},
+            {"key": wk.LABEL_INSTANCE_GENERATION, "operator": "Gt", "values": ["4"]},
+            {"key": wk.LABEL_ARCH, "operator": "In", "values": ["amd64"]},
+        ],
+        taints=[{"key": TAINT_KEY, "value": POOL, "effect": "NoSchedule"}],
+        disruption={"consolidateAfter": "Never", "budgets": [{"nodes": "1"}]},
+    )
 
 
 def volume(ordinal: int) -> tuple[dict[str, Any], dict[str, Any]]:

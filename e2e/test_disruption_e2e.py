@@ -41,6 +41,7 @@ from e2e.helpers import (
     stop_karpy,
     wait_for,
 )
+from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
 from karpy.aws.pricing import static_on_demand_prices
 from karpy.controllers.disruption import controls
@@ -64,28 +65,20 @@ def record(**values: Any) -> None:
     print("disruption figures:", json.dumps(values))
 
 
-
 def nodepool(name: str, nodeclass_name: str, disruption: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodePool",
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": {
-            "template": {
-                "spec": {
-                    "requirements": [
-                        {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
-                        {"key": wk.LABEL_INSTANCE_CATEGORY, "operator": "In", "values": ["c", "m"]},
-                        {"key": wk.LABEL_INSTANCE_GENERATION, "operator": "Gt", "values": ["4"]},
-                        {"key": wk.LABEL_ARCH, "operator": "In", "values": ["amd64"]},
-                    ],
-                    "taints": [{"key": TAINT_KEY, "value": name, "effect": "NoSchedule"}],
-                    "nodeClassRef": {"group": wk.AWS_GROUP, "kind": "EC2NodeClass", "name": nodeclass_name},
-                }
-            },
-            "disruption": disruption,
-        },
-    }
+    return shared_nodepool(
+        name,
+        nodeclass=nodeclass_name,
+        annotations=annotations,
+        requirements=[
+            {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+            {"key": wk.LABEL_INSTANCE_CATEGORY, "operator": "In", "values": ["c", "m"]},
+            {"key": wk.LABEL_INSTANCE_GENERATION, "operator": "Gt", "values": ["4"]},
+            {"key": wk.LABEL_ARCH, "operator": "In", "values": ["amd64"]},
+        ],
+        taints=[{"key": TAINT_KEY, "value": name, "effect": "NoSchedule"}],
+        disruption=disruption,
+    )
 
 
 def deployment(

@@ -31,11 +31,13 @@ from e2e.helpers import (
     apply,
     assert_nodeclaim_counters,
     aws_client,
+    ec2nodeclass,
     karpy_process,
     run_tagged_instance,
     stop_karpy,
     wait_for,
 )
+from e2e.helpers import nodepool as shared_nodepool
 from e2e.test_karpy_e2e import record
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
@@ -51,36 +53,17 @@ REPLICAS = 2
 def manifests(cluster: str) -> list[dict[str, Any]]:
     """A spot-only NodePool (tainted so only this module's pods land there), its EC2NodeClass, a Deployment."""
     return [
-        {
-            "apiVersion": "karpenter.k8s.aws/v1",
-            "kind": "EC2NodeClass",
-            "metadata": {"name": POOL},
-            "spec": {
-                "role": f"KarpenterNodeRole-{cluster}",
-                "amiSelectorTerms": [{"alias": "al2023@latest"}],
-                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
-                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
-            },
-        },
-        {
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodePool",
-            "metadata": {"name": POOL},
-            "spec": {
-                "template": {
-                    "spec": {
-                        "requirements": [
-                            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
-                            {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
-                            {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m"]},
-                        ],
-                        "taints": [{"key": TAINT, "effect": "NoSchedule"}],
-                        "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": POOL},
-                    }
-                },
-                "disruption": {"consolidateAfter": "Never"},
-            },
-        },
+        ec2nodeclass(POOL, cluster),
+        shared_nodepool(
+            POOL,
+            requirements=[
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m"]},
+            ],
+            taints=[{"key": TAINT, "effect": "NoSchedule"}],
+            disruption={"consolidateAfter": "Never"},
+        ),
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -138,7 +121,6 @@ class Env:
             AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
         )["Attributes"]
         return int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"])
-
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ from e2e.helpers import (
     stop_karpy,
     wait_for,
 )
+from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
@@ -43,23 +44,14 @@ DEPLOYMENTS = {"launch-gpu": (2, wk.RESOURCE_NVIDIA_GPU), "launch-neuron": (1, w
 
 
 def nodepool() -> dict[str, Any]:
-    return {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodePool",
-        "metadata": {"name": POOL},
-        "spec": {
-            "template": {
-                "spec": {
-                    "requirements": [
-                        {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
-                        {"key": wk.LABEL_ARCH, "operator": "In", "values": ["amd64"]},
-                    ],
-                    "taints": [{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}],
-                    "nodeClassRef": {"group": wk.AWS_GROUP, "kind": "EC2NodeClass", "name": POOL},
-                }
-            },
-        },
-    }
+    return shared_nodepool(
+        POOL,
+        requirements=[
+            {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+            {"key": wk.LABEL_ARCH, "operator": "In", "values": ["amd64"]},
+        ],
+        taints=[{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}],
+    )
 
 
 def deployment(app: str, replicas: int, resource: str) -> dict[str, Any]:

@@ -56,6 +56,7 @@ from e2e.helpers import (
     stop_karpy,
     wait_for,
 )
+from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
 from karpy.apis.quantity import parse_resource_list
 from karpy.kube import resources as r
@@ -97,30 +98,21 @@ def record(**values: Any) -> None:
 # --- manifests ------------------------------------------------------------------------------------------------
 
 
-
 def nodepool(name: str, nodeclass_name: str, requirements: list[dict[str, Any]], **template: Any) -> dict[str, Any]:
     taints = [{"key": TAINT_KEY, "value": name, "effect": "NoSchedule"}, *template.pop("extra_taints", [])]
-    return {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodePool",
-        "metadata": {"name": name},
-        "spec": {
-            "template": {
-                "metadata": {"labels": template.pop("labels", {})},
-                "spec": {
-                    "requirements": [
-                        {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
-                        {"key": wk.LABEL_ARCH, "operator": "In", "values": ["amd64"]},
-                        *requirements,
-                    ],
-                    "taints": taints,
-                    "nodeClassRef": {"group": wk.AWS_GROUP, "kind": "EC2NodeClass", "name": nodeclass_name},
-                },
-            },
-            # Never consolidated while the module runs: the nodes must stay what karpy first launched.
-            "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"},
-        },
-    }
+    return shared_nodepool(
+        name,
+        nodeclass=nodeclass_name,
+        labels=template.pop("labels", {}),
+        requirements=[
+            {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+            {"key": wk.LABEL_ARCH, "operator": "In", "values": ["amd64"]},
+            *requirements,
+        ],
+        taints=taints,
+        # Never consolidated while the module runs: the nodes must stay what karpy first launched.
+        disruption={"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"},
+    )
 
 
 GENERAL = [

@@ -31,6 +31,7 @@ from e2e.helpers import (
     stop_karpy,
     wait_for,
 )
+from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
@@ -78,23 +79,14 @@ class Env:
 
 
 def nodepool() -> dict[str, Any]:
-    return {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodePool",
-        "metadata": {"name": POOL},
-        "spec": {
-            "template": {
-                "spec": {
-                    "requirements": [
-                        {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
-                        {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m"]},
-                    ],
-                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": POOL},
-                }
-            },
-            "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"},
-        },
-    }
+    return shared_nodepool(
+        POOL,
+        requirements=[
+            {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+            {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m"]},
+        ],
+        disruption={"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"},
+    )
 
 
 def deployment() -> dict[str, Any]:

@@ -15,6 +15,7 @@ import pytest
 from operator_harness import running_operator
 
 from e2e.helpers import apply, ec2nodeclass, wait_for
+from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
@@ -24,26 +25,18 @@ from karpy.operator import Operator
 pytestmark = [pytest.mark.integration]
 
 
-
 def nodepool(name: str, nodeclass_name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodePool",
-        "metadata": {"name": name},
-        "spec": {
-            "template": {
-                "spec": {
-                    "requirements": [
-                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
-                        {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m"]},
-                    ],
-                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": nodeclass_name},
-                }
-            },
-            "disruption": {"consolidateAfter": "Never"},
-            **spec,
-        },
-    }
+    pool = shared_nodepool(
+        name,
+        nodeclass=nodeclass_name,
+        requirements=[
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+            {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m"]},
+        ],
+        disruption={"consolidateAfter": "Never"},
+    )
+    pool["spec"].update(spec)
+    return pool
 
 
 def pod(name: str, cpu: str = "500m", memory: str = "256Mi", **spec: Any) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import pytest
 from operator_harness import running_operator
 
 from e2e.helpers import apply, ec2nodeclass, wait_for
+from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
 from karpy.controllers.disruption import controls
 from karpy.kube import resources as r
@@ -30,30 +31,16 @@ TAINT = "karpy-test/disr-it"
 PAUSE_NS = "karpy-it-disruption-pause"
 
 
-
 def nodepool() -> dict[str, Any]:
-    return {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodePool",
-        "metadata": {"name": POOL},
-        "spec": {
-            "template": {
-                "spec": {
-                    "requirements": [
-                        {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
-                        {"key": wk.LABEL_INSTANCE_CATEGORY, "operator": "In", "values": ["c", "m"]},
-                    ],
-                    "taints": [{"key": TAINT, "effect": "NoSchedule"}],
-                    "nodeClassRef": {"group": wk.AWS_GROUP, "kind": "EC2NodeClass", "name": POOL},
-                }
-            },
-            "disruption": {
-                "consolidationPolicy": "WhenEmpty",
-                "consolidateAfter": "1s",
-                "budgets": [{"nodes": "100%"}],
-            },
-        },
-    }
+    return shared_nodepool(
+        POOL,
+        requirements=[
+            {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+            {"key": wk.LABEL_INSTANCE_CATEGORY, "operator": "In", "values": ["c", "m"]},
+        ],
+        taints=[{"key": TAINT, "effect": "NoSchedule"}],
+        disruption={"consolidationPolicy": "WhenEmpty", "consolidateAfter": "1s", "budgets": [{"nodes": "100%"}]},
+    )
 
 
 def pod() -> dict[str, Any]:

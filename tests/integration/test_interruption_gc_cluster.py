@@ -21,6 +21,7 @@ import pytest
 from operator_harness import running_operator
 
 from e2e.helpers import apply, ec2nodeclass, run_tagged_instance, wait_for
+from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
 from karpy.aws.session import AWSClients
 from karpy.aws.sqs import SQSInterruptionQueue
@@ -38,26 +39,16 @@ UNDELETABLE = "karpy-test/undeletable"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 
 
-
 def nodepool() -> dict[str, Any]:
-    return {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodePool",
-        "metadata": {"name": POOL},
-        "spec": {
-            "template": {
-                "spec": {
-                    "requirements": [
-                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
-                        {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m"]},
-                    ],
-                    "taints": [{"key": TAINT, "effect": "NoSchedule"}],
-                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": POOL},
-                }
-            },
-            "disruption": {"consolidateAfter": "Never"},
-        },
-    }
+    return shared_nodepool(
+        POOL,
+        requirements=[
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+            {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m"]},
+        ],
+        taints=[{"key": TAINT, "effect": "NoSchedule"}],
+        disruption={"consolidateAfter": "Never"},
+    )
 
 
 def pod(name: str) -> dict[str, Any]:

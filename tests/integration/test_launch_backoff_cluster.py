@@ -17,6 +17,7 @@ import pytest
 from operator_harness import running_operator
 
 from e2e.helpers import apply, ec2nodeclass, wait_for
+from e2e.helpers import nodepool as shared_nodepool
 from e2e.test_launch_failures_e2e import created_nodeclaims
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
@@ -33,24 +34,15 @@ MAX_NODECLAIMS = 5
 
 
 def nodepool() -> dict[str, Any]:
-    return {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodePool",
-        "metadata": {"name": POOL},
-        "spec": {
-            "template": {
-                "spec": {
-                    "requirements": [
-                        {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
-                        {"key": wk.LABEL_INSTANCE_CATEGORY, "operator": "In", "values": ["c", "m"]},
-                    ],
-                    "taints": [{"key": "karpy-it/lb", "value": "true", "effect": "NoSchedule"}],
-                    "nodeClassRef": {"group": wk.AWS_GROUP, "kind": "EC2NodeClass", "name": POOL},
-                }
-            },
-            "disruption": {"consolidateAfter": "Never"},
-        },
-    }
+    return shared_nodepool(
+        POOL,
+        requirements=[
+            {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+            {"key": wk.LABEL_INSTANCE_CATEGORY, "operator": "In", "values": ["c", "m"]},
+        ],
+        taints=[{"key": "karpy-it/lb", "value": "true", "effect": "NoSchedule"}],
+        disruption={"consolidateAfter": "Never"},
+    )
 
 
 def pod() -> dict[str, Any]:
