@@ -21,6 +21,8 @@ from typing import Any, TypeVar
 
 import yaml
 
+from karpy.apis import labels as wk
+from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.resources import Resource
@@ -187,6 +189,25 @@ def nodepool(
     if disruption is not None:
         pool_spec["disruption"] = disruption
     return {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": metadata, "spec": {**pool_spec, **spec}}
+
+
+def deployment(app: str, replicas: int, spec: dict[str, Any]) -> dict[str, Any]:
+    """A Deployment of ``replicas`` pods labelled ``app=<app>`` with the pod ``spec``."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": app, "namespace": "default"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": app}},
+            "template": {"metadata": {"labels": {"app": app}}, "spec": spec},
+        },
+    }
+
+
+async def nodeclaims_of(client: KubeClient, pool: str) -> list[dict[str, Any]]:
+    """The NodeClaims labelled with NodePool ``pool``."""
+    return (await client.list(r.NODECLAIMS, query={"labelSelector": f"{wk.LABEL_NODEPOOL}={pool}"}))[0]
 
 
 def record_figures(**values: Any) -> None:

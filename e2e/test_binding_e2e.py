@@ -28,6 +28,7 @@ from e2e.helpers import (
     assert_nodeclaim_counters,
     ec2nodeclass,
     karpy_process,
+    nodeclaims_of,
     record_figures,
     stop_karpy,
     wait_for,
@@ -214,7 +215,7 @@ class Env:
         self.karpy = karpy
 
     async def claims(self) -> list[dict[str, Any]]:
-        return (await self.client.list(r.NODECLAIMS, query={"labelSelector": f"{wk.LABEL_NODEPOOL}={POOL}"}))[0]
+        return await nodeclaims_of(self.client, POOL)
 
     async def pods(self) -> list[dict[str, Any]]:
         return (await self.client.list(r.PODS, "default", query={"labelSelector": f"app={APP}"}))[0]

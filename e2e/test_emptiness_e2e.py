@@ -33,6 +33,7 @@ from e2e.helpers import (
     assert_nodeclaim_counters,
     ec2nodeclass,
     karpy_process,
+    nodeclaims_of,
     record_figures,
     scale,
     scrape_metrics,
@@ -40,7 +41,6 @@ from e2e.helpers import (
     wait_for,
 )
 from e2e.test_disruption_e2e import deployment, nodepool
-from karpy.apis import labels as wk
 from karpy.controllers.disruption import controls
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
@@ -61,7 +61,7 @@ class Env:
         self.karpy = karpy
 
     async def claims(self) -> list[dict[str, Any]]:
-        return (await self.client.list(r.NODECLAIMS, query={"labelSelector": f"{wk.LABEL_NODEPOOL}={POOL}"}))[0]
+        return await nodeclaims_of(self.client, POOL)
 
     async def pods(self) -> list[dict[str, Any]]:
         return (await self.client.list(r.PODS, "default", query={"labelSelector": f"app={POOL}"}))[0]

@@ -26,9 +26,11 @@ from e2e.helpers import (
     assert_nodeclaim_counters,
     ec2nodeclass,
     karpy_process,
+    nodeclaims_of,
     stop_karpy,
     wait_for,
 )
+from e2e.helpers import deployment as shared_deployment
 from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
@@ -70,16 +72,7 @@ def deployment(app: str, replicas: int, resource: str) -> dict[str, Any]:
             }
         ],
     }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": app, "namespace": "default"},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": app}},
-            "template": {"metadata": {"labels": {"app": app}}, "spec": spec},
-        },
-    }
+    return shared_deployment(app, replicas, spec)
 
 
 class Env:
@@ -89,7 +82,7 @@ class Env:
         self.karpy = karpy
 
     async def claims(self) -> list[dict[str, Any]]:
-        return (await self.client.list(r.NODECLAIMS, query={"labelSelector": f"{wk.LABEL_NODEPOOL}={POOL}"}))[0]
+        return await nodeclaims_of(self.client, POOL)
 
     async def pods(self) -> list[dict[str, Any]]:
         out = []

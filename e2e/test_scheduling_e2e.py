@@ -50,6 +50,7 @@ from e2e.helpers import (
     apply,
     assert_nodeclaim_counters,
     aws_client,
+    deployment,
     ec2nodeclass,
     karpy_process,
     record_figures,
@@ -140,19 +141,6 @@ def pod_spec(pool: str, cpu: str = "250m", memory: str = "256Mi", **extra: Any) 
             {"name": "app", "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7", "resources": resources}
         ],
         **extra,
-    }
-
-
-def deployment(app: str, replicas: int, spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": app, "namespace": "default"},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": app}},
-            "template": {"metadata": {"labels": {"app": app}}, "spec": spec},
-        },
     }
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from operator_harness import running_operator
 
-from e2e.helpers import apply, ec2nodeclass, wait_for
+from e2e.helpers import apply, ec2nodeclass, nodeclaims_of, wait_for
 from e2e.helpers import nodepool as shared_nodepool
 from e2e.test_launch_failures_e2e import created_nodeclaims
 from karpy.apis import labels as wk
@@ -69,7 +69,7 @@ async def operator(local_cluster: Any, kube: KubeClient) -> AsyncIterator[Operat
 
 
 async def _claims(kube: KubeClient) -> list[dict[str, Any]]:
-    return (await kube.list(r.NODECLAIMS, query={"labelSelector": f"{wk.LABEL_NODEPOOL}={POOL}"}))[0]
+    return await nodeclaims_of(kube, POOL)
 
 
 async def _cleanup(kube: KubeClient) -> None:
