@@ -210,6 +210,25 @@ async def nodeclaims_of(client: KubeClient, pool: str) -> list[dict[str, Any]]:
     return (await client.list(r.NODECLAIMS, query={"labelSelector": f"{wk.LABEL_NODEPOOL}={pool}"}))[0]
 
 
+async def delete_nodeclaims(
+    client: KubeClient,
+    claims: Callable[[], Awaitable[list[dict[str, Any]]]],
+    *,
+    timeout: float,
+    what: str,
+    interval: float = 0.5,
+) -> None:
+    """Delete every NodeClaim ``claims`` lists (API errors ignored) and wait until it lists none."""
+    for claim in await claims():
+        with contextlib.suppress(ApiError):
+            await client.delete(r.NODECLAIMS, claim["metadata"]["name"])
+
+    async def gone() -> bool:
+        return not await claims()
+
+    await wait_for(gone, timeout=timeout, what=what, interval=interval)
+
+
 def record_figures(**values: Any) -> None:
     """Merge measured figures into ``.e2e-run/phases.json`` (every e2e module adds its own keys; the closing
     notes quote them)."""

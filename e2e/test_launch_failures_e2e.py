@@ -24,6 +24,7 @@ from e2e.helpers import (
     KarpyProcess,
     apply,
     assert_nodeclaim_counters,
+    delete_nodeclaims,
     ec2nodeclass,
     karpy_process,
     nodeclaims_of,
@@ -111,14 +112,7 @@ async def _cleanup(env: Env) -> None:
             await env.client.delete(r.DEPLOYMENTS, app, "default")
     with contextlib.suppress(ApiError):
         await env.client.delete(r.NODEPOOLS, POOL)
-    for claim in await env.claims():
-        with contextlib.suppress(ApiError):
-            await env.client.delete(r.NODECLAIMS, claim["metadata"]["name"])
-
-    async def gone() -> bool:
-        return not await env.claims()
-
-    await wait_for(gone, timeout=120, what=f"NodeClaims of {POOL} gone", interval=1)
+    await delete_nodeclaims(env.client, env.claims, timeout=120, what=f"NodeClaims of {POOL} gone", interval=1)
     with contextlib.suppress(ApiError):
         await env.client.delete(r.EC2NODECLASSES, POOL)
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from operator_harness import running_operator
 
-from e2e.helpers import apply, ec2nodeclass, nodeclaims_of, wait_for
+from e2e.helpers import apply, delete_nodeclaims, ec2nodeclass, nodeclaims_of, wait_for
 from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
 from karpy.controllers.disruption import controls
@@ -89,14 +89,7 @@ async def _cleanup(kube: KubeClient) -> None:
     for res, name, ns in ((r.PODS, POOL, "default"), (r.NODEPOOLS, POOL, None), (r.NAMESPACES, PAUSE_NS, None)):
         with contextlib.suppress(ApiError):
             await kube.delete(res, name, ns)
-    for claim in await _claims(kube):
-        with contextlib.suppress(ApiError):
-            await kube.delete(r.NODECLAIMS, claim["metadata"]["name"])
-
-    async def gone() -> bool:
-        return not await _claims(kube)
-
-    await wait_for(gone, timeout=60, what="disruption integration NodeClaims released")
+    await delete_nodeclaims(kube, lambda: _claims(kube), timeout=60, what="disruption integration NodeClaims released")
     with contextlib.suppress(ApiError):
         await kube.delete(r.EC2NODECLASSES, POOL)
 

@@ -20,7 +20,7 @@ import boto3
 import pytest
 from operator_harness import running_operator
 
-from e2e.helpers import apply, ec2nodeclass, run_tagged_instance, wait_for
+from e2e.helpers import apply, delete_nodeclaims, ec2nodeclass, run_tagged_instance, wait_for
 from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
 from karpy.aws.session import AWSClients
@@ -123,14 +123,7 @@ async def _cleanup(kube: KubeClient) -> None:
             await kube.delete(r.PODS, name, "default")
     with contextlib.suppress(ApiError):
         await kube.delete(r.NODEPOOLS, POOL)
-    for claim in await _claims(kube):
-        with contextlib.suppress(ApiError):
-            await kube.delete(r.NODECLAIMS, claim["metadata"]["name"])
-
-    async def gone() -> bool:
-        return not await _claims(kube)
-
-    await wait_for(gone, timeout=90, what="interruption test NodeClaims released")
+    await delete_nodeclaims(kube, lambda: _claims(kube), timeout=90, what="interruption test NodeClaims released")
     with contextlib.suppress(ApiError):
         await kube.delete(r.EC2NODECLASSES, POOL)
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from operator_harness import running_operator
 
-from e2e.helpers import apply, ec2nodeclass, nodeclaims_of, wait_for
+from e2e.helpers import apply, delete_nodeclaims, ec2nodeclass, nodeclaims_of, wait_for
 from e2e.helpers import nodepool as shared_nodepool
 from e2e.test_launch_failures_e2e import created_nodeclaims
 from karpy.apis import labels as wk
@@ -77,14 +77,7 @@ async def _cleanup(kube: KubeClient) -> None:
         await kube.delete(r.PODS, POD, "default")
     with contextlib.suppress(ApiError):
         await kube.delete(r.NODEPOOLS, POOL)
-    for claim in await _claims(kube):
-        with contextlib.suppress(ApiError):
-            await kube.delete(r.NODECLAIMS, claim["metadata"]["name"])
-
-    async def gone() -> bool:
-        return not await _claims(kube)
-
-    await wait_for(gone, timeout=60, what=f"NodeClaims of {POOL} released")
+    await delete_nodeclaims(kube, lambda: _claims(kube), timeout=60, what=f"NodeClaims of {POOL} released")
     with contextlib.suppress(ApiError):
         await kube.delete(r.EC2NODECLASSES, POOL)
 
