@@ -83,7 +83,7 @@ class _Failure:
     collection: str | None
     name: str | None
     subresource: str | None
-    times: int
+    times: int | None
 
 
 def _parse(path: str) -> _Path:
@@ -302,9 +302,9 @@ class FakeKube(KubeClient):
         resource: Resource | None = None,
         name: str | None = None,
         subresource: str | None = None,
-        times: int = 1,
+        times: int | None = 1,
     ) -> None:
-        """Answer the next ``times`` matching calls with ``error`` instead of serving them.
+        """Answer the next ``times`` matching calls (every one when None) with ``error`` instead of serving them.
 
         ``verb`` is Kubernetes' (``get``, ``list``, ``watch``, ``create``, ``update``, ``patch``, ``delete``);
         ``resource``/``name``/``subresource`` narrow the match (``subresource="eviction"`` for evictions).
@@ -437,9 +437,10 @@ class FakeKube(KubeClient):
                 and failure.name in (None, where.name)
                 and failure.subresource in (None, where.subresource)
             ):
-                failure.times -= 1
-                if failure.times <= 0:
-                    self._failures.remove(failure)
+                if failure.times is not None:
+                    failure.times -= 1
+                    if failure.times <= 0:
+                        self._failures.remove(failure)
                 raise failure.error
 
     def _key(self, where: _Path) -> tuple[str, str, str]:

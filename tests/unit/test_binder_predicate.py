@@ -14,7 +14,7 @@ from typing import Any
 from karpy.apis import labels as wk
 from karpy.controllers.binder import Binder
 from karpy.kube.events import EventRecorder
-from karpy.kube.resources import Resource
+from karpy.kube.fake import FakeKube
 from tests.unit.disruption_builders import loaded_state, node, nodeclaim, nodepool, pod
 
 JSON = dict[str, Any]
@@ -25,25 +25,6 @@ DB_ANTI = {
         ]
     }
 }
-
-
-class FakeKube:
-    """Records Bindings and Events."""
-
-    def __init__(self) -> None:
-        self.bindings: list[tuple[str, str]] = []
-        self.events: list[JSON] = []
-
-    async def create_subresource(
-        self, res: Resource, name: str, subresource: str, body: JSON, namespace: str | None = None
-    ) -> JSON:
-        assert subresource == "binding"
-        self.bindings.append((name, body["target"]["name"]))
-        return {}
-
-    async def create(self, res: Resource, body: JSON, namespace: str | None = None) -> JSON:
-        self.events.append(body)
-        return body
 
 
 def in_zone(obj: JSON, zone: str) -> JSON:
@@ -93,8 +74,8 @@ def zonal_volume(pvc: str, zone: str) -> list[JSON]:
 
 async def run(objs: list[JSON], claim: str) -> tuple[FakeKube, Binder]:
     state = loaded_state(objs)
-    kube = FakeKube()
-    binder = Binder(kube, state, events=EventRecorder(kube))  # type: ignore[arg-type]
+    kube = FakeKube(objs)
+    binder = Binder(kube, state, events=EventRecorder(kube))
     await binder.reconcile(claim)
     for _ in range(5):
         await asyncio.sleep(0)
@@ -102,7 +83,12 @@ async def run(objs: list[JSON], claim: str) -> tuple[FakeKube, Binder]:
 
 
 def left(kube: FakeKube) -> dict[str, str]:
-    return {e["involvedObject"]["name"]: e["message"] for e in kube.events if e["reason"] == "LeftToScheduler"}
+    return {e["involvedObject"]["name"]: e["message"] for e in kube.events("LeftToScheduler")}
+
+
+def bindings(kube: FakeKube) -> list[tuple[str, str]]:
+    """(pod, node) of each Binding, in order."""
+    return [(pod, node) for _, pod, node in kube.bindings]
 
 
 async def test_pod_outside_its_volume_zone_is_left_to_kube_scheduler() -> None:
@@ -121,8 +107,8 @@ async def test_pod_outside_its_volume_zone_is_left_to_kube_scheduler() -> None:
         *zonal_volume("data-db-1", "us-east-1b"),
     ]
     kube, binder = await run(objs, "repl-a")
-    assert kube.bindings == [("web", "node-repl-a")]
-    assert "VolumeBinding" in left(kube)["db-1"], kube.events
+    assert bindings(kube) == [("web", "node-repl-a")]
+    assert "VolumeBinding" in left(kube)["db-1"], kube.events()
     assert "default/db-1" not in {p.key for p in binder.plans.pods_of("repl-a")}
 
 
@@ -134,17 +120,17 @@ async def test_pod_whose_zone_anti_affinity_excludes_the_node_is_left_to_kube_sc
     objs = [pool, old, node(old), repl_a, node(repl_a), repl_b, node(repl_b)]
     objs += [db_pod("db-0", "node-old-a"), db_pod("db-1"), db_pod("db-2")]
     kube, _ = await run(objs, "repl-a")
-    assert kube.bindings == []
+    assert bindings(kube) == []
     assert "InterPodAffinity" in left(kube)["db-1"]
     kube, _ = await run(objs, "repl-b")
-    assert kube.bindings == [("db-2", "node-repl-b")]
+    assert bindings(kube) == [("db-2", "node-repl-b")]
 
 
 async def test_pods_bound_in_one_pass_count_for_the_next() -> None:
     pool = nodepool()
     repl = planned_on(in_zone(nodeclaim("repl-a", pool), "us-east-1a"), "db-1", "db-2")
     kube, _ = await run([pool, repl, node(repl), db_pod("db-1"), db_pod("db-2")], "repl-a")
-    assert kube.bindings == [("db-1", "node-repl-a")]
+    assert bindings(kube) == [("db-1", "node-repl-a")]
     assert "InterPodAffinity" in left(kube)["db-2"]
 
 
@@ -154,11 +140,11 @@ async def test_pod_that_does_not_fit_or_tolerate_is_left() -> None:
     n = node(repl, cpu=2)
     n["spec"]["taints"] = [{"key": wk.TAINT_UNREGISTERED_KEY, "effect": "NoSchedule"}]  # ephemeral: ignored
     kube, _ = await run([pool, repl, n, pod("big", cpu="3"), pod("small", cpu="1")], "repl-a")
-    assert kube.bindings == [("small", "node-repl-a")]
+    assert bindings(kube) == [("small", "node-repl-a")]
     assert left(kube)["big"].endswith("NodeResourcesFit: insufficient cpu")
     n["spec"]["taints"] = [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]
     kube, _ = await run([pool, repl, n, pod("big", cpu="3"), pod("small", cpu="1")], "repl-a")
-    assert kube.bindings == []
+    assert bindings(kube) == []
     assert "TaintToleration" in left(kube)["small"]
 
 
@@ -178,5 +164,5 @@ async def test_local_volume_of_another_node_is_left_to_kube_scheduler() -> None:
         },
     }
     kube, _ = await run([pool, repl, node(repl), db_pod("db-1", claim="data-db-1"), pv, claim], "repl-a")
-    assert kube.bindings == []
+    assert bindings(kube) == []
     assert "VolumeBinding" in left(kube)["db-1"]

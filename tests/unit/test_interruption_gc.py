@@ -10,6 +10,7 @@ from typing import Any
 from karpy.apis import labels as wk
 from karpy.aws.launchtemplates import OwnedTemplate, unused_templates
 from karpy.aws.messages import parse
+from karpy.cloudprovider.fake import FakeCloudProvider, FakeInterruptionQueue
 from karpy.cloudprovider.types import (
     KIND_INVALID,
     KIND_REBALANCE_RECOMMENDATION,
@@ -23,6 +24,8 @@ from karpy.controllers.garbagecollection import leaked_instances, orphan_candida
 from karpy.controllers.interruption import Interruption, instance_id_of, should_drain
 from karpy.kube.errors import ApiError
 from karpy.kube.events import EventRecorder
+from karpy.kube.fake import FakeKube
+from karpy.kube.resources import NODES
 from karpy.state.cluster import ClusterState
 
 CLUSTER = "unit"
@@ -53,64 +56,38 @@ def claim(name: str, instance_id: str = "", *, launched_ago: float = 600.0, dele
     return {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": meta, "status": status}
 
 
-class FakeQueue:
-    def __init__(self, fail_delete: bool = False) -> None:
-        self.deleted: list[str] = []
-        self.fail_delete = fail_delete
-
-    async def receive(self) -> list[QueuedMessage]:
-        return []
-
-    async def delete(self, receipt_handle: str) -> None:
-        if self.fail_delete:
-            raise CloudProviderError("nope")
-        self.deleted.append(receipt_handle)
-
-
-class FakeKube:
-    def __init__(self, fail_with: int | None = None) -> None:
-        self.deleted: list[str] = []
-        self.events: list[dict[str, Any]] = []
-        self.fail_with = fail_with
-
-    async def delete(self, res: Any, name: str, namespace: str | None = None) -> dict[str, Any]:
-        if self.fail_with:
-            raise ApiError(self.fail_with, "Boom", "refused")
-        self.deleted.append(name)
-        return {}
-
-    async def create(self, res: Any, body: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
-        self.events.append(body)
-        return body
-
-
-class FakeCloud:
-    def __init__(self) -> None:
-        self.marked: list[tuple[str, str, str]] = []
-
-    def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str) -> None:
-        self.marked.append((instance_type, zone, capacity_type))
-
-
-def controller(kube: FakeKube, queue: FakeQueue, *claims: dict[str, Any], rebalance: bool = False) -> tuple[
-    Interruption, FakeCloud, list[int]
-]:
+def controller(
+    kube: FakeKube, queue: FakeInterruptionQueue, *claims: dict[str, Any], rebalance: bool = False
+) -> tuple[Interruption, FakeCloudProvider, list[int]]:
     state = ClusterState()
     for c in claims:
         state.apply("NodeClaim", "ADDED", c)
-    cloud = FakeCloud()
+    kube.seed(*claims)
+    cloud = FakeCloudProvider(cluster_name=CLUSTER)
     triggered: list[int] = []
     ctl = Interruption(
-        kube,  # type: ignore[arg-type]
+        kube,
         state,
-        cloud,  # type: ignore[arg-type]
-        EventRecorder(kube),  # type: ignore[arg-type]
+        cloud,
+        EventRecorder(kube),
         queue,
         on_disrupted=lambda: triggered.append(1),
         rebalance_replacement=rebalance,
         now=lambda: NOW,
     )
     return ctl, cloud, triggered
+
+
+def failing_deletes(status: int) -> FakeKube:
+    """An apiserver that answers every DELETE with ``status``."""
+    kube = FakeKube()
+    kube.fail("delete", ApiError(status, "Boom", "refused"), times=None)
+    return kube
+
+
+def deleted(kube: FakeKube) -> list[str]:
+    """The names of the objects DELETEd, in order."""
+    return [r.path.rsplit("/", 1)[-1] for r in kube.requests_to("DELETE")]
 
 
 def queued(kind_body: dict[str, Any] | str, handle: str = "rh-1") -> QueuedMessage:
@@ -130,57 +107,58 @@ def spot(instance_id: str) -> dict[str, Any]:
 
 
 async def test_spot_interruption_deletes_nodeclaim_marks_offering_and_triggers() -> None:
-    kube, queue = FakeKube(), FakeQueue()
+    kube, queue = FakeKube(), FakeInterruptionQueue()
     ctl, cloud, triggered = controller(kube, queue, claim("a", "i-aaa"), claim("b", "i-bbb"))
     assert await ctl.handle(queued(spot("i-aaa"))) is True
-    assert kube.deleted == ["a"]
+    assert deleted(kube) == ["a"]
     assert cloud.marked == [("m5.large", "us-east-1b", "spot")]
     assert queue.deleted == ["rh-1"]
     assert triggered == [1]
 
 
 async def test_message_for_an_unmanaged_instance_is_deleted_without_action() -> None:
-    kube, queue = FakeKube(), FakeQueue()
+    kube, queue = FakeKube(), FakeInterruptionQueue()
     ctl, cloud, triggered = controller(kube, queue, claim("a", "i-aaa"))
     assert await ctl.handle(queued(spot("i-other"))) is True
-    assert kube.deleted == [] and cloud.marked == [] and triggered == []
+    assert deleted(kube) == [] and cloud.marked == [] and triggered == []
     assert queue.deleted == ["rh-1"]
 
 
 async def test_already_deleting_nodeclaim_is_not_deleted_again() -> None:
-    kube, queue = FakeKube(), FakeQueue()
+    kube, queue = FakeKube(), FakeInterruptionQueue()
     ctl, _, triggered = controller(kube, queue, claim("a", "i-aaa", deleting=True))
     assert await ctl.handle(queued(spot("i-aaa"))) is True
-    assert kube.deleted == [] and triggered == []
+    assert deleted(kube) == [] and triggered == []
 
 
 async def test_handling_error_leaves_the_message() -> None:
-    kube, queue = FakeKube(fail_with=500), FakeQueue()
+    kube, queue = failing_deletes(500), FakeInterruptionQueue()
     ctl, _, _ = controller(kube, queue, claim("a", "i-aaa"))
     assert await ctl.handle(queued(spot("i-aaa"))) is False
     assert queue.deleted == []
 
 
 async def test_not_found_on_delete_counts_as_handled() -> None:
-    kube, queue = FakeKube(fail_with=404), FakeQueue()
+    kube, queue = failing_deletes(404), FakeInterruptionQueue()
     ctl, _, _ = controller(kube, queue, claim("a", "i-aaa"))
     assert await ctl.handle(queued(spot("i-aaa"))) is True
     assert queue.deleted == ["rh-1"]
 
 
 async def test_malformed_and_unknown_messages_are_deleted() -> None:
-    kube, queue = FakeKube(), FakeQueue()
+    kube, queue = FakeKube(), FakeInterruptionQueue()
     ctl, _, _ = controller(kube, queue, claim("a", "i-aaa"))
     results = await ctl.handle_batch(
         [queued("{broken", "rh-bad"), queued({"version": "0", "source": "x", "detail-type": "y"}, "rh-unknown")]
     )
     assert results == [True, True]
     assert sorted(queue.deleted) == ["rh-bad", "rh-unknown"]
-    assert kube.deleted == []
+    assert deleted(kube) == []
 
 
 async def test_failed_delete_reports_not_deleted() -> None:
-    kube, queue = FakeKube(), FakeQueue(fail_delete=True)
+    kube, queue = FakeKube(), FakeInterruptionQueue()
+    queue.fail("delete", CloudProviderError("nope"))
     ctl, _, _ = controller(kube, queue, claim("a", "i-aaa"))
     assert await ctl.handle(queued(spot("i-aaa"))) is False
 
@@ -195,18 +173,18 @@ def rebalance(instance_id: str) -> dict[str, Any]:
 
 
 async def test_rebalance_is_an_event_only_by_default() -> None:
-    kube, queue = FakeKube(), FakeQueue()
+    kube, queue = FakeKube(), FakeInterruptionQueue()
     ctl, cloud, _ = controller(kube, queue, claim("a", "i-aaa"))
     assert await ctl.handle(queued(rebalance("i-aaa"))) is True
-    assert kube.deleted == [] and cloud.marked == []
+    assert deleted(kube) == [] and cloud.marked == []
     assert queue.deleted == ["rh-1"]
 
 
 async def test_rebalance_replacement_setting_deletes_the_nodeclaim() -> None:
-    kube, queue = FakeKube(), FakeQueue()
+    kube, queue = FakeKube(), FakeInterruptionQueue()
     ctl, cloud, triggered = controller(kube, queue, claim("a", "i-aaa"), rebalance=True)
     assert await ctl.handle(queued(rebalance("i-aaa"))) is True
-    assert kube.deleted == ["a"] and cloud.marked == [] and triggered == [1]
+    assert deleted(kube) == ["a"] and cloud.marked == [] and triggered == [1]
 
 
 def test_should_drain_table() -> None:
@@ -292,29 +270,6 @@ def test_unused_launch_templates() -> None:
     assert [t.name.rsplit("/", 1)[-1] for t in chosen] == ["orphan"]
 
 
-class FakeGCCloud:
-    """list/get/delete over a dict of instances; ``get`` may see an instance ``list`` missed (consistency)."""
-
-    def __init__(self, listed: list[CloudInstance], extra: list[CloudInstance] = ()) -> None:  # type: ignore[assignment]
-        self.listed = listed
-        self.known = {i.instance_id: i for i in [*listed, *extra]}
-        self.deleted: list[str] = []
-
-    async def list(self) -> list[CloudInstance]:
-        return list(self.listed)
-
-    async def get(self, provider_id: str) -> CloudInstance:
-        from karpy.cloudprovider.types import NodeClaimNotFoundError
-
-        instance_id = provider_id.rsplit("/", 1)[-1]  # as the AWS provider does: the zone does not matter
-        if instance_id not in self.known:
-            raise NodeClaimNotFoundError(provider_id)
-        return self.known[instance_id]
-
-    async def delete(self, provider_id: str) -> None:
-        self.deleted.append(provider_id)
-
-
 def node(name: str, instance_id: str, *, ready: bool) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "resourceVersion": "1"},
@@ -327,25 +282,28 @@ async def test_collect_once_terminates_leaks_and_deletes_confirmed_orphans() -> 
     from karpy.controllers.garbagecollection import GarbageCollection
 
     state = ClusterState()
-    for c in (
+    claims = [
         claim("live", "i-live"),
         claim("orphan", "i-orphan"),  # instance gone, no Node
         claim("ready-node", "i-ready"),  # instance not listed but its Node is Ready: trusted
         claim("late", "i-late"),  # not listed, but DescribeInstances finds it: eventual consistency
-    ):
+    ]
+    for c in claims:
         state.apply("NodeClaim", "ADDED", c)
-    state.apply("Node", "ADDED", node("n-ready", "i-ready", ready=True))
-    state.apply("Node", "ADDED", node("n-leak", "i-leak", ready=True))
-    cloud = FakeGCCloud(
-        [instance("i-live"), instance("i-leak"), instance("i-other", nodepool=False)],
-        extra=[instance("i-late")],
-    )
-    kube = FakeKube()
-    gc = GarbageCollection(kube, state, cloud, cluster_name=CLUSTER, now=lambda: NOW)  # type: ignore[arg-type]
+    nodes = [node("n-ready", "i-ready", ready=True), node("n-leak", "i-leak", ready=True)]
+    for n in nodes:
+        state.apply("Node", "ADDED", n)
+    cloud = FakeCloudProvider(cluster_name=CLUSTER)
+    for listed in (instance("i-live"), instance("i-leak"), instance("i-other", nodepool=False)):
+        cloud.add_instance(listed)
+    cloud.add_instance(instance("i-late"), listed=False)
+    kube = FakeKube(claims)
+    kube.seed(*nodes, resource=NODES)
+    gc = GarbageCollection(kube, state, cloud, cluster_name=CLUSTER, now=lambda: NOW)
     collected = await gc.collect_once()
     assert collected == {"instances": ["i-leak"], "nodeclaims": ["orphan"], "launch_templates": []}
-    assert cloud.deleted == ["aws:///us-east-1a/i-leak"]
-    assert sorted(kube.deleted) == ["n-leak", "orphan"]  # the leak's Node and the orphaned NodeClaim
+    assert cloud.delete_calls == ["aws:///us-east-1a/i-leak"]
+    assert sorted(deleted(kube)) == ["n-leak", "orphan"]  # the leak's Node and the orphaned NodeClaim
 
 
 def test_rebalance_replacement_setting() -> None:
@@ -362,7 +320,7 @@ def test_rebalance_replacement_setting() -> None:
 
 
 async def test_scheduled_change_drains_every_affected_instance_once() -> None:
-    kube, queue = FakeKube(), FakeQueue()
+    kube, queue = FakeKube(), FakeInterruptionQueue()
     ctl, cloud, triggered = controller(kube, queue, claim("a", "i-aaa"), claim("b", "i-bbb"), claim("c", "i-ccc"))
     body = {
         "version": "0",
@@ -375,4 +333,4 @@ async def test_scheduled_change_drains_every_affected_instance_once() -> None:
         },
     }
     assert await ctl.handle(queued(body)) is True
-    assert sorted(kube.deleted) == ["a", "c"] and cloud.marked == [] and triggered == [1]
+    assert sorted(deleted(kube)) == ["a", "c"] and cloud.marked == [] and triggered == [1]

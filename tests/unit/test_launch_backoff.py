@@ -10,7 +10,6 @@ from typing import Any
 from prometheus_client import REGISTRY
 from test_provisioner_scheduling_inputs import (
     CATALOGUE,
-    FakeKube,
     itype,
     loaded,
     nodeclass,
@@ -20,18 +19,14 @@ from test_provisioner_scheduling_inputs import (
 )
 
 from karpy.apis import labels as wk
-from karpy.cloudprovider.types import (
-    IncompatibleInstanceTypes,
-    InstanceType,
-    InsufficientCapacityError,
-    LaunchRequest,
-    LaunchResult,
-)
+from karpy.cloudprovider.fake import FakeCloudProvider
+from karpy.cloudprovider.types import IncompatibleInstanceTypes, InstanceType, InsufficientCapacityError
 from karpy.controllers.launch_backoff import BASE_DELAY, MAX_DELAY, LaunchBackoff
 from karpy.controllers.nodeclaim_lifecycle import NodeClaimLifecycle
 from karpy.controllers.provisioner import Provisioner
 from karpy.kube.events import EventRecorder
-from karpy.kube.resources import Resource
+from karpy.kube.fake import FakeKube
+from karpy.kube.resources import NODECLAIMS
 from karpy.scheduling import model
 
 JSON = dict[str, Any]
@@ -61,56 +56,11 @@ def gpu_type(name: str, gpus: int, price: float) -> InstanceType:
     )
 
 
-class FakeCloud:
+def fake_cloud() -> FakeCloudProvider:
     """A NodeClass whose AMIs boot the CPU catalogue only: the GPU type is left out, with the reason."""
-
-    def __init__(self) -> None:
-        self.left_out = (gpu_type("g.xlarge", 1, 0.5),)
-        self.create_error: Exception | None = None
-        self.requests: list[LaunchRequest] = []
-
-    async def get_instance_types(self, nodeclass: JSON) -> list[InstanceType]:
-        return CATALOGUE
-
-    async def incompatible_instance_types(self, nodeclass: JSON) -> IncompatibleInstanceTypes:
-        return IncompatibleInstanceTypes(self.left_out, AMI_REASON)
-
-    async def create(self, request: LaunchRequest) -> LaunchResult:
-        self.requests.append(request)
-        if self.create_error is not None:
-            raise self.create_error
-        return LaunchResult(
-            provider_id="aws:///us-east-1a/i-1",
-            instance_id="i-1",
-            instance_type="c.large",
-            zone="us-east-1a",
-            capacity_type="on-demand",
-            image_id="ami-1",
-            capacity={"cpu": 2000},
-            allocatable={"cpu": 1900},
-            labels={wk.LABEL_INSTANCE_TYPE: "c.large"},
-        )
-
-
-class LifecycleKube(FakeKube):
-    """FakeKube plus the NodeClaim patches and deletes the lifecycle makes."""
-
-    def __init__(self, claims: dict[str, JSON]) -> None:
-        super().__init__()
-        self.claims = claims
-        self.deleted: list[str] = []
-
-    async def merge_patch(
-        self, res: Resource, name: str, patch: JSON, namespace: str | None = None, subresource: str = ""
-    ) -> JSON:
-        obj = self.claims[name]
-        for part in ("metadata", "status"):
-            for key, value in (patch.get(part) or {}).items():
-                obj.setdefault(part, {})[key] = value
-        return obj
-
-    async def delete(self, res: Resource, name: str, namespace: str | None = None) -> None:
-        self.deleted.append(name)
+    return FakeCloudProvider(
+        CATALOGUE, incompatible=IncompatibleInstanceTypes((gpu_type("g.xlarge", 1, 0.5),), AMI_REASON)
+    )
 
 
 def gpu_pod(name: str) -> JSON:
@@ -120,7 +70,12 @@ def gpu_pod(name: str) -> JSON:
 
 
 def warnings(kube: FakeKube, reason: str) -> dict[str, str]:
-    return {e["involvedObject"]["name"]: e["message"] for e in kube.events if e.get("reason") == reason}
+    return {e["involvedObject"]["name"]: e["message"] for e in kube.events(reason)}
+
+
+def deleted(kube: FakeKube) -> list[str]:
+    """The NodeClaims DELETEd, in order."""
+    return [r.path.rsplit("/", 1)[-1] for r in kube.requests_to("DELETE", NODECLAIMS)]
 
 
 def plan(*pod_names: str) -> model.NewNodeClaim:
@@ -182,10 +137,10 @@ def test_hold_keeps_back_plans_whose_pods_all_back_off() -> None:
 # --- provisioner ------------------------------------------------------------------------------------------------
 
 
-def provisioner(objs: list[JSON], clock: Clock) -> tuple[Provisioner, FakeKube, FakeCloud]:
-    kube, cloud = FakeKube(), FakeCloud()
+def provisioner(objs: list[JSON], clock: Clock) -> tuple[Provisioner, FakeKube, FakeCloudProvider]:
+    kube, cloud = FakeKube(), fake_cloud()
     state = loaded([nodeclass(), nodepool(), *objs])
-    prov = Provisioner(kube, state, cloud, EventRecorder(kube), launch_backoff=LaunchBackoff(clock))  # type: ignore[arg-type]
+    prov = Provisioner(kube, state, cloud, EventRecorder(kube), launch_backoff=LaunchBackoff(clock))
     return prov, kube, cloud
 
 
@@ -195,7 +150,7 @@ async def test_pods_backing_off_get_no_new_nodeclaim_until_their_backoff_ends() 
     prov.launch_backoff.failed(["default/a", "default/b"])
     assert await prov.provision_once() == []
     await settle()
-    assert kube.created == [] and warnings(kube, "FailedScheduling") == {}, "held, not unschedulable"
+    assert kube.names(NODECLAIMS) == [] and warnings(kube, "FailedScheduling") == {}, "held, not unschedulable"
     assert prov._retry is not None and not prov._retry.cancelled(), "a batch is opened when the back-off ends"
     prov._retry.cancel()
     clock.now += BASE_DELAY
@@ -225,7 +180,7 @@ async def test_pods_only_types_without_an_ami_would_fit_are_told_the_ami_require
 # --- NodeClaim lifecycle ------------------------------------------------------------------------------------------
 
 
-def lifecycle_setup(error: Exception | None) -> tuple[NodeClaimLifecycle, LifecycleKube, FakeCloud, JSON]:
+def lifecycle_setup(error: Exception | None) -> tuple[NodeClaimLifecycle, FakeKube, FakeCloudProvider, JSON]:
     claim = {
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodeClaim",
@@ -241,10 +196,11 @@ def lifecycle_setup(error: Exception | None) -> tuple[NodeClaimLifecycle, Lifecy
     }
     state = loaded([nodeclass(), nodepool(), pod("a"), pod("b")])
     state.apply("NodeClaim", "ADDED", claim)
-    kube, cloud = LifecycleKube({"np-1": claim}), FakeCloud()
-    cloud.create_error = error
+    kube, cloud = FakeKube([claim]), fake_cloud()
+    if error is not None:
+        cloud.fail("create", error)
     backoff = LaunchBackoff(Clock())
-    lifecycle = NodeClaimLifecycle(kube, state, cloud, EventRecorder(kube), backoff=backoff)  # type: ignore[arg-type]
+    lifecycle = NodeClaimLifecycle(kube, state, cloud, EventRecorder(kube), backoff=backoff)
     return lifecycle, kube, cloud, claim
 
 
@@ -255,7 +211,7 @@ async def test_a_failed_launch_backs_off_its_pods_and_tells_them_why() -> None:
     await lifecycle.reconcile("np-1")
     assert REGISTRY.get_sample_value("karpy_nodeclaims_launch_failed_total", labels) == before + 1
     await settle()
-    assert kube.deleted == ["np-1"], "Karpenter deletes the NodeClaim; the next batch re-plans"
+    assert deleted(kube) == ["np-1"], "Karpenter deletes the NodeClaim; the next batch re-plans"
     assert lifecycle.backoff.failures("default/a") == lifecycle.backoff.failures("default/b") == 1
     told = warnings(kube, "InsufficientCapacityError")
     assert (
@@ -273,7 +229,7 @@ async def test_a_successful_launch_resets_the_backoff() -> None:
     lifecycle, _, cloud, _ = lifecycle_setup(None)
     lifecycle.backoff.failed(["default/a", "default/b"])
     await lifecycle.reconcile("np-1")
-    assert len(cloud.requests) == 1
+    assert len(cloud.create_calls) == 1
     assert lifecycle.backoff.failures("default/a") == lifecycle.backoff.failures("default/b") == 0
 
 
@@ -283,4 +239,4 @@ async def test_a_launch_request_keeps_planned_types_the_amis_no_longer_admit() -
     lifecycle, _, cloud, claim = lifecycle_setup(None)
     claim["spec"]["requirements"] = [{"key": wk.LABEL_INSTANCE_TYPE, "operator": "In", "values": ["g.xlarge"]}]
     await lifecycle.reconcile("np-1")
-    assert [it.name for it in cloud.requests[0].instance_types] == ["g.xlarge"]
+    assert [it.name for it in cloud.create_calls[0].instance_types] == ["g.xlarge"]

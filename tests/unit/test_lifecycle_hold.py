@@ -7,7 +7,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from karpy.apis import labels as wk
+from karpy.cloudprovider.fake import FakeCloudProvider
 from karpy.controllers.nodeclaim_lifecycle import BIND_HOLD, NodeClaimLifecycle
+from karpy.kube.events import EventRecorder
+from karpy.kube.fake import FakeKube
+from karpy.kube.resources import NODECLAIMS, NODES
 from karpy.state.cluster import ClusterState
 from karpy.state.plans import Plans
 from karpy.state.views import node_info
@@ -32,8 +36,9 @@ def pending(name: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": "d", "uid": name, "resourceVersion": "1"}, "spec": {}}
 
 
-def lifecycle(state: ClusterState, plans: Plans | None = None) -> NodeClaimLifecycle:
-    return NodeClaimLifecycle(None, state, None, None, clock=lambda: NOW, plans=plans)  # type: ignore[arg-type]
+def lifecycle(state: ClusterState, plans: Plans | None = None, kube: FakeKube | None = None) -> NodeClaimLifecycle:
+    kube = kube or FakeKube()
+    return NodeClaimLifecycle(kube, state, FakeCloudProvider(), EventRecorder(kube), clock=lambda: NOW, plans=plans)
 
 
 def node(age: float) -> Any:
@@ -92,25 +97,16 @@ def test_hold_ends_after_bind_hold_seconds() -> None:
     assert not lifecycle(state)._binding_pending(mine, node(age=BIND_HOLD + 1))
 
 
-class RecordingKube:
-    """Answers merge patches like the apiserver (the patch merged into the state's object, next resourceVersion)
-    and records their order."""
-
-    def __init__(self, state: ClusterState) -> None:
-        self.state = state
-        self.patches: list[tuple[str, str, dict[str, Any]]] = []
-
-    async def merge_patch(
-        self, resource: Any, name: str, patch: dict[str, Any], namespace: str | None = None, *, subresource: str = ""
-    ) -> dict[str, Any]:
-        self.patches.append((resource.kind, subresource, patch))
-        if resource.kind == "NodeClaim":
-            current = json.loads(json.dumps(self.state.nodeclaims[name]))
-            current.setdefault("status", {}).update(patch.get("status") or {})
-        else:
-            current = {"metadata": {"name": name, "labels": dict(patch["metadata"]["labels"])}}
-        current["metadata"]["resourceVersion"] = str(100 + len(self.patches))
-        return current
+def patches(kube: FakeKube) -> list[tuple[str, str, dict[str, Any]]]:
+    """(kind, subresource, patch) of every PATCH, in order."""
+    return [
+        (
+            next(r.kind for r in (NODECLAIMS, NODES) if request.path.startswith(r.path() + "/")),
+            "status" if request.path.endswith("/status") else "",
+            request.body,
+        )
+        for request in kube.requests_to("PATCH")
+    ]
 
 
 async def test_node_name_is_written_before_any_pod_can_be_bound() -> None:
@@ -121,23 +117,22 @@ async def test_node_name_is_written_before_any_pod_can_be_bound() -> None:
     launched = claim("self", ["d/a"])
     launched["status"]["conditions"] = [{"type": wk.COND_LAUNCHED, "status": "True"}]
     state.apply("NodeClaim", "ADDED", launched)
-    state.apply(
-        "Node",
-        "ADDED",
-        {
-            "metadata": {
-                "name": "n-self",
-                "resourceVersion": "1",
-                "creationTimestamp": datetime.fromtimestamp(NOW - 1, UTC).isoformat(),
-            },
-            "spec": {"providerID": "aws:///us-east-1a/i-self"},
+    registering = {
+        "metadata": {
+            "name": "n-self",
+            "resourceVersion": "1",
+            "creationTimestamp": datetime.fromtimestamp(NOW - 1, UTC).isoformat(),
         },
-    )
-    kube = RecordingKube(state)
-    held = NodeClaimLifecycle(kube, state, None, None, clock=lambda: NOW)  # type: ignore[arg-type]
+        "spec": {"providerID": "aws:///us-east-1a/i-self"},
+    }
+    state.apply("Node", "ADDED", registering)
+    kube = FakeKube()
+    kube.seed(launched, resource=NODECLAIMS)
+    kube.seed(registering, resource=NODES)
+    held = lifecycle(state, kube=kube)
     result = await held.reconcile("self")
-    kinds = [(kind, sub) for kind, sub, _ in kube.patches]
+    kinds = [(kind, sub) for kind, sub, _ in patches(kube)]
     assert kinds == [("NodeClaim", "status"), ("Node", "")], "nodeName first, then the Node's registered label"
-    assert kube.patches[0][2] == {"status": {"nodeName": "n-self"}}
+    assert patches(kube)[0][2] == {"status": {"nodeName": "n-self"}}
     assert state.nodeclaims["self"]["status"]["nodeName"] == "n-self"
     assert result.requeue_after is not None and result.requeue_after <= BIND_HOLD, "held, no polling"

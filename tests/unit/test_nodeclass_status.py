@@ -7,16 +7,18 @@ that is not Ready), and the reconcile fails so it is retried with backoff.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
 from karpy.apis import labels as wk
+from karpy.apis.hashing import nodeclass_hash
 from karpy.aws import nodeclass as resolution_mod
 from karpy.aws.nodeclass import NodeClassResolution
 from karpy.controllers.nodeclass_status import NodeClassResolutionError, NodeClassStatusReconciler
+from karpy.kube.events import EventRecorder
+from karpy.kube.fake import FakeKube
 from karpy.state.cluster import ClusterState, condition
 
 SUBNETS = [{"id": "subnet-1", "zone": "us-east-1a", "zoneID": "use1-az1"}]
@@ -50,33 +52,6 @@ def ready_nodeclass() -> dict[str, Any]:
     }
 
 
-class FakeClient:
-    """Records status patches and answers them with the merged object (a JSON merge patch of maps)."""
-
-    def __init__(self, obj: dict[str, Any]) -> None:
-        self.obj = obj
-        self.patches: list[dict[str, Any]] = []
-
-    async def merge_patch(self, res: Any, name: str, patch: dict[str, Any], **_: Any) -> dict[str, Any]:
-        self.patches.append(copy.deepcopy(patch))
-        merged = copy.deepcopy(self.obj)
-        for key, value in patch.items():
-            if isinstance(value, dict):
-                merged.setdefault(key, {}).update(value)
-            else:
-                merged[key] = value
-        self.obj = merged
-        return merged
-
-
-class FakeEvents:
-    def __init__(self) -> None:
-        self.published: list[tuple[str, str]] = []
-
-    def publish(self, obj: Any, event_type: str, reason: str, message: str) -> None:
-        self.published.append((event_type, reason))
-
-
 class Resolver:
     def __init__(self, resolution: NodeClassResolution) -> None:
         self.resolution = resolution
@@ -103,25 +78,30 @@ def outage() -> NodeClassResolution:
     return NodeClassResolution(status={}, conditions=conditions, failed=failed)
 
 
-def reconciler(obj: dict[str, Any], resolution: NodeClassResolution) -> tuple[Any, ClusterState, FakeClient]:
+def reconciler(obj: dict[str, Any], resolution: NodeClassResolution) -> tuple[Any, ClusterState, FakeKube]:
+    # The drift hash is already current, so the reconciler's only writes are status patches.
+    obj["metadata"]["annotations"] = {
+        wk.ANNOTATION_NODECLASS_HASH: nodeclass_hash(obj),
+        wk.ANNOTATION_NODECLASS_HASH_VERSION: wk.NODECLASS_HASH_VERSION,
+    }
     state = ClusterState()
     state.apply("EC2NodeClass", "ADDED", obj)
-    client = FakeClient(obj)
-    rec = NodeClassStatusReconciler(client, state, Resolver(resolution), FakeEvents())  # type: ignore[arg-type]
-    rec._ensure_hash = _no_hash  # type: ignore[method-assign]
-    return rec, state, client
+    kube = FakeKube([obj])
+    rec = NodeClassStatusReconciler(kube, state, Resolver(resolution), EventRecorder(kube))
+    return rec, state, kube
 
 
-async def _no_hash(_: Any) -> None:
-    return None
+def patches(kube: FakeKube) -> list[dict[str, Any]]:
+    """The bodies of every PATCH, in order."""
+    return [r.body for r in kube.requests_to("PATCH")]
 
 
 async def test_failed_reads_keep_the_last_known_status_and_ready() -> None:
     """AWS unreachable: no write empties subnets/AMIs, Ready stays True, the reconcile fails (retried)."""
-    rec, state, client = reconciler(ready_nodeclass(), outage())
+    rec, state, kube = reconciler(ready_nodeclass(), outage())
     with pytest.raises(NodeClassResolutionError, match="last known status kept"):
         await rec.reconcile("default")
-    for patch in client.patches:
+    for patch in patches(kube):
         status = patch.get("status") or {}
         assert "subnets" not in status and "amis" not in status, patch
     stored = state.nodeclasses["default"]
@@ -143,11 +123,11 @@ async def test_one_failed_part_keeps_it_while_the_others_update() -> None:
         ],
         failed={wk.COND_AMIS_READY: "throttled"},
     )
-    rec, state, client = reconciler(ready_nodeclass(), resolution)
+    rec, state, kube = reconciler(ready_nodeclass(), resolution)
     with pytest.raises(NodeClassResolutionError):
         await rec.reconcile("default")
-    assert [p["status"]["subnets"] for p in client.patches] == [new_subnets]
-    assert "amis" not in client.patches[0]["status"]
+    assert [p["status"]["subnets"] for p in patches(kube)] == [new_subnets]
+    assert "amis" not in patches(kube)[0]["status"]
     stored = state.nodeclasses["default"]
     assert stored["status"]["amis"] == AMIS
     assert (condition(stored, wk.COND_READY) or {}).get("status") == "True"

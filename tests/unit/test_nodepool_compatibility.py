@@ -3,16 +3,19 @@ and message), a log line, and still Ready (Karpenter v1 has no condition for it)
 
 from __future__ import annotations
 
-import copy
+import asyncio
 from typing import Any
 
 from karpy.apis import labels as wk
+from karpy.cloudprovider.fake import FakeCloudProvider
 from karpy.cloudprovider.types import InstanceType, Offering
 from karpy.controllers.nodepool_status import (
     NO_COMPATIBLE_TYPES,
     NodePoolStatusReconciler,
     compatible_instance_types,
 )
+from karpy.kube.events import EventRecorder
+from karpy.kube.fake import FakeKube
 from karpy.state.cluster import ClusterState, condition
 
 
@@ -57,32 +60,8 @@ def test_compatibility_ignores_availability_but_not_requirements() -> None:
     assert compatible_instance_types(nodepool(labels={wk.LABEL_ARCH: "s390x"}), TYPES) == []
 
 
-class FakeClient:
-    def __init__(self) -> None:
-        self.objs: dict[str, dict[str, Any]] = {}
-
-    async def merge_patch(self, res: Any, name: str, patch: dict[str, Any], **_: Any) -> dict[str, Any]:
-        obj = copy.deepcopy(self.objs[name])
-        for key, value in patch.items():
-            obj.setdefault(key, {}).update(value)
-        self.objs[name] = obj
-        return obj
-
-
-class FakeEvents:
-    def __init__(self) -> None:
-        self.published: list[tuple[str, str, str, str]] = []
-
-    def publish(self, obj: Any, event_type: str, reason: str, message: str) -> None:
-        self.published.append((obj["kind"], event_type, reason, message))
-
-
-class FakeCloud:
-    async def get_instance_types(self, nodeclass: Any) -> list[InstanceType]:
-        return TYPES
-
-
-async def reconcile(np: dict[str, Any]) -> tuple[FakeEvents, dict[str, Any]]:
+async def reconcile(np: dict[str, Any]) -> tuple[list[tuple[str, str, str, str]], dict[str, Any]]:
+    """Reconcile ``np``; the events published (involved kind, type, reason, message) and the stored NodePool."""
     state = ClusterState()
     nodeclass = {
         "metadata": {"name": "nc", "resourceVersion": "1"},
@@ -90,25 +69,21 @@ async def reconcile(np: dict[str, Any]) -> tuple[FakeEvents, dict[str, Any]]:
     }
     state.apply("EC2NodeClass", "ADDED", nodeclass)
     state.apply("NodePool", "ADDED", np)
-    client = FakeClient()
-    client.objs["np"] = np
-    events = FakeEvents()
-    rec = NodePoolStatusReconciler(client, state, events, cloud=FakeCloud())  # type: ignore[arg-type]
-
-    async def no_hash(_: Any) -> None:
-        return None
-
-    rec._ensure_hash = no_hash  # type: ignore[method-assign]
+    kube = FakeKube([np])
+    rec = NodePoolStatusReconciler(kube, state, EventRecorder(kube), cloud=FakeCloudProvider(TYPES))
     await rec.reconcile("np")
-    return events, state.nodepools["np"]
+    for _ in range(5):  # the EventRecorder posts in the background
+        await asyncio.sleep(0)
+    published = [(e["involvedObject"]["kind"], e["type"], e["reason"], e["message"]) for e in kube.events()]
+    return published, state.nodepools["np"]
 
 
 async def test_nodepool_no_type_can_satisfy_gets_a_warning_event_and_stays_ready() -> None:
     events, stored = await reconcile(nodepool({"key": wk.LABEL_ARCH, "operator": "DoesNotExist"}))
-    assert ("NodePool", "Warning", "NoCompatibleInstanceTypes", NO_COMPATIBLE_TYPES) in events.published
+    assert ("NodePool", "Warning", "NoCompatibleInstanceTypes", NO_COMPATIBLE_TYPES) in events
     assert (condition(stored, wk.COND_READY) or {}).get("status") == "True"
 
 
 async def test_satisfiable_nodepool_gets_no_warning() -> None:
     events, _ = await reconcile(nodepool({"key": wk.LABEL_ARCH, "operator": "In", "values": ["amd64"]}))
-    assert not [e for e in events.published if e[2] == "NoCompatibleInstanceTypes"]
+    assert not [e for e in events if e[2] == "NoCompatibleInstanceTypes"]

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 import itertools
 import json
 from typing import Any
@@ -12,10 +11,11 @@ from typing import Any
 import pytest
 
 from karpy.apis import labels as wk
-from karpy.cloudprovider.types import IncompatibleInstanceTypes, InstanceType, Offering
+from karpy.cloudprovider.fake import FakeCloudProvider
+from karpy.cloudprovider.types import InstanceType, Offering
 from karpy.controllers.provisioner import Provisioner
 from karpy.kube.events import EventRecorder
-from karpy.kube.resources import Resource
+from karpy.kube.fake import FakeKube
 from karpy.scheduling.model import IN, Requirement
 from karpy.state.cluster import KINDS, ClusterState
 
@@ -154,44 +154,13 @@ def loaded(objs: list[JSON]) -> ClusterState:
     return state
 
 
-class FakeKube:
-    """Just enough apiserver for the provisioner: create (generateName), merge patch, events."""
-
-    def __init__(self) -> None:
-        self.created: list[JSON] = []
-        self.events: list[JSON] = []
-        self._names = itertools.count(1)
-
-    async def create(self, res: Resource, body: JSON, namespace: str | None = None) -> JSON:
-        obj = copy.deepcopy(body)
-        if res.kind == "Event":
-            self.events.append(obj)
-            return obj
-        meta = obj["metadata"]
-        meta.setdefault("name", f"{meta.get('generateName', 'x-')}{next(self._names)}")
-        meta.update(uid=f"uid-{meta['name']}", resourceVersion=str(next(_rv)))
-        self.created.append(obj)
-        return obj
-
-    async def merge_patch(self, res: Resource, name: str, patch: JSON, namespace: str | None = None) -> JSON:
-        raise AssertionError("no patch expected")
-
-    async def request(self, method: str, path: str, **kwargs: Any) -> JSON:
-        if "/events" in path and method == "POST":
-            self.events.append(kwargs.get("body") or {})
-        return {}
-
-
-class FakeCloud:
-    async def get_instance_types(self, nodeclass: JSON) -> list[InstanceType]:
-        return CATALOGUE
-
-    async def incompatible_instance_types(self, nodeclass: JSON) -> IncompatibleInstanceTypes:
-        return IncompatibleInstanceTypes()
-
-
 def provisioner(state: ClusterState, kube: FakeKube, **kwargs: Any) -> Provisioner:
-    return Provisioner(kube, state, FakeCloud(), EventRecorder(kube), **kwargs)  # type: ignore[arg-type]
+    return Provisioner(kube, state, FakeCloudProvider(CATALOGUE), EventRecorder(kube), **kwargs)
+
+
+def no_patches(kube: FakeKube) -> bool:
+    """The provisioner only creates NodeClaims here: it has no earlier plan to rewrite."""
+    return kube.requests_to("PATCH") == []
 
 
 def zone_requirement(claim: JSON) -> list[str]:
@@ -302,9 +271,10 @@ async def test_provision_once_pins_nodeclaims_to_the_volume_zone_and_reports_wai
     await settle()
     [claim] = created
     assert zone_requirement(claim) == ["us-east-1b"], "unconstrained, us-east-1a would be cheapest"
-    warnings = [e for e in kube.events if e.get("reason") == "FailedScheduling"]
+    warnings = kube.events("FailedScheduling")
     assert [(e["involvedObject"]["name"], e["type"]) for e in warnings] == [("missing", "Warning")]
     assert "persistentvolumeclaim" in warnings[0]["message"] and "not found" in warnings[0]["message"]
+    assert no_patches(kube)
 
 
 async def test_a_pvc_appearing_later_makes_the_pod_schedulable() -> None:
@@ -317,6 +287,7 @@ async def test_a_pvc_appearing_later_makes_the_pod_schedulable() -> None:
     state.apply("PersistentVolumeClaim", "ADDED", pvc("d", storage_class="wffc"))
     [claim] = await prov.provision_once()
     assert zone_requirement(claim) == ["us-east-1c"]
+    assert no_patches(kube)
 
 
 def _affinity_to(selector_labels: dict[str, str]) -> JSON:
@@ -340,7 +311,9 @@ async def test_namespace_labels_reach_the_solver() -> None:
     follower = pod("follower", affinity=_affinity_to({"tier": "gold"}))
     objs = [nodeclass(), nodepool(), anchor, follower]
     with_labels = loaded([*objs, namespace("team-a", tier="gold"), namespace("default")])
-    claims = await provisioner(with_labels, FakeKube()).provision_once()
+    kube = FakeKube()
+    claims = await provisioner(with_labels, kube).provision_once()
+    assert no_patches(kube)
     assert planned(claims) == {"default/follower", "team-a/anchor"}
     assert len({tuple(zone_requirement(c)) for c in claims}) == 1, "follower in the anchor's zone"
 
@@ -349,7 +322,8 @@ async def test_namespace_labels_reach_the_solver() -> None:
     claims = await provisioner(without, kube).provision_once()
     await settle()
     assert planned(claims) == {"team-a/anchor"}
-    assert [e["involvedObject"]["name"] for e in kube.events if e["reason"] == "FailedScheduling"] == ["follower"]
+    assert [e["involvedObject"]["name"] for e in kube.events("FailedScheduling")] == ["follower"]
+    assert no_patches(kube)
 
 
 @pytest.mark.parametrize("policy", ["Respect", "Ignore"])
@@ -368,7 +342,9 @@ async def test_the_preference_policy_is_passed_to_the_solver(policy: str) -> Non
         }
     }
     state = loaded([nodeclass(), nodepool(), pod("web", affinity=preferred)])
-    [claim] = await provisioner(state, FakeKube(), preference_policy=policy).provision_once()
+    kube = FakeKube()
+    [claim] = await provisioner(state, kube, preference_policy=policy).provision_once()
+    assert no_patches(kube)
     zones = zone_requirement(claim) if any(r["key"] == wk.LABEL_ZONE for r in claim["spec"]["requirements"]) else []
     if policy == "Respect":
         assert zones == ["us-east-1c"]
@@ -417,7 +393,8 @@ async def test_daemonset_overhead_comes_from_the_newest_live_pod() -> None:
     older = daemon_pod(ds, "agent-old", "200m", "2026-01-01T00:00:00Z")
     newest = daemon_pod(ds, "agent-new", "1600m", "2026-01-02T00:00:00Z")
     state = loaded([nodeclass(), nodepool(), ds, older, newest, pod("web")])
-    prov = provisioner(state, FakeKube())
+    kube = FakeKube()
+    prov = provisioner(state, kube)
     [agent] = prov.daemonsets()
     assert agent.pod.requests["cpu"] == 1_600
     [claim] = await prov.provision_once()
@@ -425,12 +402,15 @@ async def test_daemonset_overhead_comes_from_the_newest_live_pod() -> None:
     types = next(r["values"] for r in claim["spec"]["requirements"] if r["key"] == wk.LABEL_INSTANCE_TYPE)
     assert types == ["c.xlarge"]
     assert claim["spec"]["resources"]["requests"]["cpu"] == "2100m"
+    assert no_patches(kube)
     # Without a live pod the template's 100m counts and the 2-CPU type is the cheapest.
     state = loaded([nodeclass(), nodepool(), ds, pod("web")])
-    [claim] = await provisioner(state, FakeKube()).provision_once()
+    kube = FakeKube()
+    [claim] = await provisioner(state, kube).provision_once()
     await settle()
     types = next(r["values"] for r in claim["spec"]["requirements"] if r["key"] == wk.LABEL_INSTANCE_TYPE)
     assert types[0] == "c.large"
+    assert no_patches(kube)
 
 
 # --- existing capacity: initialized first ------------------------------------------------------------------------
