@@ -1,4 +1,5 @@
-"""Root pytest configuration: the session-wide ``local_cluster`` for integration and e2e tests.
+"""Root pytest configuration: the session-wide ``local_cluster`` for integration and e2e tests, and the check
+that no test leaks asyncio tasks.
 
 Only tests that request ``local_cluster`` (directly or through another fixture) start it; unit tests never
 do. One cluster serves the whole session. The control-plane binaries are built (``e2e/cluster/build.sh``,
@@ -8,12 +9,15 @@ against any test's timeout.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 CLUSTER_NAME = "karpy-test"
 
@@ -66,3 +70,78 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest
             yield cluster
     finally:
         cluster.stop()
+
+
+# --- leaked asyncio tasks ---------------------------------------------------------------------------------------
+
+CLUSTER_MARKERS = ("integration", "e2e")
+# Tests known to leak, in files this check's author does not own (issue 8): warned about, not failed, until their
+# owners clean up; remove an entry once its test awaits what it starts.
+KNOWN_LEAKS: dict[str, str] = {
+    "tests/unit/test_runtime.py::test_controller_retries_failures_then_succeeds": (
+        "cancels its Controller.run task without awaiting the cancellation"
+    ),
+    "tests/unit/test_disruption_orchestrator.py::test_pause_switches": (
+        "ends while the EventRecorder's last Event post is still pending"
+    ),
+}
+
+
+def _runner_of(request: pytest.FixtureRequest) -> asyncio.Runner | None:
+    """The pytest-asyncio runner an async test runs on; None for a sync test.
+
+    pytest-asyncio (``[tool.pytest.ini_options]``: ``asyncio_mode = "auto"``, test loop scope ``session`` unless a
+    ``@pytest.mark.asyncio(loop_scope=...)`` says otherwise) keeps one ``asyncio.Runner`` per loop scope in a
+    fixture named ``_<scope>_scoped_runner``. Requesting it here also orders it before this fixture, so a
+    function-scoped loop is still open (not yet closed, which would cancel what is left) when the check runs.
+    """
+    if not pytest_asyncio.is_async_test(request.node):
+        return None
+    marker = request.node.get_closest_marker("asyncio")
+    scope = (marker.kwargs.get("loop_scope") if marker else None) or request.config.getini(
+        "asyncio_default_test_loop_scope"
+    )
+    runner = request.getfixturevalue(f"_{scope}_scoped_runner")
+    assert isinstance(runner, asyncio.Runner)
+    return runner
+
+
+async def _cancel(tasks: set[asyncio.Task[object]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_tasks(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail an async test that leaves tasks pending on its event loop when it (and its fixtures) end.
+
+    The tasks pending before the test's function-scoped fixtures are set up are the baseline: those of
+    session-, module- and class-scoped fixtures (set up first) and pytest-asyncio's own are never counted, so
+    only what the test and its function-scoped fixtures started is checked — on the shared session loop this
+    repository runs tests on as on a function-scoped one. Left running, such a task keeps working during the
+    next test on the shared loop (writes to fakes, log lines, state changes) or is cancelled silently when a
+    function-scoped loop closes. Leaked tasks are cancelled (and awaited) before the failure is reported.
+
+    Tests that use the local cluster (``integration``/``e2e`` markers, or the ``local_cluster`` fixture) are not
+    checked: they drive long-lived operators, informers and watches shared across a module or the session, which
+    outlive single tests by design and are stopped by their own fixtures.
+    """
+    item = request.node
+    uses_cluster = "local_cluster" in item.fixturenames or any(item.get_closest_marker(m) for m in CLUSTER_MARKERS)
+    runner = None if uses_cluster else _runner_of(request)
+    if runner is None:
+        yield
+        return
+    loop = runner.get_loop()
+    before = asyncio.all_tasks(loop)
+    yield
+    leaked = {t for t in asyncio.all_tasks(loop) - before if not t.done()}
+    if leaked:
+        names = sorted(f"{t.get_name()} ({t.get_coro()!r})" for t in leaked)
+        runner.run(_cancel(leaked))
+        message = f"{len(leaked)} asyncio task(s) still pending when the test ended: {'; '.join(names)}"
+        if item.nodeid in KNOWN_LEAKS:
+            warnings.warn(pytest.PytestWarning(f"known leak ({KNOWN_LEAKS[item.nodeid]}): {message}"), stacklevel=1)
+        else:
+            pytest.fail(message)
