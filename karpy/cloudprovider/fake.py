@@ -22,6 +22,7 @@ import attrs
 from karpy.apis import labels as wk
 from karpy.cloudprovider.types import (
     CloudInstance,
+    CloudProviderError,
     IncompatibleInstanceTypes,
     InstanceType,
     InsufficientCapacityError,
@@ -93,10 +94,11 @@ class FakeCloudProvider:
         instance_types: what ``get_instance_types`` returns (for every NodeClass).
         incompatible: what ``incompatible_instance_types`` returns.
         cluster_name: the ``kubernetes.io/cluster/<name>=owned`` tag put on launched instances.
+        region: the ``topology.kubernetes.io/region`` label of launches.
         clock: launch time of created instances (timezone-aware UTC); a fixed instant by default.
 
     Behaviour:
-        * ``create`` is idempotent by NodeClaim name (an instance tagged with it is adopted). Otherwise it
+        * ``create`` is idempotent by NodeClaim name (a live instance tagged with it is adopted). Otherwise it
           launches the cheapest offering of ``request.instance_types`` that is available, not marked
           unavailable, and admitted by ``request.requirements`` (matched against the type's labels plus zone,
           zone-id and capacity type); none → :class:`InsufficientCapacityError`. Instance ids are
@@ -119,11 +121,13 @@ class FakeCloudProvider:
         *,
         incompatible: IncompatibleInstanceTypes | None = None,
         cluster_name: str = "unit",
+        region: str = "us-east-1",
         clock: Callable[[], datetime] = lambda: FAKE_LAUNCH_TIME,
     ) -> None:
         self.instance_types: list[InstanceType] = list(instance_types)
         self.incompatible = incompatible or IncompatibleInstanceTypes()
         self.cluster_name = cluster_name
+        self.region = region
         self.clock = clock
         self.instances: dict[str, CloudInstance] = {}
         """Live instances by instance id."""
@@ -201,10 +205,9 @@ class FakeCloudProvider:
             raise self.create_errors_for_nodepool[request.nodepool_name]
         if self.allowed_create_calls is not None and len(self.create_calls) > self.allowed_create_calls:
             raise InsufficientCapacityError("erroring as number of AllowedCreateCalls has been exceeded")
-        by_name = {it.name: it for it in request.instance_types}
         for existing in self.instances.values():
-            if existing.tags.get(wk.TAG_NODECLAIM) == request.nodeclaim_name and existing.instance_type in by_name:
-                return self._result(by_name[existing.instance_type], existing)
+            if existing.tags.get(wk.TAG_NODECLAIM) == request.nodeclaim_name:
+                return self._result(self._type_of(request, existing), existing)
         chosen = self._cheapest(request)
         if chosen is None:
             raise InsufficientCapacityError(f"no available offering for NodeClaim {request.nodeclaim_name}")
@@ -228,7 +231,7 @@ class FakeCloudProvider:
             },
         )
         self.instances[instance_id] = instance
-        return self._result(it, instance, offering.zone_id)
+        return self._result(it, instance)
 
     async def delete(self, provider_id: str) -> None:
         """Terminate at once.
@@ -289,9 +292,23 @@ class FakeCloudProvider:
         _, it, offering = min(candidates, key=lambda c: c[0])
         return it, offering
 
-    @staticmethod
-    def _result(it: InstanceType, instance: CloudInstance, zone_id: str = "") -> LaunchResult:
-        labels = {**it.labels, wk.LABEL_ZONE: instance.zone, wk.LABEL_CAPACITY_TYPE: instance.capacity_type}
+    def _type_of(self, request: LaunchRequest, instance: CloudInstance) -> InstanceType:
+        """An adopted instance's type: from the request, else the catalogue (its AMIs may no longer admit it)."""
+        catalogue = [*request.instance_types, *self.instance_types, *self.incompatible.instance_types]
+        it = next((t for t in catalogue if t.name == instance.instance_type), None)
+        if it is None:
+            raise CloudProviderError(f"instance type {instance.instance_type} of {instance.instance_id} is unknown")
+        return it
+
+    def _result(self, it: InstanceType, instance: CloudInstance) -> LaunchResult:
+        """As the AWS provider reports a launch: the type's labels plus zone, region, zone-id, capacity type."""
+        labels = {
+            **it.labels,
+            wk.LABEL_ZONE: instance.zone,
+            wk.LABEL_REGION: self.region,
+            wk.LABEL_CAPACITY_TYPE: instance.capacity_type,
+        }
+        zone_id = next((o.zone_id for o in it.offerings if o.zone == instance.zone and o.zone_id), "")
         if zone_id:
             labels[wk.LABEL_ZONE_ID] = zone_id
         return LaunchResult(

@@ -92,8 +92,9 @@ async def test_cloud_create_launches_the_cheapest_admitted_offering_with_determi
 async def test_cloud_create_is_idempotent_by_nodeclaim_name() -> None:
     cloud = FakeCloudProvider([SMALL])
     first = await cloud.create(launch("np-1"))
-    again = await cloud.create(launch("np-1"))
-    assert again.provider_id == first.provider_id and len(await cloud.list()) == 1
+    again = await cloud.create(launch("np-1", types=(LARGE,)))
+    assert again.provider_id == first.provider_id and again.instance_type == "c.large", "adopted, whatever the request"
+    assert again.labels[wk.LABEL_REGION] == "us-east-1" and len(await cloud.list()) == 1
     assert len(cloud.create_calls) == 2
 
 
