@@ -1,5 +1,7 @@
-"""EventBridge interruption message parsing: every kind Karpenter handles, with the exact shapes of the
-behaviour reference §2 (Karpenter's ``suite_test.go`` fixtures), plus no-op, empty and malformed bodies."""
+"""EventBridge interruption message parsing: every kind Karpenter handles, in the exact shapes its EventBridge
+rules deliver (spot interruption warning, rebalance recommendation, AWS Health scheduled change, instance state
+change; Karpenter AWS ``pkg/controllers/interruption/{parser.go,messages/*}`` and their ``suite_test.go``
+fixtures), plus no-op, empty and malformed bodies."""
 
 from __future__ import annotations
 
