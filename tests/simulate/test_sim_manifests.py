@@ -11,8 +11,8 @@ import pytest
 import yaml
 from sim_helpers import CATALOGUE, deployment, nodeclass, nodepool, pod_spec, run, write
 
+from karpy.scheduling.translate import scheduling_pod
 from karpy.simulate.manifests import ManifestError, collect, parse_documents, read_sources, safe_encode
-from karpy.state.views import scheduling_pod
 
 SAFE = "[bcdfghjklmnpqrstvwxz2456789]"
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from karpy.state.views import pod_info, pod_requests
+from karpy.scheduling.translate import pod_requests
+from karpy.state.views import pod_info
 
 
 def container(cpu: str, mem: str, **extra: Any) -> dict[str, Any]:
