@@ -27,7 +27,7 @@ from karpy.controllers.interruption import Interruption
 from karpy.controllers.nodeclaim_lifecycle import NodeClaimLifecycle
 from karpy.controllers.nodeclass_status import NodeClassStatusReconciler
 from karpy.controllers.nodepool_status import NodePoolStatusReconciler
-from karpy.controllers.provisioner import Provisioner, nodeclass_name
+from karpy.controllers.provisioner import Provisioner
 from karpy.health import start_probe_server
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
@@ -36,6 +36,7 @@ from karpy.kube.watch import Informer
 from karpy.metrics import CLUSTER_STATE_NODE_COUNT, CLUSTER_STATE_SYNCED, INTERRUPTION_QUEUE_HEALTHY, serve
 from karpy.runtime.controller import Controller
 from karpy.runtime.supervisor import supervise
+from karpy.scheduling.translate import nodeclass_name
 from karpy.settings import Settings, StartupError
 from karpy.state.cluster import ClusterState, condition_true
 from karpy.state.plans import Plans

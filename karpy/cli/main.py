@@ -66,8 +66,10 @@ def _scale(items: list[str]) -> dict[str, int]:
 def simulate_command(args: argparse.Namespace) -> int:
     """``karpy simulate``: exit 0 with a plan (even with unschedulable pods), 2 on invalid input."""
     from karpy.simulate.catalogue import BuiltinCatalogue, Catalogue, CatalogueError, load_catalogue_file
-    from karpy.simulate.manifests import ManifestError, collect, read_sources
+    from karpy.simulate.manifests import collect
     from karpy.simulate.plan import plan_to_json, render_text, simulate
+    from karpy.simulate.reading import read_sources
+    from karpy.simulate.validation import ManifestError
 
     try:
         scale = _scale(args.scale)

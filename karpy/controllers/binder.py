@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 
 from karpy.apis import labels as wk
-from karpy.controllers.provisioner import EPHEMERAL_TAINT_KEYS, bound_nodes, node_capacity, with_volume_terms
+from karpy.controllers.provisioner import bound_nodes, node_capacity, with_volume_terms
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.events import WARNING, EventRecorder
@@ -30,6 +30,7 @@ from karpy.metrics import PODS_BOUND
 from karpy.runtime.controller import Result
 from karpy.scheduling.model import Pod, Taint
 from karpy.scheduling.predicate import BindingCheck, has_topology
+from karpy.scheduling.translate import EPHEMERAL_TAINT_KEYS
 from karpy.state.cluster import ClusterState, deleting
 from karpy.state.plans import Plans
 from karpy.state.views import NodeInfo

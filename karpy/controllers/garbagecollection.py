@@ -38,8 +38,8 @@ from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.resources import NODECLAIMS, NODES
 from karpy.metrics import GC_INSTANCES_TERMINATED, GC_LAUNCH_TEMPLATES_DELETED, NODECLAIMS_DISRUPTED
+from karpy.scheduling.translate import parse_time
 from karpy.state.cluster import ClusterState, condition, condition_true, deleting, provider_id
-from karpy.state.views import parse_time
 
 log = structlog.get_logger("karpy.garbagecollection")
 JSON = dict[str, Any]

@@ -46,16 +46,16 @@ from karpy.cloudprovider.types import (
 )
 from karpy.controllers.conditions import set_condition
 from karpy.controllers.launch_backoff import LaunchBackoff, record_launch_failure
-from karpy.controllers.provisioner import EPHEMERAL_TAINT_KEYS
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.events import NORMAL, WARNING, EventRecorder
 from karpy.kube.resources import NODECLAIMS, NODES
 from karpy.runtime.controller import Result
 from karpy.scheduling.model import Taint
+from karpy.scheduling.translate import EPHEMERAL_TAINT_KEYS, parse_time, taints, taints_json
 from karpy.state.cluster import ClusterState, condition, condition_true, deleting
 from karpy.state.plans import Plans, planned_pods
-from karpy.state.views import NodeInfo, parse_time, taints, taints_json
+from karpy.state.views import NodeInfo
 
 log = structlog.get_logger("karpy.nodeclaim.lifecycle")
 JSON = dict[str, Any]

@@ -30,7 +30,7 @@ from karpy.kube.resources import NODEPOOLS
 from karpy.runtime.controller import Result
 from karpy.scheduling import requirements as rq
 from karpy.scheduling.instancetypes import labels_allow, offering_allowed, type_labels
-from karpy.simulate.inputs import nodeclass_name, requirement_from_json
+from karpy.scheduling.translate import nodeclass_name, requirement_from_json
 from karpy.state.cluster import ClusterState, condition, deleting
 
 log = structlog.get_logger("karpy.nodepool")

@@ -45,17 +45,18 @@ from karpy.runtime.batcher import Batcher
 from karpy.scheduling import model
 from karpy.scheduling.daemons import with_live_pods
 from karpy.scheduling.scheduler import solve
-from karpy.scheduling.volumes import volume_topology
-from karpy.simulate.inputs import (
+from karpy.scheduling.translate import (
     EPHEMERAL_TAINT_KEYS,
     nodeclass_name,
-    requirement_from_json,
     requirement_to_json,
     scheduling_nodepool,
+    taints,
+    taints_json,
 )
+from karpy.scheduling.volumes import volume_topology
 from karpy.state.cluster import ClusterState, condition_true, deleting, provider_id
 from karpy.state.plans import Plans
-from karpy.state.views import NodeInfo, PodInfo, taints, taints_json
+from karpy.state.views import NodeInfo, PodInfo
 
 log = structlog.get_logger("karpy.provisioner")
 JSON = dict[str, Any]
@@ -609,14 +610,10 @@ def nodeclaim_from_plan(
 
 
 __all__ = [
-    "EPHEMERAL_TAINT_KEYS",
     "Provisioner",
     "bound_nodes",
     "node_capacity",
     "nodeclaim_from_plan",
-    "nodeclass_name",
     "provider_id",
-    "requirement_from_json",
-    "scheduling_nodepool",
     "with_volume_terms",
 ]

@@ -47,9 +47,10 @@ from karpy.metrics import NODECLAIMS_TERMINATED
 from karpy.runtime.controller import Result
 from karpy.scheduling.model import Taint
 from karpy.scheduling.taints import tolerates
+from karpy.scheduling.translate import parse_time, taints_json
 from karpy.settings import parse_duration
 from karpy.state.cluster import ClusterState, condition_true, deleting, provider_id
-from karpy.state.views import NodeInfo, PodInfo, parse_time, taints_json
+from karpy.state.views import NodeInfo, PodInfo
 
 log = structlog.get_logger("karpy.terminator")
 JSON = dict[str, Any]

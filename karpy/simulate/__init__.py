@@ -1,8 +1,9 @@
 """``karpy simulate``: what-if provisioning on manifests with the controller's engine, no cluster, no AWS.
 
-Modules: :mod:`~karpy.simulate.manifests` (reading and expanding manifests), :mod:`~karpy.simulate.catalogue`
-(built-in EC2 data or a JSON catalogue file), :mod:`~karpy.simulate.plan` (running the engine and the launch
-choice, text/JSON output), :mod:`~karpy.simulate.inputs` (JSON → scheduling model conversions shared with the
-provisioner) and :mod:`~karpy.simulate.gencatalogue` (regenerates the built-in data from moto).
-This package module imports nothing, so the provisioner can import :mod:`karpy.simulate.inputs` cheaply.
+Modules: :mod:`~karpy.simulate.manifests` (manifests → the objects a cluster would hold; the steps in
+:mod:`~karpy.simulate.reading`, :mod:`~karpy.simulate.defaulting`, :mod:`~karpy.simulate.validation` and
+:mod:`~karpy.simulate.workloads`), :mod:`~karpy.simulate.catalogue` (built-in EC2 data or a JSON catalogue
+file), :mod:`~karpy.simulate.plan` (running the engine and the launch choice, text/JSON output) and
+:mod:`~karpy.simulate.gencatalogue` (regenerates the built-in data from moto). Manifests become scheduling
+inputs through :mod:`karpy.scheduling.translate`, the translation the controllers use.
 """

@@ -1,7 +1,7 @@
 """``karpy simulate``: run the controller's scheduling engine on manifests and describe the plan.
 
-The inputs are built as the provisioner builds them (:mod:`karpy.simulate.inputs`,
-:mod:`karpy.state.views`) and handed to the same :func:`karpy.scheduling.scheduler.solve`. Each new NodeClaim
+The inputs are translated as the provisioner translates them (:mod:`karpy.scheduling.translate`) and handed to
+the same :func:`karpy.scheduling.scheduler.solve`. Each new NodeClaim
 is then "launched" as the AWS provider would launch it (:func:`karpy.aws.instances.choose_capacity_type` and
 :func:`~karpy.aws.instances.launch_candidates`: reserved > spot > on-demand, exotic types only when nothing
 else fits, cheapest candidate first) and priced at that offering.
@@ -29,11 +29,20 @@ from karpy.scheduling.daemons import with_live_pods
 from karpy.scheduling.instancetypes import pod_matches_labels
 from karpy.scheduling.scheduler import solve
 from karpy.scheduling.taints import NO_SCHEDULE, untolerated
+from karpy.scheduling.translate import (
+    EPHEMERAL_TAINT_KEYS,
+    controller_owner,
+    daemonset_view,
+    node_resources,
+    nodeclass_name,
+    requirement_to_json,
+    scheduling_nodepool,
+    scheduling_pod,
+    taints,
+)
 from karpy.scheduling.volumes import volume_topology
 from karpy.simulate.catalogue import Catalogue
-from karpy.simulate.inputs import EPHEMERAL_TAINT_KEYS, nodeclass_name, requirement_to_json, scheduling_nodepool
 from karpy.simulate.manifests import Manifests
-from karpy.state.views import controller_owner, daemonset_view, node_info, scheduling_pod
 
 JSON = dict[str, Any]
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
@@ -99,6 +108,32 @@ class Plan:
 # Inputs
 
 
+@attrs.frozen
+class NodeView:
+    """What the simulation reads of a Node manifest (resources canonical, see :func:`node_view`)."""
+
+    name: str
+    labels: Mapping[str, str]
+    taints: tuple[model.Taint, ...]
+    allocatable: Mapping[str, int]
+    capacity: Mapping[str, int]
+    deleting: bool
+
+
+def node_view(obj: Mapping[str, Any]) -> NodeView:
+    """A Node manifest translated as cluster state translates a watched Node (:mod:`karpy.scheduling.translate`)."""
+    meta = obj.get("metadata") or {}
+    allocatable, capacity = node_resources(obj)
+    return NodeView(
+        name=str(meta.get("name", "")),
+        labels=dict(meta.get("labels") or {}),
+        taints=taints((obj.get("spec") or {}).get("taints")),
+        allocatable=allocatable,
+        capacity=capacity,
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
 def _ready_false(obj: Mapping[str, Any]) -> bool:
     conditions = (obj.get("status") or {}).get("conditions") or []
     return any(c.get("type") == wk.COND_READY and c.get("status") == "False" for c in conditions)
@@ -143,12 +178,14 @@ def existing_nodes(
 
     A DaemonSet that would run on a node but has no pod bound there gets one, as its controller would create
     it. Cordoned nodes get the ``node.kubernetes.io/unschedulable`` taint; on managed nodes not yet
-    initialized, ephemeral and startup taints are ignored (Karpenter C11). Deleting nodes are skipped.
+    initialized, the taints a booting node carries and the NodePool's startup taints are ignored, as Karpenter
+    ignores them until initialization (core ``pkg/scheduling/taints.go``,
+    ``pkg/controllers/nodeclaim/lifecycle/initialization.go``). Deleting nodes are skipped.
     Returns the nodes and notes about what was adjusted.
     """
     out, notes = [], []
     for obj in manifests.nodes:
-        info = node_info(obj)
+        info = node_view(obj)
         if info.deleting:
             continue
         node_taints = list(info.taints)
@@ -196,7 +233,7 @@ def nodepool_usage(manifests: Manifests) -> dict[str, dict[str, int]]:
     """Per NodePool, the summed capacity (and count, ``nodes``) of the Nodes labelled with it."""
     usage: dict[str, dict[str, int]] = {}
     for obj in manifests.nodes:
-        info = node_info(obj)
+        info = node_view(obj)
         pool = info.labels.get(wk.LABEL_NODEPOOL)
         if pool and not info.deleting:
             usage[pool] = add(usage.get(pool, {"nodes": 0}), {"nodes": 1}, info.capacity or info.allocatable)

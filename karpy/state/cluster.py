@@ -41,6 +41,7 @@ import structlog
 
 from karpy.apis import labels as wk
 from karpy.scheduling.model import DaemonSet
+from karpy.scheduling.translate import daemonset_view
 from karpy.state.storage import (
     claim_view,
     namespace_view,
@@ -48,7 +49,7 @@ from karpy.state.storage import (
     pod_volumes,
     storage_class_view,
 )
-from karpy.state.views import NodeInfo, PodInfo, daemonset_view, node_info, pod_info
+from karpy.state.views import NodeInfo, PodInfo, node_info, pod_info
 
 log = structlog.get_logger("karpy.state")
 JSON = dict[str, Any]

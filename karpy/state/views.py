@@ -1,246 +1,20 @@
-"""Pods, Nodes and DaemonSets reduced from watch JSON to small frozen views, once per event.
+"""Pods and Nodes as cluster state keeps them: small frozen views built from watch JSON, once per event.
 
-No kubernetes-asyncio model objects: a view keeps only what scheduling, binding and disruption read.
+No kubernetes-asyncio model objects: a view keeps only what scheduling, binding and disruption read. The
+scheduling part of each (the pod's :class:`~karpy.scheduling.model.Pod`, a node's taints and resources) comes
+from :mod:`karpy.scheduling.translate`, the one JSON → scheduling model translation.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Mapping, Sequence
-from datetime import datetime
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from karpy.apis import labels as wk
-from karpy.apis.quantity import QuantityError, parse_resource_list
-from karpy.apis.resources import Resources, add, max_of
-from karpy.scheduling.model import (
-    DaemonSet,
-    HostPort,
-    LabelSelector,
-    Pod,
-    PodAffinityTerm,
-    Requirement,
-    Taint,
-    Toleration,
-    TopologySpreadConstraint,
-)
-
-JSON = dict[str, Any]
-
-
-def parse_time(value: str | None) -> float:
-    """RFC 3339 timestamp → seconds since the epoch (0.0 when absent)."""
-    if not value:
-        return 0.0
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-
-
-def _requests_of(container: Mapping[str, Any]) -> Resources:
-    """A container's requests; a resource with only a limit requests its limit (Kubernetes API defaulting)."""
-    resources = container.get("resources") or {}
-    try:
-        return {**parse_resource_list(resources.get("limits")), **parse_resource_list(resources.get("requests"))}
-    except QuantityError:
-        return {}
-
-
-def pod_requests(spec: Mapping[str, Any]) -> Resources:
-    """Effective requests of a pod, canonical units (Kubernetes ``resourcehelper.PodRequests``).
-
-    max(sum of containers + restartable (sidecar) init containers, each regular init container plus the
-    sidecars started before it) + ``spec.overhead``. Pod-level ``spec.resources.requests`` (KEP-2837) win when
-    set. Every pod also takes one ``pods`` slot.
-    """
-    pod_level = (spec.get("resources") or {}).get("requests")
-    if pod_level:
-        total = parse_resource_list(pod_level)
-    else:
-        sidecars: Resources = {}
-        init_peak: Resources = {}
-        for init in spec.get("initContainers") or []:
-            req = _requests_of(init)
-            if init.get("restartPolicy") == "Always":
-                sidecars = add(sidecars, req)
-            else:
-                init_peak = max_of([init_peak, add(req, sidecars)])
-        containers = add(*(_requests_of(c) for c in spec.get("containers") or []), sidecars)
-        total = max_of([containers, init_peak])
-    with contextlib.suppress(QuantityError):
-        total = add(total, parse_resource_list(spec.get("overhead")))
-    total["pods"] = 1
-    return total
-
-
-def _requirement(expr: Mapping[str, Any]) -> Requirement:
-    key = wk.NORMALIZED_LABELS.get(expr.get("key", ""), expr.get("key", ""))
-    return Requirement(key, str(expr.get("operator", "")), tuple(expr.get("values") or ()))
-
-
-def node_selector_terms(affinity: Mapping[str, Any] | None) -> tuple[tuple[Requirement, ...], ...]:
-    """Required node affinity terms (ORed), each a tuple of ANDed requirements (matchExpressions only)."""
-    node_affinity = (affinity or {}).get("nodeAffinity") or {}
-    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    return tuple(
-        tuple(_requirement(e) for e in term.get("matchExpressions") or [])
-        for term in required.get("nodeSelectorTerms") or []
-    )
-
-
-def preferred_terms(affinity: Mapping[str, Any] | None) -> tuple[tuple[int, tuple[Requirement, ...]], ...]:
-    """Preferred node affinity as (weight, requirements)."""
-    node_affinity = (affinity or {}).get("nodeAffinity") or {}
-    return tuple(
-        (
-            int(p.get("weight", 1)),
-            tuple(_requirement(e) for e in (p.get("preference") or {}).get("matchExpressions") or []),
-        )
-        for p in node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
-    )
-
-
-def label_selector(obj: Mapping[str, Any] | None) -> LabelSelector | None:
-    """A Kubernetes ``LabelSelector`` (None when absent: it then selects nothing)."""
-    if obj is None:
-        return None
-    return LabelSelector(
-        match_labels=tuple(sorted((str(k), str(v)) for k, v in (obj.get("matchLabels") or {}).items())),
-        match_expressions=tuple(
-            Requirement(str(e.get("key", "")), str(e.get("operator", "")), tuple(str(v) for v in e.get("values") or ()))
-            for e in obj.get("matchExpressions") or []
-        ),
-    )
-
-
-def _affinity_term(term: Mapping[str, Any], weight: int = 0) -> PodAffinityTerm:
-    return PodAffinityTerm(
-        topology_key=str(term.get("topologyKey", "")),
-        selector=label_selector(term.get("labelSelector")),
-        namespaces=tuple(str(n) for n in term.get("namespaces") or ()),
-        namespace_selector=label_selector(term.get("namespaceSelector")),
-        match_label_keys=tuple(str(k) for k in term.get("matchLabelKeys") or ()),
-        mismatch_label_keys=tuple(str(k) for k in term.get("mismatchLabelKeys") or ()),
-        weight=weight,
-    )
-
-
-def pod_affinity_terms(
-    affinity: Mapping[str, Any] | None, kind: str
-) -> tuple[tuple[PodAffinityTerm, ...], tuple[PodAffinityTerm, ...]]:
-    """(required, preferred) terms of ``podAffinity`` or ``podAntiAffinity`` (``kind``); preferred carry weights."""
-    block = (affinity or {}).get(kind) or {}
-    required = tuple(_affinity_term(t) for t in block.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
-    preferred = tuple(
-        _affinity_term(p.get("podAffinityTerm") or {}, int(p.get("weight", 1)))
-        for p in block.get("preferredDuringSchedulingIgnoredDuringExecution") or []
-    )
-    return required, preferred
-
-
-def topology_spread(items: Sequence[Mapping[str, Any]] | None) -> tuple[TopologySpreadConstraint, ...]:
-    """``topologySpreadConstraints`` with Kubernetes defaults (policies Honor/Ignore)."""
-    return tuple(
-        TopologySpreadConstraint(
-            topology_key=str(c.get("topologyKey", "")),
-            max_skew=int(c.get("maxSkew") or 1),
-            when_unsatisfiable=str(c.get("whenUnsatisfiable") or "DoNotSchedule"),
-            selector=label_selector(c.get("labelSelector")),
-            min_domains=int(c["minDomains"]) if c.get("minDomains") is not None else None,
-            node_affinity_policy=str(c.get("nodeAffinityPolicy") or "Honor"),
-            node_taints_policy=str(c.get("nodeTaintsPolicy") or "Ignore"),
-            match_label_keys=tuple(str(k) for k in c.get("matchLabelKeys") or ()),
-        )
-        for c in items or []
-    )
-
-
-def volume_claims(spec: Mapping[str, Any]) -> tuple[str, ...]:
-    """Names of the PVCs a pod mounts through ``persistentVolumeClaim`` volumes."""
-    return tuple(
-        str((v.get("persistentVolumeClaim") or {}).get("claimName", ""))
-        for v in spec.get("volumes") or []
-        if v.get("persistentVolumeClaim")
-    )
-
-
-def tolerations(items: Sequence[Mapping[str, Any]] | None) -> tuple[Toleration, ...]:
-    """Kubernetes tolerations."""
-    return tuple(
-        Toleration(
-            key=str(t.get("key") or ""),
-            operator=str(t.get("operator") or "Equal"),
-            value=str(t.get("value") or ""),
-            effect=str(t.get("effect") or ""),
-        )
-        for t in items or []
-    )
-
-
-def taints(items: Sequence[Mapping[str, Any]] | None) -> tuple[Taint, ...]:
-    """Kubernetes taints."""
-    return tuple(
-        Taint(key=str(t.get("key", "")), effect=str(t.get("effect", "")), value=str(t.get("value") or ""))
-        for t in items or []
-    )
-
-
-def taints_json(items: Sequence[Taint]) -> list[JSON]:
-    """Taints back to Kubernetes JSON (value omitted when empty)."""
-    return [{"key": t.key, "effect": t.effect, **({"value": t.value} if t.value else {})} for t in items]
-
-
-def host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
-    """hostPorts of all containers (init containers too, as the NodePorts filter does)."""
-    out = []
-    for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
-        for p in c.get("ports") or []:
-            if p.get("hostPort"):
-                out.append(HostPort(int(p["hostPort"]), str(p.get("protocol") or "TCP"), str(p.get("hostIP") or "")))
-    return tuple(out)
-
-
-def controller_owner(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The ownerReference with ``controller: true``, if any."""
-    for ref in meta.get("ownerReferences") or []:
-        if ref.get("controller"):
-            return dict(ref)
-    return None
-
-
-def scheduling_pod(obj: Mapping[str, Any]) -> Pod:
-    """The scheduling model of a pod JSON object."""
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    owner = controller_owner(meta)
-    affinity = spec.get("affinity")
-    pod_aff, pref_aff = pod_affinity_terms(affinity, "podAffinity")
-    pod_anti, pref_anti = pod_affinity_terms(affinity, "podAntiAffinity")
-    claims = volume_claims(spec) + tuple(
-        f"{meta.get('name', '')}-{v.get('name', '')}" for v in spec.get("volumes") or [] if v.get("ephemeral")
-    )
-    return Pod(
-        uid=str(meta.get("uid", "")),
-        namespace=str(meta.get("namespace", "")),
-        name=str(meta.get("name", "")),
-        labels=dict(meta.get("labels") or {}),
-        requests=pod_requests(spec),
-        node_selector={wk.NORMALIZED_LABELS.get(k, k): v for k, v in (spec.get("nodeSelector") or {}).items()},
-        required_terms=node_selector_terms(spec.get("affinity")),
-        preferred_terms=preferred_terms(spec.get("affinity")),
-        tolerations=tolerations(spec.get("tolerations")),
-        host_ports=host_ports(spec),
-        priority=int(spec.get("priority") or 0),
-        created=parse_time(meta.get("creationTimestamp")),
-        owner=f"{owner.get('kind')}/{owner.get('uid')}" if owner else "",
-        node_name=str(spec.get("nodeName") or ""),
-        pod_affinity=pod_aff,
-        pod_anti_affinity=pod_anti,
-        preferred_pod_affinity=pref_aff,
-        preferred_pod_anti_affinity=pref_anti,
-        topology_spread=topology_spread(spec.get("topologySpreadConstraints")),
-        volume_claims=claims,
-    )
+from karpy.scheduling.model import Pod, Taint
+from karpy.scheduling.translate import controller_owner, node_resources, parse_time, scheduling_pod, taints
 
 
 @attrs.frozen(slots=True)
@@ -343,11 +117,7 @@ def node_info(obj: Mapping[str, Any]) -> NodeInfo:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
-    try:
-        allocatable = parse_resource_list(status.get("allocatable"))
-        capacity = parse_resource_list(status.get("capacity"))
-    except QuantityError:
-        allocatable, capacity = {}, {}
+    allocatable, capacity = node_resources(obj)
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
     return NodeInfo(
         name=str(meta.get("name", "")),
@@ -363,22 +133,4 @@ def node_info(obj: Mapping[str, Any]) -> NodeInfo:
         created=parse_time(meta.get("creationTimestamp")),
         annotations=dict(meta.get("annotations") or {}),
         uid=str(meta.get("uid", "")),
-    )
-
-
-def daemonset_view(obj: Mapping[str, Any]) -> DaemonSet:
-    """A DaemonSet's pod template as a scheduling :class:`DaemonSet` (template requests and constraints)."""
-    meta = obj.get("metadata") or {}
-    template = (obj.get("spec") or {}).get("template") or {}
-    pod_obj = {
-        "metadata": {
-            "namespace": meta.get("namespace", ""),
-            "name": f"{meta.get('name', '')}-template",
-            "uid": meta.get("uid", ""),
-            "labels": (template.get("metadata") or {}).get("labels") or {},
-        },
-        "spec": template.get("spec") or {},
-    }
-    return DaemonSet(
-        namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")), pod=scheduling_pod(pod_obj)
     )

@@ -9,7 +9,7 @@ from sched_builders import catalogue, instance_type, nodepool
 
 from karpy.cloudprovider.types import InstanceType, Offering
 from karpy.scheduling.scheduler import solve
-from karpy.state.views import scheduling_pod
+from karpy.scheduling.translate import scheduling_pod
 
 GIB = 2**30
 

@@ -1,9 +1,9 @@
-"""Pod JSON → scheduling model: pod (anti-)affinity, topology spread and volumes (``karpy.state.views``)."""
+"""Pod JSON → scheduling model: pod (anti-)affinity, topology spread and volumes (``karpy.scheduling.translate``)."""
 
 from __future__ import annotations
 
 from karpy.scheduling.model import LabelSelector, PodAffinityTerm, Requirement, TopologySpreadConstraint
-from karpy.state.views import scheduling_pod
+from karpy.scheduling.translate import scheduling_pod
 
 ZONE = "topology.kubernetes.io/zone"
 HOST = "kubernetes.io/hostname"

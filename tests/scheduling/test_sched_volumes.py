@@ -10,8 +10,8 @@ from sched_builders import nodepool, requirement_map
 
 from karpy.scheduling.model import Requirement
 from karpy.scheduling.scheduler import solve
+from karpy.scheduling.translate import scheduling_pod
 from karpy.scheduling.volumes import VolumeTopology, volume_topology
-from karpy.state.views import scheduling_pod
 
 ZONE = "topology.kubernetes.io/zone"
 HOST = "kubernetes.io/hostname"

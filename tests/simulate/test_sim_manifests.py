@@ -11,8 +11,11 @@ import pytest
 import yaml
 from sim_helpers import CATALOGUE, deployment, nodeclass, nodepool, pod_spec, run, write
 
-from karpy.simulate.manifests import ManifestError, collect, parse_documents, read_sources, safe_encode
-from karpy.state.views import scheduling_pod
+from karpy.scheduling.translate import scheduling_pod
+from karpy.simulate.defaulting import safe_encode
+from karpy.simulate.manifests import collect
+from karpy.simulate.reading import parse_documents, read_sources
+from karpy.simulate.validation import ManifestError
 
 SAFE = "[bcdfghjklmnpqrstvwxz2456789]"
 

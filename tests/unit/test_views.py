@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from karpy.state.views import pod_info, pod_requests
+from karpy.scheduling.translate import pod_requests
+from karpy.state.views import pod_info
 
 
 def container(cpu: str, mem: str, **extra: Any) -> dict[str, Any]:
@@ -62,3 +63,18 @@ def test_node_info_keeps_annotations_for_do_not_disrupt() -> None:
     info = node_info({"metadata": {"name": "n", "annotations": {"karpenter.sh/do-not-disrupt": "true"}}})
     assert node_annotations(info) == {"karpenter.sh/do-not-disrupt": "true"}
     assert node_info({"metadata": {"name": "bare"}}).annotations == {}
+
+
+def test_node_resources_are_canonical_and_empty_when_a_quantity_is_invalid() -> None:
+    """Cluster state and ``karpy simulate`` read a Node's allocatable/capacity through the same translation."""
+    from karpy.scheduling.translate import node_resources
+    from karpy.state.views import node_info
+
+    node = {
+        "metadata": {"name": "n"},
+        "status": {"allocatable": {"cpu": "1900m", "memory": "7Gi"}, "capacity": {"cpu": "2", "pods": "29"}},
+    }
+    assert node_resources(node) == ({"cpu": 1900, "memory": 7 * 2**30}, {"cpu": 2000, "pods": 29})
+    assert (node_info(node).allocatable, node_info(node).capacity) == node_resources(node)
+    broken = {"metadata": {"name": "n"}, "status": {"allocatable": {"cpu": "lots"}, "capacity": {"cpu": "2"}}}
+    assert node_resources(broken) == ({}, {})

@@ -15,10 +15,11 @@ from karpy.apis import labels as wk
 from karpy.cloudprovider.types import InstanceType
 from karpy.controllers.disruption.types import Candidate
 from karpy.controllers.terminator import drainable
+from karpy.scheduling.translate import parse_time
 from karpy.settings import parse_duration
 from karpy.state.cluster import ClusterState, condition_true, deleting
 from karpy.state.plans import Plans, planned_pods
-from karpy.state.views import NodeInfo, PodInfo, parse_time
+from karpy.state.views import NodeInfo, PodInfo
 
 JSON = dict[str, Any]
 

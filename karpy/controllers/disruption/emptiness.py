@@ -13,9 +13,9 @@ from typing import Any
 
 from karpy.apis import labels as wk
 from karpy.controllers.disruption.types import EMPTY, Candidate, Command
+from karpy.scheduling.translate import parse_time
 from karpy.settings import parse_duration
 from karpy.state.cluster import condition
-from karpy.state.views import parse_time
 
 WHEN_EMPTY = "WhenEmpty"
 WHEN_EMPTY_OR_UNDERUTILIZED = "WhenEmptyOrUnderutilized"

@@ -80,9 +80,9 @@ from karpy.metrics import (
     NODECLAIMS_DISRUPTED,
 )
 from karpy.scheduling import model
-from karpy.simulate.inputs import nodeclass_name
+from karpy.scheduling.translate import nodeclass_name, parse_time
 from karpy.state.cluster import ClusterState, condition, condition_true, deleting
-from karpy.state.views import parse_time, pod_info
+from karpy.state.views import pod_info
 
 log = structlog.get_logger("karpy.disruption")
 JSON = dict[str, Any]
