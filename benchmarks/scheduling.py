@@ -327,7 +327,7 @@ def mixed_daemonsets() -> list[DaemonSet]:
 
 def mixed_lower_bound(pods: Sequence[Pod], pools: Sequence[NodePool], daemon: dict[str, int]) -> float:
     """A valid $/h lower bound: pods split into classes that use disjoint NodePools (GPU, batch, the rest);
-    per class ``max_r Σ_shapes R_{s,r} · min_{t fits s} price_t / allocatable_{t,r}`` (reference §4.3: the
+    per class ``max_r Σ_shapes R_{s,r} · min_{t fits s} price_t / allocatable_{t,r}`` (the
     single-resource bound tightened by fit constraints; allocatable net of the DaemonSet)."""
     classes: dict[str, list[Pod]] = {}
     for p in pods:

@@ -23,7 +23,11 @@ def describe_requests(s: SolveState, g: Group) -> str:
 
 
 def explain_types(s: SolveState, table: PoolTable, g: Group, reqs: rq.Reqs) -> str:
-    """Which instance-type filter emptied the NodePool: labels, resources or offerings (Karpenter B14)."""
+    """Which instance-type filter emptied the NodePool: labels, resources or offerings. Karpenter keeps a type
+    when its requirements are compatible, pod and DaemonSet requests fit its allocatable, and it has an
+    available compatible offering, and its error names which of the three failed (core
+    ``pkg/controllers/provisioning/scheduling/nodeclaim.go``, ``filterInstanceTypesByRequirements``,
+    ``InstanceTypeFilterError``)."""
     if not table.types:
         return "no instance types"
     labelled = table.label_compatible(reqs)

@@ -110,8 +110,12 @@ class Claim:
         self.closed = any(h < m for h, m in zip(self.headroom, min_need, strict=True))
 
 
-class Offer:
-    """What adding a group to a candidate NodeClaim would give: requirements, types, frontier, pod cap."""
+class Candidates:
+    """The candidate instance types of a NodeClaim that takes a group's pods (an open claim, or a new one from
+    a NodePool when ``claim`` is None): the claim's requirements narrowed by the pods' (``reqs``, signature
+    ``sig``), the instance types they still allow (``types``, indices into the NodePool table) and their Pareto
+    frontier (``front``), and how many of the pods it can take (``cap``). ``limited``: the types were cut to
+    fit the NodePool's limits. ``fitting`` caches the types that fit one pod on an empty node."""
 
     __slots__ = ("cap", "claim", "fitting", "front", "limited", "reqs", "sig", "types")
 
@@ -221,8 +225,9 @@ def merge_reqs(s: SolveState, claim: Claim, variant: Variant) -> tuple[rq.Reqs, 
     return out
 
 
-def offer_open(s: SolveState, claim: Claim, g: Group, variant: Variant, pns: bool) -> Offer | None:
-    """How many of the group's pods an open NodeClaim can take (Karpenter ``NodeClaim.Add``)."""
+def candidates_on_claim(s: SolveState, claim: Claim, g: Group, variant: Variant, pns: bool) -> Candidates | None:
+    """The candidate types of an open NodeClaim once it takes the group's pods, and how many it can take
+    (Karpenter ``NodeClaim.Add``); None when it can take none."""
     headroom = claim.headroom
     for i, amount in g.need:
         if headroom[i] < amount:
@@ -257,7 +262,7 @@ def offer_open(s: SolveState, claim: Claim, g: Group, variant: Variant, pns: boo
     cap = pod_cap(s, table, reqs, types, front, claim.used, g.need)
     if cap <= 0:
         return None
-    return Offer(claim, reqs, sig, types, front, 1 if g.ports else cap, claim.limited)
+    return Candidates(claim, reqs, sig, types, front, 1 if g.ports else cap, claim.limited)
 
 
 def price_list(s: SolveState, table: PoolTable, reqs: rq.Reqs, sig: rq.Signature) -> tuple[list[int], list[float]]:
@@ -278,12 +283,12 @@ def first_fit(order: Sequence[int], avail: Sequence[Vector], used: Sequence[int]
     return len(order)
 
 
-def commit(s: SolveState, claim: Claim, offer: Offer, g: Group, variant: Variant, pods: list[Pod]) -> None:
+def commit(s: SolveState, claim: Claim, cands: Candidates, g: Group, variant: Variant, pods: list[Pod]) -> None:
     k = len(pods)
     old_reqs, old_sig = claim.reqs, claim.sig
-    claim.reqs, claim.sig = offer.reqs, offer.sig
+    claim.reqs, claim.sig = cands.reqs, cands.sig
     claim.merged.add(variant.sig)
-    claim.types, claim.front = offer.types, offer.front
+    claim.types, claim.front = cands.types, cands.front
     for i, amount in g.need:
         claim.used[i] += amount * k
     claim.pods.extend(pods)
@@ -296,16 +301,17 @@ def commit(s: SolveState, claim: Claim, offer: Offer, g: Group, variant: Variant
     record_claim(s, claim, g, k)
 
 
-def pool_offer(s: SolveState, table: PoolTable, g: Group, variant: Variant, pns: bool) -> Offer | str:
-    """A fresh NodeClaim from ``table`` for this group alternative, or why there is none (cached)."""
+def pool_candidates(s: SolveState, table: PoolTable, g: Group, variant: Variant, pns: bool) -> Candidates | str:
+    """The candidate types of a new NodeClaim from ``table`` for this group alternative, or why there is none
+    (cached)."""
     key = (table.order, variant.sig, pns, g.vec, g.tolerations, g.ports)
-    hit = s.pool_offers.get(key)
+    hit = s.pool_candidates_cache.get(key)
     if hit is None:
-        hit = s.pool_offers[key] = make_pool_offer(s, table, g, variant, pns)
+        hit = s.pool_candidates_cache[key] = new_pool_candidates(s, table, g, variant, pns)
     return hit
 
 
-def make_pool_offer(s: SolveState, table: PoolTable, g: Group, variant: Variant, pns: bool) -> Offer | str:
+def new_pool_candidates(s: SolveState, table: PoolTable, g: Group, variant: Variant, pns: bool) -> Candidates | str:
     pool = table.pool
     taint = untolerated(g.tolerations, pool.taints, pns)
     if taint is not None:
@@ -325,7 +331,7 @@ def make_pool_offer(s: SolveState, table: PoolTable, g: Group, variant: Variant,
     zero = [0] * len(s.index)
     if max((fit_count(table.avail[t], zero, g.need) for t in front), default=0) < 1:
         return explain_types(s, table, g, reqs)
-    return Offer(None, reqs, sig, table.viable(reqs, sig), front, 0)
+    return Candidates(None, reqs, sig, table.viable(reqs, sig), front, 0)
 
 
 def without_port_types(s: SolveState, table: PoolTable, ports: tuple[HostPort, ...], reqs: rq.Reqs) -> rq.Reqs:
@@ -346,40 +352,40 @@ def without_port_types(s: SolveState, table: PoolTable, ports: tuple[HostPort, .
 
 
 def open_claim(
-    s: SolveState, table: PoolTable, g: Group, variant: Variant, offer: Offer, todo: list[Pod]
+    s: SolveState, table: PoolTable, g: Group, variant: Variant, cands: Candidates, todo: list[Pod]
 ) -> list[Pod] | str:
-    """Open one NodeClaim from ``offer`` holding as many pods as its largest fitting type allows."""
-    types, front, limited = offer.types, offer.front, False
+    """Open one NodeClaim with the candidate types ``cands`` holding as many pods as its largest fitting type allows."""
+    types, front, limited = cands.types, cands.front, False
     remaining = s.remaining[table.name]
     zero = [0] * len(s.index)
-    if remaining and not within_limits(s, table, offer, remaining):
+    if remaining and not within_limits(s, table, cands, remaining):
         kept = [t for t in types if table.fits_limits(t, remaining)]
         if len(kept) < len(types):
             limited = True
             types, front = kept, frontier(table.avail, kept)
         if max((fit_count(table.avail[t], zero, g.need) for t in front), default=0) < 1:
-            fitting = [t for t in offer.types if fit_count(table.avail[t], zero, g.need) >= 1]
+            fitting = [t for t in cands.types if fit_count(table.avail[t], zero, g.need) >= 1]
             over = sorted(k for k, v in remaining.items() if min(table.capacity[t].get(k, 0) for t in fitting) > v)
             # No single resource rules every type out: name each one that rules some out.
             over = over or sorted(
                 k for k, v in remaining.items() if any(table.capacity[t].get(k, 0) > v for t in fitting)
             )
             return f'nodepool "{table.name}" limits exceeded: {", ".join(over)}'
-    cap = pod_cap(s, table, offer.reqs, types, front, zero, g.need)
+    cap = pod_cap(s, table, cands.reqs, types, front, zero, g.need)
     if cap <= 0:
         fitting = [t for t in types if fit_count(table.avail[t], zero, g.need) >= 1]
-        why = explain_min_values(s, table, offer.reqs, fitting)
+        why = explain_min_values(s, table, cands.reqs, fitting)
         return f'incompatible with nodepool "{table.name}": {why}'
     if g.ports:
         cap = 1
-    claim = Claim(table, len(s.claims), offer.reqs, offer.sig, [0] * len(s.index))
+    claim = Claim(table, len(s.claims), cands.reqs, cands.sig, [0] * len(s.index))
     claim.types, claim.front, claim.limited = types, front, limited
     s.claims.append(claim)
     s.claim_by_host[claim.hostname] = claim
     take = min(cap, len(todo))
-    if take > 1 and not limited and not min_values_keys(offer.reqs):
-        take = cheapest_per_pod(s, table, offer, g, take)
-    commit(s, claim, Offer(claim, offer.reqs, offer.sig, types, front, cap, limited), g, variant, todo[:take])
+    if take > 1 and not limited and not min_values_keys(cands.reqs):
+        take = cheapest_per_pod(s, table, cands, g, take)
+    commit(s, claim, Candidates(claim, cands.reqs, cands.sig, types, front, cap, limited), g, variant, todo[:take])
     if remaining:
         # Count the largest candidate against the limits: any of them may be launched (Karpenter
         # ``subtractMax``); later pods only narrow the candidates, so this stays an upper bound.
@@ -392,11 +398,11 @@ def open_claim(
     return todo[take:]
 
 
-def cheapest_per_pod(s: SolveState, table: PoolTable, offer: Offer, g: Group, most: int) -> int:
+def cheapest_per_pod(s: SolveState, table: PoolTable, cands: Candidates, g: Group, most: int) -> int:
     """How many of the group's pods a new claim should take: the count whose cheapest fitting type costs
     least per pod (ties to more pods). Karpenter always takes as many as fit; that can launch one big
     type where two small ones are cheaper."""
-    order, prices = price_list(s, table, offer.reqs, offer.sig)
+    order, prices = price_list(s, table, cands.reqs, cands.sig)
     zero = [0] * len(s.index)
     best = (float("inf"), most)
     seen = 0
@@ -427,11 +433,11 @@ def max_capacity(s: SolveState, table: PoolTable, sig: rq.Signature, types: Sequ
     return hit
 
 
-def within_limits(s: SolveState, table: PoolTable, offer: Offer, remaining: Mapping[str, int]) -> bool:
+def within_limits(s: SolveState, table: PoolTable, cands: Candidates, remaining: Mapping[str, int]) -> bool:
     """True when even the largest candidate type stays within the NodePool's remaining limits."""
-    if offer.limited:
+    if cands.limited:
         return False
-    biggest = max_capacity(s, table, offer.sig, offer.types)
+    biggest = max_capacity(s, table, cands.sig, cands.types)
     return all(biggest.get(k, 0) <= v for k, v in remaining.items())
 
 
@@ -461,12 +467,12 @@ def pod_cap(
     return 0
 
 
-def fitting_types(s: SolveState, table: PoolTable, g: Group, offer: Offer) -> list[int]:
-    """The offer's types that fit one pod of the group on an empty node (domains must have one)."""
-    if offer.fitting is None:
+def fitting_types(s: SolveState, table: PoolTable, g: Group, cands: Candidates) -> list[int]:
+    """The candidate types that fit one pod of the group on an empty node (domains must have one)."""
+    if cands.fitting is None:
         zero = [0] * len(s.index)
-        offer.fitting = [t for t in offer.types if fit_count(table.avail[t], zero, g.need) >= 1]
-    return offer.fitting
+        cands.fitting = [t for t in cands.types if fit_count(table.avail[t], zero, g.need) >= 1]
+    return cands.fitting
 
 
 def finalize(s: SolveState, claim: Claim) -> NewNodeClaim | str:

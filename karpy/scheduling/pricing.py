@@ -13,12 +13,12 @@ from collections.abc import Sequence
 
 from karpy.scheduling.model import Pod
 from karpy.scheduling.nodeclaim import (
+    Candidates,
     Claim,
-    Offer,
+    candidates_on_claim,
     commit,
     first_fit,
-    offer_open,
-    pool_offer,
+    pool_candidates,
     pop_claim,
     price_list,
     push_claim,
@@ -30,14 +30,14 @@ from karpy.scheduling.state import SolveState, fit_count
 WINDOW = 8
 
 
-class _Deal:
-    """One open claim while a group's pods are dealt: its offer, the pods given, the price so far."""
+class _DealtClaim:
+    """One open claim while a group's pods are dealt: its candidate types, the pods given, the price so far."""
 
-    __slots__ = ("base", "claim", "marginal", "next_pos", "offer", "pos", "taken", "used")
+    __slots__ = ("base", "cands", "claim", "marginal", "next_pos", "pos", "taken", "used")
 
-    def __init__(self, claim: Claim, offer: Offer) -> None:
+    def __init__(self, claim: Claim, cands: Candidates) -> None:
         self.claim = claim
-        self.offer = offer
+        self.cands = cands
         self.taken: list[Pod] = []
         self.used = list(claim.used)
         self.pos = -1
@@ -57,7 +57,7 @@ def place_open(s: SolveState, g: Group, level: Level, variant: Variant, todo: li
     filling each claim's cheapest type before growing another one. Claims are popped from the shared
     heap only as far as needed, so the work per pod does not grow with the number of open claims.
     """
-    active: dict[int, _Deal] = {}
+    active: dict[int, _DealtClaim] = {}
     popped: list[Claim] = []
     need = g.need
 
@@ -67,18 +67,18 @@ def place_open(s: SolveState, g: Group, level: Level, variant: Variant, todo: li
             if claim is None:
                 return
             popped.append(claim)
-            offer = offer_open(s, claim, g, variant, level.pns)
-            if offer is not None:
-                deal = _Deal(claim, offer)
+            cands = candidates_on_claim(s, claim, g, variant, level.pns)
+            if cands is not None:
+                deal = _DealtClaim(claim, cands)
                 deal.marginal = marginal_price(s, deal, need)
                 active[claim.index] = deal
 
     refill()
-    dealt: list[_Deal] = []
+    dealt: list[_DealtClaim] = []
     fresh: float | None = None
     pos = 0
     while pos < len(todo) and active:
-        deal = min(active.values(), key=_Deal.rank)
+        deal = min(active.values(), key=_DealtClaim.rank)
         if deal.marginal > 0:
             # Growing a claim can cost more than a new node of its own (two 4-GPU pods on an 8-GPU type).
             if fresh is None:
@@ -93,13 +93,13 @@ def place_open(s: SolveState, g: Group, level: Level, variant: Variant, todo: li
             deal.used[i] += amount
         deal.base = deal.base + deal.marginal
         deal.pos = deal.next_pos
-        if len(deal.taken) >= deal.offer.cap:
+        if len(deal.taken) >= deal.cands.cap:
             del active[deal.claim.index]
             refill()
         else:
             deal.marginal = marginal_price(s, deal, need)
     for deal in dealt:
-        commit(s, deal.claim, deal.offer, g, variant, deal.taken)
+        commit(s, deal.claim, deal.cands, g, variant, deal.taken)
     for claim in popped:
         push_claim(s, claim)
     return todo[pos:]
@@ -110,22 +110,22 @@ def fresh_price(s: SolveState, g: Group, level: Level, variant: Variant) -> floa
     :func:`karpy.scheduling.scheduler.place_new` would use."""
     zero = [0] * len(s.index)
     for table in s.tables:
-        offer = pool_offer(s, table, g, variant, level.pns)
-        if isinstance(offer, str):
+        cands = pool_candidates(s, table, g, variant, level.pns)
+        if isinstance(cands, str):
             continue
-        order, prices = price_list(s, table, offer.reqs, offer.sig)
+        order, prices = price_list(s, table, cands.reqs, cands.sig)
         for j, t in enumerate(order):
             if fit_count(table.avail[t], zero, g.need) >= 1:
                 return prices[j]
     return float("inf")
 
 
-def marginal_price(s: SolveState, deal: _Deal, need: Sequence[tuple[int, int]]) -> float:
+def marginal_price(s: SolveState, deal: _DealtClaim, need: Sequence[tuple[int, int]]) -> float:
     """How much one more pod raises the price of the claim's cheapest fitting type (USD/hour)."""
-    offer = deal.offer
-    if offer.limited:
+    cands = deal.cands
+    if cands.limited:
         return 0.0
-    order, prices = price_list(s, deal.claim.table, offer.reqs, offer.sig)
+    order, prices = price_list(s, deal.claim.table, cands.reqs, cands.sig)
     avail = deal.claim.table.avail
     used = deal.used
     start = deal.pos
@@ -143,16 +143,16 @@ def marginal_price(s: SolveState, deal: _Deal, need: Sequence[tuple[int, int]]) 
     return prices[nxt] - deal.base
 
 
-def grows_too_much(s: SolveState, claim: Claim, offer: Offer, g: Group, level: Level, variant: Variant) -> bool:
+def grows_too_much(s: SolveState, claim: Claim, cands: Candidates, g: Group, level: Level, variant: Variant) -> bool:
     """True when one more pod would raise the claim's launch price by more than a new claim costs."""
-    if offer.limited:
+    if cands.limited:
         return False
     table = claim.table
-    order, prices = price_list(s, table, offer.reqs, offer.sig)
+    order, prices = price_list(s, table, cands.reqs, cands.sig)
     avail = table.avail
-    start = first_fit(order, avail, claim.used, 0) if offer.sig != claim.price_sig else claim.price_pos
+    start = first_fit(order, avail, claim.used, 0) if cands.sig != claim.price_sig else claim.price_pos
     start = first_fit(order, avail, claim.used, start)
-    claim.price_sig, claim.price_pos = offer.sig, start
+    claim.price_sig, claim.price_pos = cands.sig, start
     grown = list(claim.used)
     for i, amount in g.need:
         grown[i] += amount

@@ -85,13 +85,13 @@ from karpy.scheduling.nodeclaim import (
     MAX_INSTANCE_TYPES,
     Claim,
     candidate_heaps,
+    candidates_on_claim,
     commit,
     finalize,
     fitting_types,
     is_restricted_node_label,
-    offer_open,
     open_claim,
-    pool_offer,
+    pool_candidates,
     pop_claim,
     push_claim,
 )
@@ -176,11 +176,11 @@ def place_new(s: SolveState, g: Group, level: Level, variant: Variant, todo: lis
         why: list[str] = []
         opened = False
         for table in s.tables:
-            offer = pool_offer(s, table, g, variant, level.pns)
-            if isinstance(offer, str):
-                why.append(f'incompatible with nodepool "{table.name}": {offer}')
+            cands = pool_candidates(s, table, g, variant, level.pns)
+            if isinstance(cands, str):
+                why.append(f'incompatible with nodepool "{table.name}": {cands}')
                 continue
-            result = open_claim(s, table, g, variant, offer, todo)
+            result = open_claim(s, table, g, variant, cands, todo)
             if isinstance(result, str):
                 why.append(result)
                 continue
@@ -233,8 +233,8 @@ def try_claim(
 ) -> int:
     """Place one pod of the group on ``claim`` if it can take it: PLACED, or why not (NEVER for this group
     and level, NOT_NOW, PRICEY when growing it costs more than a new claim)."""
-    offer = offer_open(s, claim, g, variant, level.pns)
-    if offer is None:
+    cands = candidates_on_claim(s, claim, g, variant, level.pns)
+    if cands is None:
         return NEVER
     dom = {k: claim_domains(s, claim, k) for k in level.keys}
     allowed = allowed_domains(s, g, level, dom, claim.members)
@@ -243,13 +243,13 @@ def try_claim(
     pins = domain_pins(s, level, dom, allowed)
     if pins:
         variant = variant.pinned(pins)
-        pinned = offer_open(s, claim, g, variant, level.pns)
+        pinned = candidates_on_claim(s, claim, g, variant, level.pns)
         if pinned is None:
             return NOT_NOW
-        offer = pinned
-    if check_price and grows_too_much(s, claim, offer, g, level, variant):
+        cands = pinned
+    if check_price and grows_too_much(s, claim, cands, g, level, variant):
         return PRICEY
-    commit(s, claim, offer, g, variant, [pod])
+    commit(s, claim, cands, g, variant, [pod])
     return PLACED
 
 
@@ -297,7 +297,7 @@ def topo_new(s: SolveState, g: Group, level: Level, variant: Variant, pod: Pod) 
     """Open a claim for one pod from the first NodePool that can take it; the reasons when none can."""
     why: list[str] = []
     for table in s.tables:
-        base = pool_offer(s, table, g, variant, level.pns)
+        base = pool_candidates(s, table, g, variant, level.pns)
         if isinstance(base, str):
             why.append(f'incompatible with nodepool "{table.name}": {base}')
             continue
@@ -316,11 +316,11 @@ def topo_new(s: SolveState, g: Group, level: Level, variant: Variant, pod: Pod) 
             continue
         pins = domain_pins(s, level, dom, allowed)
         chosen = variant.pinned(pins) if pins else variant
-        offer = pool_offer(s, table, g, chosen, level.pns) if pins else base
-        if isinstance(offer, str):
-            why.append(f'incompatible with nodepool "{table.name}": {offer}')
+        cands = pool_candidates(s, table, g, chosen, level.pns) if pins else base
+        if isinstance(cands, str):
+            why.append(f'incompatible with nodepool "{table.name}": {cands}')
             continue
-        result = open_claim(s, table, g, chosen, offer, [pod])
+        result = open_claim(s, table, g, chosen, cands, [pod])
         if isinstance(result, str):
             why.append(result)
             continue

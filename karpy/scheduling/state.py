@@ -23,7 +23,7 @@ from karpy.scheduling.topology import Topology
 
 if TYPE_CHECKING:
     from karpy.scheduling.existingnode import Slot
-    from karpy.scheduling.nodeclaim import Claim, Offer
+    from karpy.scheduling.nodeclaim import Candidates, Claim
     from karpy.scheduling.queue import Group, Variant
 
 RESPECT: Final = "Respect"
@@ -112,7 +112,7 @@ class SolveState:
         "min_need",
         "no_room",
         "offered",
-        "pool_offers",
+        "pool_candidates_cache",
         "port_types",
         "price_lists",
         "remaining",
@@ -165,7 +165,7 @@ class SolveState:
         self.errors: dict[str, str] = {}
         self.merge_cache: dict[tuple[rq.Signature, rq.Signature], tuple[rq.Reqs, rq.Signature] | None] = {}
         self.viable_sets: dict[tuple[int, rq.Signature], frozenset[int]] = {}
-        self.pool_offers: dict[tuple[object, ...], Offer | str] = {}
+        self.pool_candidates_cache: dict[tuple[object, ...], Candidates | str] = {}
         self.max_caps: dict[tuple[int, rq.Signature], dict[str, int]] = {}
         self.offered: dict[tuple[object, ...], set[str]] = {}
         self.price_lists: dict[tuple[int, rq.Signature], tuple[list[int], list[float]]] = {}
