@@ -35,6 +35,8 @@ MAX_INSTANCE_TYPES = 60
 # Label domains a NodeClaim may still carry although they are in a restricted domain (Karpenter
 # ``LabelDomainExceptions``).
 LABEL_DOMAIN_EXCEPTIONS = frozenset({"kops.k8s.io", "node.kubernetes.io", "node-restriction.kubernetes.io"})
+# Set to "true" on a NodeClaim whose minValues were lowered (Karpenter ``NodeClaimMinValuesRelaxedAnnotationKey``).
+ANNOTATION_MIN_VALUES_RELAXED = "karpenter.sh/nodeclaim-min-values-relaxed"
 
 
 def is_restricted_node_label(key: str) -> bool:
@@ -450,10 +452,11 @@ def pod_cap(
     used: Sequence[int],
     need: Sequence[tuple[int, int]],
 ) -> int:
-    """Most pods one NodeClaim can take while its remaining types still satisfy every minValues."""
+    """Most pods one NodeClaim can take while its remaining types still satisfy every minValues (under
+    ``BestEffort``, while any type fits: minValues is lowered in :func:`finalize` instead)."""
     mv = min_values_keys(reqs)
     avail = table.avail
-    if not mv:
+    if not mv or s.relax_min_values:
         return max(max((fit_count(avail[t], used, need) for t in front), default=0), 0)
     fits = [fit_count(avail[t], used, need) for t in types]
     seen: dict[str, set[str]] = {k: set() for k, _ in mv}
@@ -476,7 +479,12 @@ def fitting_types(s: SolveState, table: PoolTable, g: Group, cands: Candidates) 
 
 
 def finalize(s: SolveState, claim: Claim) -> NewNodeClaim | str:
-    """The NodeClaim Karpenter would create (``FinalizeScheduling`` + ``ToNodeClaim``)."""
+    """The NodeClaim Karpenter would create (``FinalizeScheduling`` + ``ToNodeClaim``), or why there is none.
+
+    minValues is checked over the (at most ``MAX_INSTANCE_TYPES``) cheapest fitting types; when they do not
+    give enough distinct values, Strict fails the NodeClaim, BestEffort lowers minValues to the values they
+    give and annotates it (Karpenter ``InstanceTypes.Truncate`` and ``Scheduler.addToNewNodeClaim``, core
+    ``pkg/cloudprovider/types.go`` and ``pkg/controllers/provisioning/scheduling/scheduler.go``)."""
     table, reqs, used, avail = claim.table, claim.reqs, claim.used, claim.table.avail
     members = set(claim.types) if claim.limited else None
     priced: list[int] = []
@@ -485,13 +493,19 @@ def finalize(s: SolveState, claim: Claim) -> NewNodeClaim | str:
             priced.append(t)
             if len(priced) == MAX_INSTANCE_TYPES:
                 break
+    relaxed: dict[str, int | None] = {}
     for key, n in min_values_keys(reqs):
         values: set[str] = set()
         for t in priced:
             values |= table.values_of(t, key, reqs)
         if len(values) < n:
-            return f"minValues {n} for {key} not met within the {MAX_INSTANCE_TYPES} cheapest instance types"
+            if not s.relax_min_values:
+                return f"minValues {n} for {key} not met within the {MAX_INSTANCE_TYPES} cheapest instance types"
+            relaxed[key] = len(values) or None
     out = dict(reqs)
+    for key, lowered in relaxed.items():
+        r = out[key]
+        out[key] = rq.Req(key, r.complement, r.values, r.gt, r.lt, min_values=lowered)
     names = tuple(table.names[t] for t in priced)
     out.pop(wk.LABEL_INSTANCE_TYPE, None)
     shapes = {table.offer_shape[t]: t for t in priced}
@@ -503,10 +517,11 @@ def finalize(s: SolveState, claim: Claim) -> NewNodeClaim | str:
             if found is None:
                 found = s.offered[cache_key] = table.offering_values(t, key, reqs)
             offered |= found
-        out[key] = _narrowed(reqs, key, offered)
+        out[key] = _narrowed(out, key, offered)
     prev = reqs.get(wk.LABEL_INSTANCE_TYPE)
     # The instance-type list keeps price order (cheapest first), as Karpenter writes it.
-    type_req = Requirement(wk.LABEL_INSTANCE_TYPE, IN, names, prev.min_values if prev else None)
+    type_mv = relaxed.get(wk.LABEL_INSTANCE_TYPE, prev.min_values) if prev else None
+    type_req = Requirement(wk.LABEL_INSTANCE_TYPE, IN, names, type_mv)
     requirements = tuple(
         r
         for key in sorted([*out, wk.LABEL_INSTANCE_TYPE])
@@ -527,6 +542,7 @@ def finalize(s: SolveState, claim: Claim) -> NewNodeClaim | str:
         labels=labels,
         taints=table.pool.taints,
         startup_taints=table.pool.startup_taints,
+        annotations={ANNOTATION_MIN_VALUES_RELAXED: "true"} if relaxed else {},
     )
 
 

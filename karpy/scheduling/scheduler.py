@@ -98,7 +98,7 @@ from karpy.scheduling.nodeclaim import (
 from karpy.scheduling.pricing import grows_too_much, place_open
 from karpy.scheduling.queue import Group, Level, Variant, group_pods
 from karpy.scheduling.repack import repack
-from karpy.scheduling.state import HOSTNAME, IGNORE, NO_NODEPOOLS, RESPECT, SolveState
+from karpy.scheduling.state import BEST_EFFORT, HOSTNAME, IGNORE, NO_NODEPOOLS, RESPECT, STRICT, SolveState
 from karpy.scheduling.taints import PREFER_NO_SCHEDULE
 from karpy.scheduling.topologydomains import (
     allowed_domains,
@@ -351,6 +351,7 @@ def new_state(
     daemonsets: Sequence[DaemonSet],
     preference_policy: str = RESPECT,
     namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+    min_values_policy: str = STRICT,
 ) -> SolveState:
     """A solve's state before placement (Karpenter ``NewScheduler``): NodePools in weight order, existing
     capacity in the order it is tried, pods grouped and queued, pods already bound counted in the topology."""
@@ -362,7 +363,7 @@ def new_state(
         any(t.effect == PREFER_NO_SCHEDULE for p in nodepools for t in p.taints)
         or any(t.effect == PREFER_NO_SCHEDULE for n in existing for t in n.taints)
     )
-    s = SolveState(respect, index, tables, slots, has_pns, namespace_labels or {})
+    s = SolveState(respect, index, tables, slots, has_pns, namespace_labels or {}, min_values_policy == BEST_EFFORT)
     record_existing_owners(s)
     s.groups = group_pods(s, pods)
     count_existing_pods(s)
@@ -387,6 +388,7 @@ def solve(
     *,
     preference_policy: str = RESPECT,
     namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+    min_values_policy: str = STRICT,
 ) -> SchedulingResult:
     """Plan ``pods`` onto existing capacity and new NodeClaims (Karpenter ``Scheduler.Solve``).
 
@@ -400,6 +402,10 @@ def solve(
             ``Ignore`` (drop preferred affinities, ScheduleAnyway spreads; PreferNoSchedule never blocks).
         namespace_labels: namespace name → labels, for affinity terms' ``namespaceSelector``; namespaces
             missing here only have ``kubernetes.io/metadata.name``.
+        min_values_policy: ``Strict`` (a NodeClaim whose instance types cannot meet a requirement's minValues
+            is not created; its pods stay pending with the reason) or ``BestEffort`` (minValues is lowered to
+            the distinct values the NodeClaim's instance types give, and the NodeClaim is annotated
+            ``karpenter.sh/nodeclaim-min-values-relaxed: "true"``), as Karpenter's ``MIN_VALUES_POLICY``.
 
     Returns:
         The new NodeClaims (instance types cheapest first, at most 60), the pods placed per existing node
@@ -407,13 +413,15 @@ def solve(
 
     Never raises for unschedulable input; it is pure and deterministic.
     """
-    return run(new_state(pods, nodepools, existing, daemonsets, preference_policy, namespace_labels))
+    return run(new_state(pods, nodepools, existing, daemonsets, preference_policy, namespace_labels, min_values_policy))
 
 
 __all__ = [
+    "BEST_EFFORT",
     "IGNORE",
     "MAX_INSTANCE_TYPES",
     "RESPECT",
+    "STRICT",
     "by_weight",
     "is_restricted_node_label",
     "new_state",

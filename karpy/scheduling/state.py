@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 
 RESPECT: Final = "Respect"
 IGNORE: Final = "Ignore"
+# ``MIN_VALUES_POLICY``: Strict fails a NodeClaim whose minValues its instance types cannot meet; BestEffort
+# lowers minValues to what they give (Karpenter ``options.MinValuesPolicy``).
+STRICT: Final = "Strict"
+BEST_EFFORT: Final = "BestEffort"
 HOSTNAME = wk.LABEL_HOSTNAME
 NO_NODEPOOLS = "no nodepools"
 WILDCARD_IPS = frozenset({"", "0.0.0.0", "::"})
@@ -88,7 +92,8 @@ class SolveState:
     :func:`karpy.scheduling.instancetypes.resource_index`); ``tables`` are the NodePools in weight order;
     ``slots`` the existing nodes and in-flight NodeClaims in the order they are tried; ``claims`` the
     NodeClaims opened in this solve, ``heap`` and ``domain_heaps`` their (pod count, index) heaps;
-    ``remaining`` the NodePool limits still free per resource; ``errors`` pod key → why it was placed nowhere.
+    ``remaining`` the NodePool limits still free per resource; ``errors`` pod key → why it was placed nowhere;
+    ``relax_min_values`` is ``MIN_VALUES_POLICY=BestEffort``.
     The remaining attributes are caches keyed by NodePool order and requirement signature.
     """
 
@@ -115,6 +120,7 @@ class SolveState:
         "pool_candidates_cache",
         "port_types",
         "price_lists",
+        "relax_min_values",
         "remaining",
         "res_pos",
         "respect",
@@ -135,8 +141,10 @@ class SolveState:
         slots: list[Slot],
         has_pns: bool,
         namespace_labels: Mapping[str, Mapping[str, str]],
+        relax_min_values: bool = False,
     ) -> None:
         self.respect = respect
+        self.relax_min_values = relax_min_values
         self.index = index
         self.res_pos = {n: i for i, n in enumerate(index)}
         self.tables = tables
