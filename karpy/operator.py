@@ -76,6 +76,7 @@ class Operator:
             batch_idle=settings.batch_idle_duration,
             batch_max=settings.batch_max_duration,
             preference_policy=settings.preference_policy,
+            min_values_policy=settings.min_values_policy,
             plans=self.plans,
         )
         self.lifecycle = Controller(

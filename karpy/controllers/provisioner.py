@@ -98,12 +98,14 @@ class Provisioner:
         batch_idle: float = 1.0,
         batch_max: float = 10.0,
         preference_policy: str = "Respect",
+        min_values_policy: str = "Strict",
         plans: Plans | None = None,
         launch_backoff: LaunchBackoff | None = None,
     ) -> None:
         self.client = client
         self.plans = plans if plans is not None else Plans(state)
         self.preference_policy = preference_policy
+        self.min_values_policy = min_values_policy
         self.state = state
         self.cloud = cloud
         self.events = events
@@ -164,6 +166,7 @@ class Provisioner:
             self.daemonsets(),
             preference_policy=self.preference_policy,
             namespace_labels=self.state.namespace_labels(),
+            min_values_policy=self.min_values_policy,
         )
         now = self.state.clock()
         self.nominated.update({name: now for name, pods in result.existing.items() if pods})
@@ -567,6 +570,7 @@ def nodeclaim_from_plan(
         wk.ANNOTATION_NODEPOOL_HASH_VERSION: wk.NODEPOOL_HASH_VERSION,
         **plan_annotations(plan.pods, batch),
         wk.ANNOTATION_DECISION: json.dumps(decision),
+        **plan.annotations,
     }
     if nodeclass is not None:
         annotations[wk.ANNOTATION_NODECLASS_HASH] = nodeclass_hash(nodeclass)

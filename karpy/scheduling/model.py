@@ -259,6 +259,8 @@ class NewNodeClaim:
         requests: the pods' requests plus the DaemonSet overhead for this NodePool, canonical units.
         labels: NodePool template labels, ``karpenter.sh/nodepool`` and single-valued custom requirements.
         taints / startup_taints: from the NodePool template.
+        annotations: annotations the scheduler sets on the NodeClaim: ``karpenter.sh/nodeclaim-min-values-relaxed:
+            "true"`` when a requirement's minValues was lowered under ``MIN_VALUES_POLICY=BestEffort``.
     """
 
     nodepool: str
@@ -269,6 +271,7 @@ class NewNodeClaim:
     labels: Mapping[str, str]
     taints: tuple[Taint, ...] = ()
     startup_taints: tuple[Taint, ...] = ()
+    annotations: Mapping[str, str] = attrs.field(factory=dict)
 
     @property
     def cheapest_price(self) -> float | None:

@@ -9,7 +9,7 @@ InterPodAffinity (the pod's required (anti-)affinity and existing pods' required
 PodTopologySpread (``DoNotSchedule`` constraints, domains from the nodes passing the constraint's node filter).
 
 There is no second copy of those checks: the predicate is the scheduling engine's own existing-node check
-(:meth:`karpy.scheduling.scheduler.Solver.refusal`), run with ``preference_policy=Ignore`` (preferences are
+(:func:`karpy.scheduling.existingnode.node_refusal`), run with ``preference_policy=Ignore`` (preferences are
 kube-scheduler scores, never filters) over the target node and the rest of the cluster. The engine places pods
 on existing nodes with exactly that check, so a pod the engine would place on a node passes here, and a pod
 refused here is one the engine would not place there.
@@ -21,8 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from karpy.scheduling.existingnode import assume_bound, node_refusal
 from karpy.scheduling.model import ExistingNode, Pod
-from karpy.scheduling.scheduler import IGNORE, Solver
+from karpy.scheduling.scheduler import new_state
+from karpy.scheduling.state import IGNORE
 
 
 class BindingCheck:
@@ -47,17 +49,17 @@ class BindingCheck:
         namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         nodes = [target, *(n for n in cluster if n.name != target.name)]
-        self._solver = Solver(pods, (), nodes, (), IGNORE, namespace_labels)
+        self._state = new_state(pods, (), nodes, (), IGNORE, namespace_labels)
         self._target = target.name
 
     def refusal(self, pod: Pod) -> str | None:
         """Why ``pod`` (one of ``pods``) may not be bound to the target now, named after the kube-scheduler
         filter that would refuse it (``"VolumeBinding: ..."``); None when every filter passes."""
-        return self._solver.refusal(pod, self._target)
+        return node_refusal(self._state, pod, self._target)
 
     def assume(self, pod: Pod) -> None:
         """``pod`` was bound to the target: later checks count it."""
-        self._solver.assume(pod, self._target)
+        assume_bound(self._state, pod, self._target)
 
 
 def binding_refusal(

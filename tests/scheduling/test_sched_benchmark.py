@@ -1,10 +1,15 @@
-"""The scheduling benchmark runs end to end on small sizes and its plans pass the correctness gates."""
+"""The scheduling benchmark runs end to end on small sizes and its plans pass the correctness gates.
+
+The benchmark module is imported directly: an import error fails these tests. Only Karpenter's input generator
+(``../shared/tools/karpenter_bench_inputs.py``, outside the repository) may be missing, and then only the test
+that needs it is skipped, saying so.
+"""
 
 from __future__ import annotations
 
 import pytest
 
-scheduling = pytest.importorskip("benchmarks.scheduling")
+from benchmarks import scheduling
 
 
 def test_mixed_workload_schedules_everything_near_the_bound() -> None:
@@ -28,11 +33,11 @@ def test_karpenter_inputs_match_published_node_counts() -> None:
     try:
         kbi = scheduling.load_inputs()
     except SystemExit:
-        pytest.skip("../shared/tools/karpenter_bench_inputs.py is not available")
+        pytest.skip("input generator ../shared/tools/karpenter_bench_inputs.py (or KARPY_BENCH_INPUTS) is missing")
     pool = scheduling.bench_nodepool(scheduling.fake_catalogue(kbi))
     for n in (50, 500):
         pods = [scheduling.to_pod(p) for p in kbi.inputs_for([f"D{n}"])[0]]
         for policy in scheduling.POLICIES:
             result = scheduling.solve(pods, [pool], [], [], preference_policy=policy)
             assert len(result.new_nodeclaims) == n // 5
-            assert scheduling.checks(result) == ()
+            assert scheduling.checks(result, pods, n // 5) == ()

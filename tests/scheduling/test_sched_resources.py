@@ -1,4 +1,7 @@
-"""Extended resources end to end: pod JSON → scheduling view → instance-type fit (Karpenter B13)."""
+"""Extended resources end to end: pod JSON → scheduling view → instance-type fit.
+
+As Karpenter, any requested resource (``nvidia.com/gpu``, ``aws.amazon.com/neuron``, ...) must fit the instance
+type's allocatable (aws ``pkg/providers/instancetype/types.go``, ``computeCapacity``)."""
 
 from __future__ import annotations
 
