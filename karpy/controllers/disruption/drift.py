@@ -111,13 +111,19 @@ def instance_drift(nodeclass: Mapping[str, Any], instance: CloudInstance) -> str
     return ""
 
 
-def expired(claim: Mapping[str, Any], now: float) -> bool:
-    """``creationTimestamp + spec.expireAfter`` has passed (Karpenter ``nodeclaim/expiration``)."""
+def expires_at(claim: Mapping[str, Any]) -> float | None:
+    """``creationTimestamp + spec.expireAfter`` (seconds since the epoch); None when it never expires."""
     expire = expire_after(claim)
     if expire is None:
-        return False
+        return None
     created = parse_time((claim.get("metadata") or {}).get("creationTimestamp"))
-    return created > 0 and now >= created + expire
+    return created + expire if created > 0 else None
+
+
+def expired(claim: Mapping[str, Any], now: float) -> bool:
+    """``creationTimestamp + spec.expireAfter`` has passed (Karpenter core ``pkg/controllers/nodeclaim/expiration``)."""
+    at = expires_at(claim)
+    return at is not None and now >= at
 
 
 def drift_order(items: Sequence[tuple[float, int, str]]) -> list[str]:
