@@ -120,7 +120,8 @@ def spot_cluster() -> list[dict]:
 
 
 async def test_spot_to_spot_needs_the_feature_gate_and_15_cheaper_types() -> None:
-    """Karpenter D7: with the gate off a spot node is never replaced by spot; with it on, ≥15 cheaper types."""
+    """Spot-to-spot consolidation (Karpenter core ``disruption/consolidation.go``, ``computeSpotToSpotConsolidation``):
+    with the gate off a spot node is never replaced by spot; with it on, ≥15 cheaper types."""
     many = [itype(f"s{i}.large", 2, 4, 0.10, 0.01 + i * 0.001) for i in range(16)] + [CATALOGUE[2]]
     _, sim, c = await setup(spot_cluster(), types=many)
     cand = c["a"]

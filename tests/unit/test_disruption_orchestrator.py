@@ -445,7 +445,9 @@ async def test_replacement_counts_the_pods_it_was_launched_for_while_they_drain(
 
 
 async def test_leftover_taint_and_reason_from_a_crashed_command_are_cleared() -> None:
-    """Karpenter D1: a restart mid-command must not leave a node cordoned for ever."""
+    """A restart mid-command must not leave a node cordoned for ever: the disruption pass clears the
+    ``karpenter.sh/disrupted`` taint and ``DisruptionReason`` of NodeClaims no command is working on (Karpenter
+    core ``pkg/controllers/disruption/controller.go``)."""
     pool = nodepool(after="Never")
     a, b = nodeclaim("a", pool), nodeclaim("b", pool)
     a["status"]["conditions"].append({"type": wk.COND_DISRUPTION_REASON, "status": "True", "reason": "Drifted"})

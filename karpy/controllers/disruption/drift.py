@@ -1,4 +1,5 @@
-"""Drift detection and expiration (Karpenter D8, D10): pure functions over NodeClaim, NodePool, EC2NodeClass.
+"""Drift detection and expiration: pure functions over NodeClaim, NodePool, EC2NodeClass (Karpenter core
+``pkg/controllers/nodeclaim/disruption/drift.go`` and ``pkg/controllers/nodeclaim/expiration/controller.go``).
 
 Drift reasons, checked in Karpenter's order (core ``nodeclaim/disruption/drift.go``, AWS
 ``pkg/cloudprovider/drift.go``):
