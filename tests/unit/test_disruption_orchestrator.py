@@ -7,13 +7,15 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import attrs
 import pytest
 
 from karpy.apis import labels as wk
-from karpy.cloudprovider.types import CloudInstance, IncompatibleInstanceTypes, InstanceType, NodeClaimNotFoundError
+from karpy.cloudprovider.fake import FakeCloudProvider
+from karpy.cloudprovider.types import CloudInstance
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption.controller import Disruption
 from karpy.controllers.disruption.controls import DisruptionSettings
@@ -23,6 +25,8 @@ from karpy.controllers.nodeclaim_expiration import NodeClaimExpiration
 from karpy.controllers.provisioner import Provisioner
 from karpy.kube.errors import ApiError
 from karpy.kube.events import EventRecorder
+from karpy.kube.fake import FakeKube, Request
+from karpy.kube.resources import NAMESPACES, NODECLAIMS, NODEPOOLS, NODES, Resource
 from karpy.runtime.controller import Result
 from karpy.runtime.singleton import SingletonController
 from karpy.state.cluster import condition, condition_true
@@ -30,7 +34,6 @@ from tests.unit.disruption_builders import (
     CATALOGUE,
     T0,
     FakeClock,
-    FakeKube,
     cloud_instance,
     loaded_state,
     node,
@@ -45,25 +48,6 @@ from tests.unit.disruption_builders import (
 FAST = DisruptionSettings(validation_delay=0.0, poll=0.01, replacement_timeout=2.0, cooldown=0.0)
 
 
-class FakeCloud:
-    def __init__(self, types: list[InstanceType], instances: Mapping[str, CloudInstance] | None = None) -> None:
-        self.types = types
-        self.instances = dict(instances or {})
-        self.gets = 0
-
-    async def get_instance_types(self, nodeclass: Mapping[str, Any]) -> list[InstanceType]:
-        return list(self.types)
-
-    async def incompatible_instance_types(self, nodeclass: Mapping[str, Any]) -> IncompatibleInstanceTypes:
-        return IncompatibleInstanceTypes()
-
-    async def get(self, provider_id: str) -> CloudInstance:
-        self.gets += 1
-        if provider_id not in self.instances:
-            raise NodeClaimNotFoundError(provider_id)
-        return self.instances[provider_id]
-
-
 class Harness:
     def __init__(
         self,
@@ -75,31 +59,22 @@ class Harness:
     ) -> None:
         self.original = {o["metadata"]["name"] for o in objs if o["kind"] == "NodeClaim"}
         self.state = loaded_state(objs)
-        ns = {"kind": "Namespace", "metadata": {"name": "kube-system", "annotations": dict(pause_ns_annotations or {})}}
-        self.kube = FakeKube(self.state, [*objs, ns])
-        self.cloud = FakeCloud(CATALOGUE, instances)
-        events = EventRecorder(self.kube)  # type: ignore[arg-type]
-        self.provisioner = Provisioner(self.kube, self.state, self.cloud, events)  # type: ignore[arg-type]
         self.clock = FakeClock(T0)
+        ns = {"kind": "Namespace", "metadata": {"name": "kube-system", "annotations": dict(pause_ns_annotations or {})}}
+        self.kube = FakeKube([*objs, ns], sink=self.state, clock=lambda: datetime.fromtimestamp(self.clock(), UTC))
+        self.cloud = FakeCloudProvider(CATALOGUE)
+        for instance in (instances or {}).values():
+            self.cloud.add_instance(instance)
+        events = EventRecorder(self.kube)
+        self.provisioner = Provisioner(self.kube, self.state, self.cloud, events)
         self.disruption = Disruption(
-            self.kube,  # type: ignore[arg-type]
-            self.state,
-            self.provisioner,
-            events,
-            settings,
-            clock=self.clock,
-            sleep=self.clock.sleep,
+            self.kube, self.state, self.provisioner, events, settings, clock=self.clock, sleep=self.clock.sleep
         )
         self.state.subscribe(self.disruption.on_change)
         self.queue = self.disruption.queue
-        self.conditions = NodeClaimDisruption(self.kube, self.state, self.cloud, settings, clock=self.clock)  # type: ignore[arg-type]
+        self.conditions = NodeClaimDisruption(self.kube, self.state, self.cloud, settings, clock=self.clock)
         self.expiration = NodeClaimExpiration(
-            self.kube,  # type: ignore[arg-type]
-            self.state,
-            events,
-            settings,
-            in_flight=self.queue.in_flight,
-            clock=self.clock,
+            self.kube, self.state, events, settings, in_flight=self.queue.in_flight, clock=self.clock
         )
 
     async def mark_conditions(self) -> None:
@@ -116,11 +91,27 @@ class Harness:
         return await self.clock.run(self.disruption.evaluate())
 
     def replacements(self) -> list[str]:
-        return sorted(set(self.kube.objects("nodeclaims")) - self.original)
+        return sorted(set(self.kube.names(NODECLAIMS)) - self.original)
+
+    def deleted(self) -> list[str]:
+        """The NodeClaims deleted through the apiserver, in order."""
+        return [r.path.rsplit("/", 1)[-1] for r in self.kube.requests_to("DELETE", NODECLAIMS)]
+
+    def obj(self, res: Resource, name: str) -> dict:
+        """The apiserver's copy of ``res`` ``name`` (it must exist)."""
+        found = self.kube.object(res, name)
+        assert found is not None, name
+        return found
+
+    def annotate_behind_the_cache(self, res: Resource, name: str, key: str, value: str) -> None:
+        """Annotate the apiserver's object without a watch event (a change the informer has not seen yet)."""
+        changed = self.obj(res, name)
+        changed["metadata"].setdefault("annotations", {})[key] = value
+        self.kube.seed(changed)
 
     async def initialize(self, name: str) -> None:
         conditions = [{"type": "Initialized", "status": "True", "reason": "Initialized", "lastTransitionTime": ts(T0)}]
-        await self.kube.merge_patch(_NODECLAIMS, name, {"status": {"conditions": conditions}})
+        await self.kube.merge_patch(NODECLAIMS, name, {"status": {"conditions": conditions}})
 
     async def finish(self) -> list[bool]:
         """The results of the commands in flight, virtual time passing until they end."""
@@ -131,11 +122,15 @@ class Harness:
         for task in list(self.queue.tasks):
             task.cancel()
 
-    def writes(self) -> list[tuple[str, str, str]]:
-        return [c for c in self.kube.calls if c[0] in ("patch", "create", "delete") and c[1] != "events"]
+    def writes(self) -> list[Request]:
+        return [r for r in self.kube.requests if r.method != "GET" and not r.path.endswith("/events")]
 
 
-from karpy.kube.resources import NODECLAIMS as _NODECLAIMS  # noqa: E402
+def present(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any]:
+    """Condition ``type_`` of ``obj``, which must be there."""
+    found = condition(obj, type_)
+    assert found is not None, type_
+    return found
 
 
 def two_nodes(pool: dict | None = None, *, pods_a: int = 0, pods_b: int = 1, **claim_kw: Any) -> list[dict]:
@@ -151,14 +146,14 @@ async def test_emptiness_deletes_empty_node_with_decision_record_and_taint() -> 
     command = await h.evaluate()
     assert command is not None and command.method == "emptiness" and [c.name for c in command.candidates] == ["a"]
     assert await h.finish() == [True]
-    assert h.kube.deleted == ["a"]
-    claim = h.kube.objects("nodeclaims")["a"]
+    assert h.deleted() == ["a"]
+    claim = h.obj(NODECLAIMS, "a")
     record = json.loads(claim["metadata"]["annotations"][controls.ANNOTATION_DECISION])
     assert record["reason"] == "Empty" and record["podsMoved"] == 0 and record["savingsPerHour"] == pytest.approx(0.2)
-    assert condition(claim, wk.COND_DISRUPTION_REASON)["reason"] == "Empty"  # type: ignore[index]
-    taints = h.kube.objects("nodes")["node-a"]["spec"]["taints"]
+    assert present(claim, wk.COND_DISRUPTION_REASON)["reason"] == "Empty"
+    taints = h.obj(NODES, "node-a")["spec"]["taints"]
     assert {"key": wk.TAINT_DISRUPTED_KEY, "effect": "NoSchedule"} in taints
-    events = [e for e in h.kube.objects("events").values() if e["reason"] == "DisruptionTerminating"]
+    events = h.kube.events("DisruptionTerminating")
     assert events and "podsMoved" in events[0]["message"]
     assert h.disruption.evaluations == 1 and not h.queue.in_flight
 
@@ -171,13 +166,11 @@ async def test_pod_arriving_after_decision_aborts_and_untaints() -> None:
     assert command is not None
     h.cancel_commands()
     raced = pod("late", "node-a", annotations={wk.ANNOTATION_DO_NOT_DISRUPT: "true"})
-    h.kube.store[("pods", "default", "late")] = raced  # in the apiserver, not in the cache
+    h.kube.seed(raced)  # in the apiserver, not in the cache
     ok = await h.queue.execute(command)
-    assert ok is False and h.kube.deleted == []
-    assert not any(
-        t["key"] == wk.TAINT_DISRUPTED_KEY for t in h.kube.objects("nodes")["node-a"]["spec"].get("taints") or []
-    )
-    assert condition(h.kube.objects("nodeclaims")["a"], wk.COND_DISRUPTION_REASON) is None
+    assert ok is False and h.deleted() == []
+    assert not any(t["key"] == wk.TAINT_DISRUPTED_KEY for t in h.obj(NODES, "node-a")["spec"].get("taints") or [])
+    assert condition(h.obj(NODECLAIMS, "a"), wk.COND_DISRUPTION_REASON) is None
 
 
 async def test_plain_pod_arriving_on_empty_node_aborts() -> None:
@@ -185,13 +178,15 @@ async def test_plain_pod_arriving_on_empty_node_aborts() -> None:
     command = await h.evaluate()
     assert command is not None
     h.cancel_commands()
-    h.kube.store[("pods", "default", "late")] = pod("late", "node-a")
-    assert await h.queue.execute(command) is False and h.kube.deleted == []
+    h.kube.seed(pod("late", "node-a"))
+    assert await h.queue.execute(command) is False and h.deleted() == []
 
 
 async def test_validation_rejects_when_candidate_gained_pods() -> None:
     h = Harness(two_nodes(), DisruptionSettings(validation_delay=0.05, cooldown=0.0))
-    decided = h.disruption.decide(await h.disruption.context(T0))  # type: ignore[arg-type]
+    ctx = await h.disruption.context(T0)
+    assert ctx is not None
+    decided = h.disruption.decide(ctx)
     assert decided is not None
     h.state.apply("Pod", "ADDED", pod("new", "node-a"))
     assert await h.clock.run(h.disruption.validation.validate(decided)) is None
@@ -205,18 +200,18 @@ async def test_replacement_launched_and_initialized_before_the_old_node_is_delet
     assert command is not None and command.decision == "replace" and command.savings == pytest.approx(0.30)
     await h.clock.settle()
     (repl,) = h.replacements()
-    replacement = h.kube.objects("nodeclaims")[repl]
+    replacement = h.obj(NODECLAIMS, repl)
     assert replacement["metadata"]["labels"][wk.LABEL_NODEPOOL] == "np"
     assert wk.ANNOTATION_NODECLASS_HASH in replacement["metadata"]["annotations"]
     assert json.loads(replacement["metadata"]["annotations"][controls.ANNOTATION_DECISION])["replacementFor"] == ["big"]
-    waiting = [e for e in h.kube.objects("events").values() if e["reason"] == "DisruptionWaitingReadiness"]
+    waiting = h.kube.events("DisruptionWaitingReadiness")
     assert waiting and h.clock.sleeping == 1, "the command waits for its replacement"
     await h.clock.advance(1.0)  # one more readiness check, the replacement still not initialized
-    assert h.kube.deleted == [], "the old node stays until its replacement is initialized"
+    assert h.deleted() == [], "the old node stays until its replacement is initialized"
     assert "big" in h.queue.in_flight
     await h.initialize(repl)
     assert await h.finish() == [True]
-    assert h.kube.deleted == ["big"]
+    assert h.deleted() == ["big"]
 
 
 async def test_drift_replacement_timeout_abandons_and_halts_drift() -> None:
@@ -227,12 +222,12 @@ async def test_drift_replacement_timeout_abandons_and_halts_drift() -> None:
     objs[0] = nclass
     h = Harness(objs, DisruptionSettings(validation_delay=0.0, replacement_timeout=0.3, cooldown=0.0))
     await h.mark_conditions()
-    assert condition(h.state.nodeclaims["a"], wk.COND_DRIFTED)["reason"] == "AMIDrift"  # type: ignore[index]
+    assert present(h.state.nodeclaims["a"], wk.COND_DRIFTED)["reason"] == "AMIDrift"
     command = await h.evaluate()
     assert command is not None and command.method == "drift" and len(command.candidates) == 1
     assert await h.finish() == [False]
-    assert h.kube.deleted == h.replacements() and len(h.kube.deleted) == 1, "only the replacement was deleted"
-    halted = h.kube.objects("nodepools")["np"]["metadata"]["annotations"][controls.ANNOTATION_DRIFT_HALTED]
+    assert h.deleted() == h.replacements() and len(h.deleted()) == 1, "only the replacement was deleted"
+    halted = h.obj(NODEPOOLS, "np")["metadata"]["annotations"][controls.ANNOTATION_DRIFT_HALTED]
     assert "not initialized" in json.loads(halted)["reason"]
     assert await h.evaluate() is None, "drift stays halted"
     fixed = json.loads(json.dumps(h.state.nodeclasses["nc"]))
@@ -255,7 +250,7 @@ async def test_drift_budget_limits_parallel_commands() -> None:
     for name in h.replacements():
         await h.initialize(name)
     await h.finish()
-    assert h.kube.deleted == [first.candidates[0].name]
+    assert h.deleted() == [first.candidates[0].name]
     assert len(h.replacements()) == 1
 
 
@@ -265,14 +260,14 @@ async def test_budget_zero_blocks_and_not_ready_counts_as_disrupting() -> None:
     objs = [nodeclass(), pool, a, b, c, node(a), node(b, ready=False), node(c), pod("c-0", "node-c")]
     h = Harness(objs)
     assert h.disruption.methods.allowed("np", "Empty") == 0
-    assert await h.evaluate() is None and h.kube.deleted == []
+    assert await h.evaluate() is None and h.deleted() == []
 
 
 async def test_pause_switches() -> None:
     h = Harness(two_nodes(), pause_ns_annotations={controls.ANNOTATION_PAUSED: "true"})
-    assert await h.evaluate() is None and h.kube.deleted == []
+    assert await h.evaluate() is None and h.deleted() == []
     h2 = Harness(two_nodes(nodepool(annotations={controls.ANNOTATION_PAUSED: "true"})))
-    assert await h2.evaluate() is None and h2.kube.deleted == []
+    assert await h2.evaluate() is None and h2.deleted() == []
     h3 = Harness(two_nodes(), DisruptionSettings(validation_delay=0.0, paused=True))
     assert await h3.disruption.evaluate() is None
     h4 = Harness(two_nodes(), DisruptionSettings(validation_delay=0.0, cooldown=0.0, pause_namespace="absent"))
@@ -286,14 +281,14 @@ async def test_expiration_is_forceful_unless_budgeted() -> None:
     old = nodeclaim("old", pool, created=T0 - 100, expireAfter="60s")
     h = Harness([nodeclass(), pool, old, node(old), pod("w", "node-old")])
     await h.evaluate()
-    assert h.kube.deleted == ["old"]
-    record = json.loads(h.kube.objects("nodeclaims")["old"]["metadata"]["annotations"][controls.ANNOTATION_DECISION])
+    assert h.deleted() == ["old"]
+    record = json.loads(h.obj(NODECLAIMS, "old")["metadata"]["annotations"][controls.ANNOTATION_DECISION])
     assert record["reason"] == "Expired"
     budgeted = nodepool(budgets=[{"nodes": "0"}], annotations={controls.ANNOTATION_EXPIRATION: "Budgeted"})
     old2 = nodeclaim("old2", budgeted, created=T0 - 100, expireAfter="60s")
     h2 = Harness([nodeclass(), budgeted, old2, node(old2), pod("w", "node-old2")])
-    assert await h2.evaluate() is None and h2.kube.deleted == []
-    assert condition(h2.state.nodeclaims["old2"], wk.COND_DRIFTED)["reason"] == "Expired"  # type: ignore[index]
+    assert await h2.evaluate() is None and h2.deleted() == []
+    assert present(h2.state.nodeclaims["old2"], wk.COND_DRIFTED)["reason"] == "Expired"
 
 
 async def test_conditions_written_once_then_steady() -> None:
@@ -315,12 +310,12 @@ async def test_instance_drift_checked_through_the_cloud_and_throttled() -> None:
     instances = {a["status"]["providerID"]: cloud_instance(a, subnet="subnet-gone")}
     h = Harness(objs, DisruptionSettings(drift_check_interval=300.0), instances=instances)
     await h.mark_conditions()
-    assert condition(h.state.nodeclaims["a"], wk.COND_DRIFTED)["reason"] == "SubnetDrift"  # type: ignore[index]
+    assert present(h.state.nodeclaims["a"], wk.COND_DRIFTED)["reason"] == "SubnetDrift"
     assert condition(h.state.nodeclaims["b"], wk.COND_DRIFTED) is None
-    gets = h.cloud.gets
+    gets = len(h.cloud.get_calls)
     await h.clock.advance(10)
     await h.mark_conditions()
-    assert h.cloud.gets == gets, "the cloud is asked at most once per drift_check_interval"
+    assert len(h.cloud.get_calls) == gets, "the cloud is asked at most once per drift_check_interval"
 
 
 async def test_pdb_and_do_not_disrupt_exclude_candidates() -> None:
@@ -329,7 +324,7 @@ async def test_pdb_and_do_not_disrupt_exclude_candidates() -> None:
     objs = [nodeclass(), pool, a, b, node(a), node(b), pod("a-0", "node-a", owner="guarded")]
     objs.append(pod("b-0", "node-b", annotations={wk.ANNOTATION_DO_NOT_DISRUPT: "true"}))
     h = Harness(objs)
-    h.kube.store[("poddisruptionbudgets", "default", "guard")] = pdb("guard", {"app": "guarded"}, 0)
+    h.kube.seed(pdb("guard", {"app": "guarded"}, 0))
     ctx = await h.disruption.context(T0)
     assert ctx is not None and ctx.candidates == []
     assert "PodDisruptionBudget default/guard" in ctx.blocked["a"] and "do-not-disrupt" in ctx.blocked["b"]
@@ -361,12 +356,12 @@ async def test_savings_threshold_keeps_a_near_optimal_node() -> None:
     h = Harness(objs)
     from tests.unit.disruption_builders import itype
 
-    h.cloud.types = [itype("c.xlarge", 4, 8, 0.20), itype("d.xlarge", 4, 8, 0.19)]
+    h.cloud.instance_types = [itype("c.xlarge", 4, 8, 0.20), itype("d.xlarge", 4, 8, 0.19)]
     assert await h.evaluate() is None
     loose = nodepool(annotations={controls.ANNOTATION_MIN_SAVINGS_RATIO: "0.01"})
     claim2 = nodeclaim("a", loose, instance_type="c.xlarge")
     h2 = Harness([nodeclass(), loose, claim2, node(claim2), pod("w", "node-a", cpu="3")])
-    h2.cloud.types = h.cloud.types
+    h2.cloud.instance_types = h.cloud.instance_types
     command = await h2.evaluate()
     assert command is not None and command.decision == "replace"
     h2.cancel_commands()
@@ -391,7 +386,7 @@ async def test_steady_cluster_makes_no_disruption_over_20_evaluations() -> None:
     before = len(h.writes())
     for _ in range(20):
         assert await h.evaluate() is None
-    assert h.disruption.evaluations == 20 and len(h.writes()) == before and h.kube.deleted == []
+    assert h.disruption.evaluations == 20 and len(h.writes()) == before and h.deleted() == []
 
 
 async def test_provisioner_requests_capacity_for_pods_of_a_deleting_nodeclaim_once() -> None:
@@ -461,11 +456,9 @@ async def test_leftover_taint_and_reason_from_a_crashed_command_are_cleared() ->
     nb["spec"]["taints"] = [{"key": wk.TAINT_DISRUPTED_KEY, "effect": "NoSchedule"}]
     h = Harness([nodeclass(), pool, a, b, na, nb, pod("a-0", "node-a"), pod("b-0", "node-b")])
     assert await h.disruption.clear_leftovers() == 1
-    assert h.kube.objects("nodes")["node-a"]["spec"]["taints"] == [{"key": "other", "effect": "NoSchedule"}]
-    assert condition(h.kube.objects("nodeclaims")["a"], wk.COND_DISRUPTION_REASON) is None
-    assert h.kube.objects("nodes")["node-b"]["spec"]["taints"] == [
-        {"key": wk.TAINT_DISRUPTED_KEY, "effect": "NoSchedule"}
-    ]
+    assert h.obj(NODES, "node-a")["spec"]["taints"] == [{"key": "other", "effect": "NoSchedule"}]
+    assert condition(h.obj(NODECLAIMS, "a"), wk.COND_DISRUPTION_REASON) is None
+    assert h.obj(NODES, "node-b")["spec"]["taints"] == [{"key": wk.TAINT_DISRUPTED_KEY, "effect": "NoSchedule"}]
     assert await h.disruption.clear_leftovers() == 0
 
 
@@ -511,7 +504,7 @@ async def test_consolidated_cluster_is_not_simulated_again_until_it_changes(monk
     assert await h.evaluate() is None
     first = len(calls)
     assert first > 0
-    heartbeat = json.loads(json.dumps(h.kube.objects("nodes")["node-a"]))
+    heartbeat = json.loads(json.dumps(objs[4]))  # node-a as the informer saw it
     heartbeat["status"]["conditions"][0]["lastHeartbeatTime"] = ts(T0)
     heartbeat["metadata"]["resourceVersion"] = "99999"
     h.state.apply("Node", "MODIFIED", heartbeat)
@@ -526,33 +519,24 @@ async def test_consolidated_cluster_is_not_simulated_again_until_it_changes(monk
 async def test_failed_command_is_undone_and_the_candidate_backs_off() -> None:
     """An API error mid-command (here a conflict on the Node) abandons it cleanly; the candidate waits 30 s,
     then 60 s after a second failure."""
-    from karpy.kube.errors import ApiError
-
     h = Harness(two_nodes())
     command = await h.evaluate()
     assert command is not None
     await h.finish()
     h2 = Harness(two_nodes())
-    decided = h2.disruption.decide(await h2.disruption.context(T0))  # type: ignore[arg-type]
+    ctx = await h2.disruption.context(T0)
+    assert ctx is not None
+    decided = h2.disruption.decide(ctx)
     assert decided is not None
-    real_patch = h2.kube.merge_patch
-
-    async def conflict(res: Any, name: str, patch: Any, *args: Any, **kwargs: Any) -> Any:
-        if (
-            res.plural == "nodes"
-            and "spec" in patch
-            and any(t["key"] == wk.TAINT_DISRUPTED_KEY for t in patch["spec"].get("taints") or [])
-        ):
-            raise ApiError(409, "Conflict", "the object has been modified")
-        return await real_patch(res, name, patch, *args, **kwargs)
-
-    h2.kube.merge_patch = conflict  # type: ignore[method-assign]
+    conflict = ApiError(409, "Conflict", "the object has been modified")
+    h2.kube.fail("patch", conflict, resource=NODES, name="node-a")  # the taint
     assert await h2.queue.execute(decided) is False
-    assert h2.kube.deleted == []
+    assert h2.deleted() == []
     until, delay = h2.queue.backoff["a"]
     assert delay == 30.0 and until > h2.disruption.clock() + 29
     ctx = await h2.disruption.context(h2.disruption.clock())
     assert ctx is not None and "backing off" in ctx.blocked["a"]
+    h2.kube.fail("patch", conflict, resource=NODES, name="node-a")
     assert await h2.queue.execute(decided) is False
     assert h2.queue.backoff["a"][1] == 60.0
 
@@ -562,26 +546,24 @@ async def test_pause_flipped_during_validation_drops_the_command() -> None:
     wait = h.disruption.validation.sleep
 
     async def pause_meanwhile(seconds: float) -> None:
-        ns = h.kube.store[("namespaces", "", "kube-system")]
-        ns["metadata"]["annotations"][controls.ANNOTATION_PAUSED] = "true"
+        h.annotate_behind_the_cache(NAMESPACES, "kube-system", controls.ANNOTATION_PAUSED, "true")
         await wait(seconds)
 
     h.disruption.validation.sleep = pause_meanwhile
     assert await h.evaluate() is None
-    assert h.kube.deleted == [] and not h.queue.tasks
-    rejected = [e for e in h.kube.objects("events").values() if e["reason"] == "ConsolidationRejected"]
+    assert h.deleted() == [] and not h.queue.tasks
+    rejected = h.kube.events("ConsolidationRejected")
     assert rejected == [], "the command still held: the pause dropped it"
 
 
 async def test_do_not_disrupt_added_to_the_node_or_nodeclaim_after_the_decision_aborts() -> None:
-    for plural, name in (("nodes", "node-a"), ("nodeclaims", "a")):
+    for res, name in ((NODES, "node-a"), (NODECLAIMS, "a")):
         h = Harness(two_nodes())
         command = await h.evaluate()
         assert command is not None
         h.cancel_commands()
-        obj = h.kube.store[(plural, "", name)]
-        obj["metadata"].setdefault("annotations", {})[wk.ANNOTATION_DO_NOT_DISRUPT] = "true"
-        assert await h.queue.execute(command) is False and h.kube.deleted == [], plural
+        h.annotate_behind_the_cache(res, name, wk.ANNOTATION_DO_NOT_DISRUPT, "true")
+        assert await h.queue.execute(command) is False and h.deleted() == [], res.plural
 
 
 async def test_bare_pods_of_a_deleting_node_get_no_capacity() -> None:
@@ -621,7 +603,7 @@ async def test_a_failed_evaluation_keeps_the_loop_and_its_commands_alive() -> No
     await h.clock.settle()
     (repl,) = h.replacements()
     await h.initialize(repl)
-    assert await h.finish() == [True] and h.kube.deleted == ["big"]
+    assert await h.finish() == [True] and h.deleted() == ["big"]
 
 
 async def test_reconcile_runs_again_at_once_after_a_command_started_else_after_the_poll() -> None:
@@ -647,7 +629,7 @@ async def test_nodes_whose_pods_are_all_terminating_go_in_one_emptiness_command(
     assert command is not None and command.method == "emptiness" and command.reason == "Empty"
     assert len(command.candidates) == 12 and command.pods_moved == 0
     assert await h.finish() == [True]
-    assert sorted(h.kube.deleted) == [f"n{i:02d}" for i in range(12)]
+    assert sorted(h.deleted()) == [f"n{i:02d}" for i in range(12)]
 
 
 async def test_emptiness_takes_in_nodes_that_stayed_empty_through_the_validation_window() -> None:
@@ -667,7 +649,7 @@ async def test_emptiness_takes_in_nodes_that_stayed_empty_through_the_validation
     assert command is not None and command.reason == "Empty"
     assert sorted(c.name for c in command.candidates) == ["a", "b"]
     assert await h.finish() == [True]
-    assert sorted(h.kube.deleted) == ["a", "b"]
+    assert sorted(h.deleted()) == ["a", "b"]
 
 
 def test_the_loop_wakes_when_a_node_becomes_consolidatable_before_the_next_poll() -> None:
@@ -702,15 +684,13 @@ async def test_an_empty_node_that_gains_a_pod_leaves_the_emptiness_command_and_t
     command = await h.evaluate()
     assert command is not None and len(command.candidates) == 3
     h.cancel_commands()
-    h.kube.store[("pods", "default", "late")] = pod("late", "node-b")  # in the apiserver, not in the cache
+    h.kube.seed(pod("late", "node-b"))  # in the apiserver, not in the cache
     assert await h.queue.execute(command) is True
-    assert sorted(h.kube.deleted) == ["a", "c"]
-    assert not any(
-        t["key"] == wk.TAINT_DISRUPTED_KEY for t in h.kube.objects("nodes")["node-b"]["spec"].get("taints") or []
-    )
-    assert condition(h.kube.objects("nodeclaims")["b"], wk.COND_DISRUPTION_REASON) is None
+    assert sorted(h.deleted()) == ["a", "c"]
+    assert not any(t["key"] == wk.TAINT_DISRUPTED_KEY for t in h.obj(NODES, "node-b")["spec"].get("taints") or [])
+    assert condition(h.obj(NODECLAIMS, "b"), wk.COND_DISRUPTION_REASON) is None
     assert "b" in h.queue.backoff
-    record = json.loads(h.kube.objects("nodeclaims")["a"]["metadata"]["annotations"][controls.ANNOTATION_DECISION])
+    record = json.loads(h.obj(NODECLAIMS, "a")["metadata"]["annotations"][controls.ANNOTATION_DECISION])
     assert record["candidates"] == ["a", "c"]
 
 
@@ -721,10 +701,10 @@ async def test_conditions_reconciler_requeues_for_when_the_node_becomes_consolid
     h.state.last_pod_event["node-a"] = T0 - 26.0
     result = await h.conditions.reconcile("a")
     assert result.requeue_after == pytest.approx(4.0)
-    assert condition(h.state.nodeclaims["a"], wk.COND_CONSOLIDATABLE)["status"] == "False"  # type: ignore[index]
+    assert present(h.state.nodeclaims["a"], wk.COND_CONSOLIDATABLE)["status"] == "False"
     await h.clock.advance(4.0)
     await h.conditions.reconcile("a")
-    assert condition(h.state.nodeclaims["a"], wk.COND_CONSOLIDATABLE)["status"] == "True"  # type: ignore[index]
+    assert present(h.state.nodeclaims["a"], wk.COND_CONSOLIDATABLE)["status"] == "True"
     assert await h.conditions.reconcile("gone") == Result()
 
 
@@ -733,16 +713,16 @@ async def test_expiration_reconciler_requeues_until_the_nodeclaim_expires_then_d
     claim = nodeclaim("a", pool, created=T0 - 30, expireAfter="60s")
     h = Harness([nodeclass(), pool, claim, node(claim), pod("w", "node-a")])
     assert await h.expiration.reconcile("a") == Result(requeue_after=30.0)
-    assert h.kube.deleted == []
+    assert h.deleted() == []
     await h.clock.advance(30.0)
     h.queue.in_flight.add("a")
     assert await h.expiration.reconcile("a") == Result(requeue_after=FAST.poll), "left to the command working on it"
     h.queue.in_flight.discard("a")
     assert await h.expiration.reconcile("a") == Result()
-    assert h.kube.deleted == ["a"]
+    assert h.deleted() == ["a"]
     paused = Harness(two_nodes(nodepool(annotations={controls.ANNOTATION_PAUSED: "true"}), expireAfter="60s"))
     assert await paused.expiration.reconcile("a") == Result(requeue_after=FAST.poll), "paused: checked again later"
-    assert paused.kube.deleted == []
+    assert paused.deleted() == []
 
 
 def test_state_changes_route_to_the_nodeclaims_they_can_change() -> None:
