@@ -22,9 +22,7 @@ NODECLAIMS_LAUNCH_FAILED = Counter(
 PODS_BOUND = Counter("karpy_pods_bound_total", "Pods bound by karpy's binder.")
 CLUSTER_STATE_SYNCED = Gauge("karpenter_cluster_state_synced", "1 when cluster state has synced.")
 CLUSTER_STATE_NODE_COUNT = Gauge("karpenter_cluster_state_node_count", "Nodes in cluster state.")
-UNSCHEDULABLE_PODS = Gauge(
-    "karpenter_scheduler_unschedulable_pods_count", "Pods the last solve could not place."
-)
+UNSCHEDULABLE_PODS = Gauge("karpenter_scheduler_unschedulable_pods_count", "Pods the last solve could not place.")
 
 # Interruption (Karpenter AWS ``pkg/controllers/interruption/metrics.go``) and garbage collection.
 INTERRUPTION_RECEIVED = Counter(

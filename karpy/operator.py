@@ -20,10 +20,12 @@ from karpy.aws.session import AWSClients
 from karpy.aws.sqs import SQSInterruptionQueue
 from karpy.cloudprovider.types import CloudProviderError, InterruptionQueue
 from karpy.controllers.binder import Binder
+from karpy.controllers.disruption.controller import Disruption
 from karpy.controllers.disruption.controls import from_settings as disruption_settings
-from karpy.controllers.disruption.orchestrator import Disruption
 from karpy.controllers.garbagecollection import GarbageCollection
 from karpy.controllers.interruption import Interruption
+from karpy.controllers.nodeclaim_disruption import NodeClaimDisruption, affected_nodeclaims
+from karpy.controllers.nodeclaim_expiration import NodeClaimExpiration
 from karpy.controllers.nodeclaim_lifecycle import NodeClaimLifecycle
 from karpy.controllers.nodeclass_status import NodeClassStatusReconciler
 from karpy.controllers.nodepool_status import NodePoolStatusReconciler
@@ -35,6 +37,7 @@ from karpy.kube.events import EventRecorder
 from karpy.kube.watch import Informer
 from karpy.metrics import CLUSTER_STATE_NODE_COUNT, CLUSTER_STATE_SYNCED, INTERRUPTION_QUEUE_HEALTHY, serve
 from karpy.runtime.controller import Controller
+from karpy.runtime.singleton import SingletonController
 from karpy.runtime.supervisor import supervise
 from karpy.scheduling.translate import nodeclass_name
 from karpy.settings import Settings, StartupError
@@ -98,13 +101,15 @@ class Operator:
             ),
             workers=2,
         )
-        self.disruption = Disruption(
-            client,
-            self.state,
-            self.provisioner,
-            cloud,
-            self.events,
-            disruption_settings(settings),
+        self.disruption = Disruption(client, self.state, self.provisioner, self.events, disruption_settings(settings))
+        self.nodeclaim_disruption = Controller(
+            NodeClaimDisruption(client, self.state, cloud, self.disruption.settings), workers=2
+        )
+        self.nodeclaim_expiration = Controller(
+            NodeClaimExpiration(
+                client, self.state, self.events, self.disruption.settings, in_flight=self.disruption.queue.in_flight
+            ),
+            workers=2,
         )
         self.garbage_collection = GarbageCollection(
             client, self.state, cloud, cluster_name=settings.cluster_name, templates=cloud
@@ -135,6 +140,10 @@ class Operator:
 
     def _route(self, kind: str, event: str, key: str, old: Any, new: Any) -> None:
         """Map a state change to the reconcilers that care (the controller-runtime ``Watches`` role)."""
+        self.disruption.on_change(kind, event, key, old, new)
+        for name in affected_nodeclaims(self.state, kind, key, old, new):
+            self.nodeclaim_disruption.enqueue(name)
+            self.nodeclaim_expiration.enqueue(name)
         if kind == "Pod":
             self._route_pod(new)
         elif kind == "Node":
@@ -197,7 +206,10 @@ class Operator:
             ("terminator", self._after_sync(self.terminator.run)),
             ("nodepool.status", self._after_sync(self.nodepool_status.run)),
             ("ec2nodeclass.status", self._after_sync(self.nodeclass_status.run)),
-            ("disruption", self.disruption.run),
+            ("disruption", SingletonController(self.disruption, max_delay=self.disruption.settings.poll).run),
+            ("disruption.queue", self.disruption.queue.run),
+            ("nodeclaim.disruption", self._after_sync(self.nodeclaim_disruption.run)),
+            ("nodeclaim.expiration", self._after_sync(self.nodeclaim_expiration.run)),
             ("garbagecollection", self.garbage_collection.run),
             ("observability", self._observe),
         ]

@@ -3,12 +3,14 @@ state loaded with them, and an in-memory apiserver fake (merge patch, generateNa
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import heapq
 import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from karpy.apis import labels as wk
 from karpy.apis.hashing import nodeclass_hash, nodepool_hash
@@ -18,6 +20,7 @@ from karpy.kube.resources import Resource
 from karpy.state.cluster import KINDS, ClusterState
 
 JSON = dict[str, Any]
+R = TypeVar("R")
 GIB = 2**30
 T0 = 1_800_000_000.0  # "now" of the tests (2027-01-15), seconds since the epoch
 _seq = itertools.count(1)
@@ -401,3 +404,79 @@ class FakeKube:
 
     def objects(self, plural: str) -> dict[str, JSON]:
         return {name: o for (p, _, name), o in self.store.items() if p == plural}
+
+
+class FakeClock:
+    """Virtual time for the disruption code (its ``clock`` and ``sleep``): ``clock()`` reads it; ``await
+    clock.sleep(s)`` returns only once the test advanced time past it (:meth:`advance`), or :meth:`run` did.
+    Nothing waits on the wall clock, and time passes only where a test says so."""
+
+    SETTLE_ROUNDS = 20
+
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._seq = itertools.count()
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            await asyncio.sleep(0)
+            return
+        wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self.now + seconds, next(self._seq), wake))
+        await wake
+
+    @property
+    def sleeping(self) -> int:
+        """How many sleeps are waiting for time to pass."""
+        return sum(1 for _, _, wake in self._sleepers if not wake.done())
+
+    async def settle(self) -> None:
+        """Let every runnable task run until it blocks (the fakes never wait on anything real)."""
+        for _ in range(self.SETTLE_ROUNDS):
+            await asyncio.sleep(0)
+
+    async def advance(self, seconds: float) -> None:
+        """Move time forward by ``seconds``, waking each sleep due on the way in order, then settle."""
+        target = self.now + seconds
+        while self._sleepers and self._sleepers[0][0] <= target:
+            at, _, wake = heapq.heappop(self._sleepers)
+            self.now = max(self.now, at)
+            if not wake.done():
+                wake.set_result(None)
+                await self.settle()
+        self.now = target
+        await self.settle()
+
+    async def run(self, work: Awaitable[R], *, limit: float = 3600.0) -> R:
+        """Await ``work`` here, letting time jump to the next due sleep whenever everything is blocked on one (as
+        the wall clock would pass, without waiting for it). ``work`` returns without an extra turn of the loop:
+        a command it started has not run a step yet. Fails if ``work`` blocks on anything else, or needs more
+        than ``limit`` virtual seconds."""
+        me = asyncio.current_task()
+        assert me is not None
+        start = self.now
+        stuck: list[str] = []
+
+        async def tick() -> None:
+            while True:
+                await self.settle()
+                due = [at for at, _, wake in self._sleepers if not wake.done()]
+                if not due or self.now - start > limit:
+                    stuck.append("blocked on something other than the clock, or for too long")
+                    me.cancel()
+                    return
+                await self.advance(max(min(due) - self.now, 0.0))
+
+        ticker = asyncio.get_running_loop().create_task(tick())
+        try:
+            return await work
+        except asyncio.CancelledError:
+            if stuck:
+                raise AssertionError(stuck[0]) from None
+            raise
+        finally:
+            ticker.cancel()

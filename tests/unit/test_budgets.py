@@ -1,4 +1,6 @@
-"""Disruption budgets (Karpenter A11)."""
+"""Disruption budgets: ``nodes`` as a count or a percentage rounded up, cron ``schedule`` with ``duration``,
+``reasons``, the most restrictive active budget (Karpenter core ``pkg/apis/v1/nodepool.go``,
+``GetAllowedDisruptionsByReason``)."""
 
 from __future__ import annotations
 

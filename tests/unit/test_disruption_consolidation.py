@@ -2,40 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
 from karpy.apis import labels as wk
-from karpy.cloudprovider.types import IncompatibleInstanceTypes, InstanceType
+from karpy.cloudprovider.fake import FakeCloudProvider
+from karpy.cloudprovider.types import InstanceType
 from karpy.controllers.disruption import consolidation as cons
 from karpy.controllers.disruption.candidates import build_candidate
 from karpy.controllers.disruption.types import Candidate
 from karpy.controllers.provisioner import Provisioner
 from karpy.kube.events import EventRecorder
+from karpy.kube.fake import FakeKube
 from karpy.scheduling import model
 from karpy.state.cluster import ClusterState
-from tests.unit.disruption_builders import CATALOGUE, T0, FakeKube, itype, loaded_state, node, nodeclaim, nodeclass
+from tests.unit.disruption_builders import CATALOGUE, T0, itype, loaded_state, node, nodeclaim, nodeclass
 from tests.unit.disruption_builders import nodepool as make_nodepool
 from tests.unit.disruption_builders import pod as make_pod
 
 
-class FakeCloud:
-    def __init__(self, types: list[InstanceType]) -> None:
-        self.types = types
-
-    async def get_instance_types(self, nodeclass: Mapping[str, Any]) -> list[InstanceType]:
-        return list(self.types)
-
-    async def incompatible_instance_types(self, nodeclass: Mapping[str, Any]) -> IncompatibleInstanceTypes:
-        return IncompatibleInstanceTypes()
-
-
 async def setup(objs: list[dict], types: list[InstanceType] = CATALOGUE) -> tuple[ClusterState, cons.Simulator, dict]:
     state = loaded_state(objs)
-    kube = FakeKube(state)
-    prov = Provisioner(kube, state, FakeCloud(types), EventRecorder(kube))  # type: ignore[arg-type]
+    kube = FakeKube(sink=state)
+    prov = Provisioner(kube, state, FakeCloudProvider(types), EventRecorder(kube))
     pools, _, existing = await prov.simulation_inputs()
     pending = [p.pod for p in prov.pending_pods()]
 
@@ -120,7 +110,8 @@ def spot_cluster() -> list[dict]:
 
 
 async def test_spot_to_spot_needs_the_feature_gate_and_15_cheaper_types() -> None:
-    """Karpenter D7: with the gate off a spot node is never replaced by spot; with it on, ≥15 cheaper types."""
+    """Spot-to-spot consolidation (Karpenter core ``disruption/consolidation.go``, ``computeSpotToSpotConsolidation``):
+    with the gate off a spot node is never replaced by spot; with it on, ≥15 cheaper types."""
     many = [itype(f"s{i}.large", 2, 4, 0.10, 0.01 + i * 0.001) for i in range(16)] + [CATALOGUE[2]]
     _, sim, c = await setup(spot_cluster(), types=many)
     cand = c["a"]

@@ -44,11 +44,11 @@ async def drift_command(
     h = Harness(objs)
     for obj in volumes:  # cluster state only: the fake apiserver does not serve volumes
         h.state.apply(obj["kind"], "ADDED", obj)
-    h.cloud.types = zonal_types(prices)
-    await h.disruption.mark_conditions(T0)
+    h.cloud.instance_types = zonal_types(prices)
+    await h.mark_conditions()
     ctx = await h.disruption.context(T0)
     assert ctx is not None
-    command = h.disruption.drift(ctx)
+    command = h.disruption.methods.drift(ctx)
     assert command is not None and command.method == "drift", ctx.blocked
     return command
 

@@ -1,31 +1,39 @@
-"""The disruption controller against an in-memory apiserver: commands, replacements first, validation races,
-budgets, drift circuit breaker, pause, expiration, conditions, cooldown, and a steady cluster left alone."""
+"""The disruption controller, its queue and validation, and the NodeClaim conditions and expiration reconcilers,
+against an in-memory apiserver on virtual time: commands, replacements first, validation races, budgets, drift
+circuit breaker, pause, expiration, conditions, cooldown, and a steady cluster left alone."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import attrs
 import pytest
 
 from karpy.apis import labels as wk
-from karpy.cloudprovider.types import CloudInstance, IncompatibleInstanceTypes, InstanceType, NodeClaimNotFoundError
+from karpy.cloudprovider.fake import FakeCloudProvider
+from karpy.cloudprovider.types import CloudInstance
 from karpy.controllers.disruption import controls
-from karpy.controllers.disruption import orchestrator as orch
+from karpy.controllers.disruption.controller import Disruption
 from karpy.controllers.disruption.controls import DisruptionSettings
-from karpy.controllers.disruption.orchestrator import Disruption
+from karpy.controllers.disruption.types import Command
+from karpy.controllers.nodeclaim_disruption import NodeClaimDisruption
+from karpy.controllers.nodeclaim_expiration import NodeClaimExpiration
 from karpy.controllers.provisioner import Provisioner
 from karpy.kube.errors import ApiError
 from karpy.kube.events import EventRecorder
+from karpy.kube.fake import FakeKube, Request
+from karpy.kube.resources import NAMESPACES, NODECLAIMS, NODEPOOLS, NODES, Resource
+from karpy.runtime.controller import Result
+from karpy.runtime.singleton import SingletonController
 from karpy.state.cluster import condition, condition_true
 from tests.unit.disruption_builders import (
     CATALOGUE,
     T0,
-    FakeKube,
+    FakeClock,
     cloud_instance,
     loaded_state,
     node,
@@ -40,25 +48,6 @@ from tests.unit.disruption_builders import (
 FAST = DisruptionSettings(validation_delay=0.0, poll=0.01, replacement_timeout=2.0, cooldown=0.0)
 
 
-class FakeCloud:
-    def __init__(self, types: list[InstanceType], instances: Mapping[str, CloudInstance] | None = None) -> None:
-        self.types = types
-        self.instances = dict(instances or {})
-        self.gets = 0
-
-    async def get_instance_types(self, nodeclass: Mapping[str, Any]) -> list[InstanceType]:
-        return list(self.types)
-
-    async def incompatible_instance_types(self, nodeclass: Mapping[str, Any]) -> IncompatibleInstanceTypes:
-        return IncompatibleInstanceTypes()
-
-    async def get(self, provider_id: str) -> CloudInstance:
-        self.gets += 1
-        if provider_id not in self.instances:
-            raise NodeClaimNotFoundError(provider_id)
-        return self.instances[provider_id]
-
-
 class Harness:
     def __init__(
         self,
@@ -70,42 +59,78 @@ class Harness:
     ) -> None:
         self.original = {o["metadata"]["name"] for o in objs if o["kind"] == "NodeClaim"}
         self.state = loaded_state(objs)
+        self.clock = FakeClock(T0)
         ns = {"kind": "Namespace", "metadata": {"name": "kube-system", "annotations": dict(pause_ns_annotations or {})}}
-        self.kube = FakeKube(self.state, [*objs, ns])
-        self.cloud = FakeCloud(CATALOGUE, instances)
-        events = EventRecorder(self.kube)  # type: ignore[arg-type]
-        self.provisioner = Provisioner(self.kube, self.state, self.cloud, events)  # type: ignore[arg-type]
-        start = time.monotonic()
+        self.kube = FakeKube([*objs, ns], sink=self.state, clock=lambda: datetime.fromtimestamp(self.clock(), UTC))
+        self.cloud = FakeCloudProvider(CATALOGUE)
+        for instance in (instances or {}).values():
+            self.cloud.add_instance(instance)
+        events = EventRecorder(self.kube)
+        self.provisioner = Provisioner(self.kube, self.state, self.cloud, events)
         self.disruption = Disruption(
-            self.kube,  # type: ignore[arg-type]
-            self.state,
-            self.provisioner,
-            self.cloud,  # type: ignore[arg-type]
-            events,
-            settings,
-            clock=lambda: T0 + (time.monotonic() - start),
+            self.kube, self.state, self.provisioner, events, settings, clock=self.clock, sleep=self.clock.sleep
+        )
+        self.state.subscribe(self.disruption.on_change)
+        self.queue = self.disruption.queue
+        self.conditions = NodeClaimDisruption(self.kube, self.state, self.cloud, settings, clock=self.clock)
+        self.expiration = NodeClaimExpiration(
+            self.kube, self.state, events, settings, in_flight=self.queue.in_flight, clock=self.clock
         )
 
+    async def mark_conditions(self) -> None:
+        """The NodeClaim conditions reconciler over every NodeClaim."""
+        for name in list(self.state.nodeclaims):
+            await self.conditions.reconcile(name)
+
+    async def evaluate(self) -> Command | None:
+        """One round as the operator runs it: the conditions and expiration reconcilers over every NodeClaim, then
+        one disruption pass (its validation delay passing on the virtual clock)."""
+        await self.mark_conditions()
+        for name in list(self.state.nodeclaims):
+            await self.expiration.reconcile(name)
+        return await self.clock.run(self.disruption.evaluate())
+
     def replacements(self) -> list[str]:
-        return sorted(set(self.kube.objects("nodeclaims")) - self.original)
+        return sorted(set(self.kube.names(NODECLAIMS)) - self.original)
+
+    def deleted(self) -> list[str]:
+        """The NodeClaims deleted through the apiserver, in order."""
+        return [r.path.rsplit("/", 1)[-1] for r in self.kube.requests_to("DELETE", NODECLAIMS)]
+
+    def obj(self, res: Resource, name: str) -> dict:
+        """The apiserver's copy of ``res`` ``name`` (it must exist)."""
+        found = self.kube.object(res, name)
+        assert found is not None, name
+        return found
+
+    def annotate_behind_the_cache(self, res: Resource, name: str, key: str, value: str) -> None:
+        """Annotate the apiserver's object without a watch event (a change the informer has not seen yet)."""
+        changed = self.obj(res, name)
+        changed["metadata"].setdefault("annotations", {})[key] = value
+        self.kube.seed(changed)
 
     async def initialize(self, name: str) -> None:
         conditions = [{"type": "Initialized", "status": "True", "reason": "Initialized", "lastTransitionTime": ts(T0)}]
-        await self.kube.merge_patch(_NODECLAIMS, name, {"status": {"conditions": conditions}})
+        await self.kube.merge_patch(NODECLAIMS, name, {"status": {"conditions": conditions}})
 
     async def finish(self) -> list[bool]:
-        return list(await asyncio.wait_for(asyncio.gather(*self.disruption.tasks), 10))
+        """The results of the commands in flight, virtual time passing until they end."""
+        return list(await self.clock.run(asyncio.gather(*self.queue.tasks)))
 
-    def writes(self) -> list[tuple[str, str, str]]:
-        return [c for c in self.kube.calls if c[0] in ("patch", "create", "delete") and c[1] != "events"]
+    def cancel_commands(self) -> None:
+        """Cancel the commands started (before they ran a step), to run one by hand with ``queue.execute``."""
+        for task in list(self.queue.tasks):
+            task.cancel()
+
+    def writes(self) -> list[Request]:
+        return [r for r in self.kube.requests if r.method != "GET" and not r.path.endswith("/events")]
 
 
-from karpy.kube.resources import NODECLAIMS as _NODECLAIMS  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def fast_poll(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(orch, "REPLACEMENT_POLL", 0.01)
+def present(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any]:
+    """Condition ``type_`` of ``obj``, which must be there."""
+    found = condition(obj, type_)
+    assert found is not None, type_
+    return found
 
 
 def two_nodes(pool: dict | None = None, *, pods_a: int = 0, pods_b: int = 1, **claim_kw: Any) -> list[dict]:
@@ -118,78 +143,75 @@ def two_nodes(pool: dict | None = None, *, pods_a: int = 0, pods_b: int = 1, **c
 
 async def test_emptiness_deletes_empty_node_with_decision_record_and_taint() -> None:
     h = Harness(two_nodes())
-    command = await h.disruption.evaluate()
+    command = await h.evaluate()
     assert command is not None and command.method == "emptiness" and [c.name for c in command.candidates] == ["a"]
     assert await h.finish() == [True]
-    assert h.kube.deleted == ["a"]
-    claim = h.kube.objects("nodeclaims")["a"]
+    assert h.deleted() == ["a"]
+    claim = h.obj(NODECLAIMS, "a")
     record = json.loads(claim["metadata"]["annotations"][controls.ANNOTATION_DECISION])
     assert record["reason"] == "Empty" and record["podsMoved"] == 0 and record["savingsPerHour"] == pytest.approx(0.2)
-    assert condition(claim, wk.COND_DISRUPTION_REASON)["reason"] == "Empty"  # type: ignore[index]
-    taints = h.kube.objects("nodes")["node-a"]["spec"]["taints"]
+    assert present(claim, wk.COND_DISRUPTION_REASON)["reason"] == "Empty"
+    taints = h.obj(NODES, "node-a")["spec"]["taints"]
     assert {"key": wk.TAINT_DISRUPTED_KEY, "effect": "NoSchedule"} in taints
-    events = [e for e in h.kube.objects("events").values() if e["reason"] == "DisruptionTerminating"]
+    events = h.kube.events("DisruptionTerminating")
     assert events and "podsMoved" in events[0]["message"]
-    assert h.disruption.evaluations == 1 and not h.disruption.in_flight
+    assert h.disruption.evaluations == 1 and not h.queue.in_flight
 
 
 async def test_pod_arriving_after_decision_aborts_and_untaints() -> None:
     """core#3185: an empty node that gains a do-not-disrupt pod before the command acts is left alone, even if
     the informer cache has not seen the pod yet (the command re-reads pods from the apiserver)."""
     h = Harness(two_nodes())
-    command = await h.disruption.evaluate()
+    command = await h.evaluate()
     assert command is not None
-    for task in list(h.disruption.tasks):
-        task.cancel()
+    h.cancel_commands()
     raced = pod("late", "node-a", annotations={wk.ANNOTATION_DO_NOT_DISRUPT: "true"})
-    h.kube.store[("pods", "default", "late")] = raced  # in the apiserver, not in the cache
-    ok = await h.disruption.execute(command)
-    assert ok is False and h.kube.deleted == []
-    assert not any(
-        t["key"] == wk.TAINT_DISRUPTED_KEY for t in h.kube.objects("nodes")["node-a"]["spec"].get("taints") or []
-    )
-    assert condition(h.kube.objects("nodeclaims")["a"], wk.COND_DISRUPTION_REASON) is None
+    h.kube.seed(raced)  # in the apiserver, not in the cache
+    ok = await h.queue.execute(command)
+    assert ok is False and h.deleted() == []
+    assert not any(t["key"] == wk.TAINT_DISRUPTED_KEY for t in h.obj(NODES, "node-a")["spec"].get("taints") or [])
+    assert condition(h.obj(NODECLAIMS, "a"), wk.COND_DISRUPTION_REASON) is None
 
 
 async def test_plain_pod_arriving_on_empty_node_aborts() -> None:
     h = Harness(two_nodes())
-    command = await h.disruption.evaluate()
+    command = await h.evaluate()
     assert command is not None
-    for task in list(h.disruption.tasks):
-        task.cancel()
-    h.kube.store[("pods", "default", "late")] = pod("late", "node-a")
-    assert await h.disruption.execute(command) is False and h.kube.deleted == []
+    h.cancel_commands()
+    h.kube.seed(pod("late", "node-a"))
+    assert await h.queue.execute(command) is False and h.deleted() == []
 
 
 async def test_validation_rejects_when_candidate_gained_pods() -> None:
     h = Harness(two_nodes(), DisruptionSettings(validation_delay=0.05, cooldown=0.0))
-    decided = h.disruption.decide(await h.disruption.context(T0))  # type: ignore[arg-type]
+    ctx = await h.disruption.context(T0)
+    assert ctx is not None
+    decided = h.disruption.decide(ctx)
     assert decided is not None
     h.state.apply("Pod", "ADDED", pod("new", "node-a"))
-    assert await h.disruption.validate(decided) is None
+    assert await h.clock.run(h.disruption.validation.validate(decided)) is None
 
 
 async def test_replacement_launched_and_initialized_before_the_old_node_is_deleted() -> None:
     pool = nodepool()
     big = nodeclaim("big", pool, instance_type="c.2xlarge")
     h = Harness([nodeclass(), pool, big, node(big), pod("w", "node-big")])
-    command = await h.disruption.evaluate()
+    command = await h.evaluate()
     assert command is not None and command.decision == "replace" and command.savings == pytest.approx(0.30)
-    for _ in range(100):
-        if h.replacements():
-            break
-        await asyncio.sleep(0.01)
+    await h.clock.settle()
     (repl,) = h.replacements()
-    replacement = h.kube.objects("nodeclaims")[repl]
+    replacement = h.obj(NODECLAIMS, repl)
     assert replacement["metadata"]["labels"][wk.LABEL_NODEPOOL] == "np"
     assert wk.ANNOTATION_NODECLASS_HASH in replacement["metadata"]["annotations"]
     assert json.loads(replacement["metadata"]["annotations"][controls.ANNOTATION_DECISION])["replacementFor"] == ["big"]
-    await asyncio.sleep(0.1)
-    assert h.kube.deleted == [], "the old node stays until its replacement is initialized"
-    assert "big" in h.disruption.in_flight
+    waiting = h.kube.events("DisruptionWaitingReadiness")
+    assert waiting and h.clock.sleeping == 1, "the command waits for its replacement"
+    await h.clock.advance(1.0)  # one more readiness check, the replacement still not initialized
+    assert h.deleted() == [], "the old node stays until its replacement is initialized"
+    assert "big" in h.queue.in_flight
     await h.initialize(repl)
     assert await h.finish() == [True]
-    assert h.kube.deleted == ["big"]
+    assert h.deleted() == ["big"]
 
 
 async def test_drift_replacement_timeout_abandons_and_halts_drift() -> None:
@@ -199,19 +221,19 @@ async def test_drift_replacement_timeout_abandons_and_halts_drift() -> None:
     nclass = nodeclass(amis=("ami-2",))  # the NodeClass moved to a new AMI: both nodes drift
     objs[0] = nclass
     h = Harness(objs, DisruptionSettings(validation_delay=0.0, replacement_timeout=0.3, cooldown=0.0))
-    await h.disruption.mark_conditions(T0)
-    assert condition(h.state.nodeclaims["a"], wk.COND_DRIFTED)["reason"] == "AMIDrift"  # type: ignore[index]
-    command = await h.disruption.evaluate()
+    await h.mark_conditions()
+    assert present(h.state.nodeclaims["a"], wk.COND_DRIFTED)["reason"] == "AMIDrift"
+    command = await h.evaluate()
     assert command is not None and command.method == "drift" and len(command.candidates) == 1
     assert await h.finish() == [False]
-    assert h.kube.deleted == h.replacements() and len(h.kube.deleted) == 1, "only the replacement was deleted"
-    halted = h.kube.objects("nodepools")["np"]["metadata"]["annotations"][controls.ANNOTATION_DRIFT_HALTED]
+    assert h.deleted() == h.replacements() and len(h.deleted()) == 1, "only the replacement was deleted"
+    halted = h.obj(NODEPOOLS, "np")["metadata"]["annotations"][controls.ANNOTATION_DRIFT_HALTED]
     assert "not initialized" in json.loads(halted)["reason"]
-    assert await h.disruption.evaluate() is None, "drift stays halted"
+    assert await h.evaluate() is None, "drift stays halted"
     fixed = json.loads(json.dumps(h.state.nodeclasses["nc"]))
     fixed["spec"]["userData"] = "fixed"
     h.state.apply("EC2NodeClass", "MODIFIED", fixed)
-    assert h.disruption.drift_halt(h.state.nodepools["np"]) == "", "changing the EC2NodeClass lifts the halt"
+    assert h.disruption.methods.drift_halt(h.state.nodepools["np"]) == "", "changing the EC2NodeClass lifts the halt"
 
 
 async def test_drift_budget_limits_parallel_commands() -> None:
@@ -220,17 +242,15 @@ async def test_drift_budget_limits_parallel_commands() -> None:
     objs = [nodeclass(amis=("ami-new",)), pool, *claims, *(node(c) for c in claims)]
     objs += [pod(f"{c['metadata']['name']}-0", f"node-{c['metadata']['name']}") for c in claims]
     h = Harness(objs, DisruptionSettings(validation_delay=0.0, replacement_timeout=5.0, cooldown=0.0))
-    first = await h.disruption.evaluate()
+    first = await h.evaluate()
     assert first is not None and first.method == "drift"
-    assert await h.disruption.evaluate() is None, "budget of 1: a second drift waits"
-    for _ in range(100):
-        if h.replacements():
-            break
-        await asyncio.sleep(0.01)
+    assert await h.evaluate() is None, "budget of 1: a second drift waits"
+    await h.clock.settle()
+    assert len(h.replacements()) == 1
     for name in h.replacements():
         await h.initialize(name)
     await h.finish()
-    assert h.kube.deleted == [first.candidates[0].name]
+    assert h.deleted() == [first.candidates[0].name]
     assert len(h.replacements()) == 1
 
 
@@ -239,15 +259,15 @@ async def test_budget_zero_blocks_and_not_ready_counts_as_disrupting() -> None:
     a, b, c = (nodeclaim(n, pool) for n in ("a", "b", "c"))
     objs = [nodeclass(), pool, a, b, c, node(a), node(b, ready=False), node(c), pod("c-0", "node-c")]
     h = Harness(objs)
-    assert h.disruption.allowed("np", "Empty") == 0
-    assert await h.disruption.evaluate() is None and h.kube.deleted == []
+    assert h.disruption.methods.allowed("np", "Empty") == 0
+    assert await h.evaluate() is None and h.deleted() == []
 
 
 async def test_pause_switches() -> None:
     h = Harness(two_nodes(), pause_ns_annotations={controls.ANNOTATION_PAUSED: "true"})
-    assert await h.disruption.evaluate() is None and h.kube.deleted == []
+    assert await h.evaluate() is None and h.deleted() == []
     h2 = Harness(two_nodes(nodepool(annotations={controls.ANNOTATION_PAUSED: "true"})))
-    assert await h2.disruption.evaluate() is None and h2.kube.deleted == []
+    assert await h2.evaluate() is None and h2.deleted() == []
     h3 = Harness(two_nodes(), DisruptionSettings(validation_delay=0.0, paused=True))
     assert await h3.disruption.evaluate() is None
     h4 = Harness(two_nodes(), DisruptionSettings(validation_delay=0.0, cooldown=0.0, pause_namespace="absent"))
@@ -260,25 +280,26 @@ async def test_expiration_is_forceful_unless_budgeted() -> None:
     pool = nodepool(budgets=[{"nodes": "0"}])
     old = nodeclaim("old", pool, created=T0 - 100, expireAfter="60s")
     h = Harness([nodeclass(), pool, old, node(old), pod("w", "node-old")])
-    await h.disruption.evaluate()
-    assert h.kube.deleted == ["old"]
-    record = json.loads(h.kube.objects("nodeclaims")["old"]["metadata"]["annotations"][controls.ANNOTATION_DECISION])
+    await h.evaluate()
+    assert h.deleted() == ["old"]
+    record = json.loads(h.obj(NODECLAIMS, "old")["metadata"]["annotations"][controls.ANNOTATION_DECISION])
     assert record["reason"] == "Expired"
     budgeted = nodepool(budgets=[{"nodes": "0"}], annotations={controls.ANNOTATION_EXPIRATION: "Budgeted"})
     old2 = nodeclaim("old2", budgeted, created=T0 - 100, expireAfter="60s")
     h2 = Harness([nodeclass(), budgeted, old2, node(old2), pod("w", "node-old2")])
-    assert await h2.disruption.evaluate() is None and h2.kube.deleted == []
-    assert condition(h2.state.nodeclaims["old2"], wk.COND_DRIFTED)["reason"] == "Expired"  # type: ignore[index]
+    assert await h2.evaluate() is None and h2.deleted() == []
+    assert present(h2.state.nodeclaims["old2"], wk.COND_DRIFTED)["reason"] == "Expired"
 
 
 async def test_conditions_written_once_then_steady() -> None:
     pool = nodepool(after="30s")
     objs = two_nodes(pool, pods_a=1, pods_b=1)
     h = Harness(objs, instances={})
-    await h.disruption.mark_conditions(T0)
+    await h.mark_conditions()
     assert condition_true(h.state.nodeclaims["a"], wk.COND_CONSOLIDATABLE)
     before = len(h.writes())
-    await h.disruption.mark_conditions(T0 + 1)
+    await h.clock.advance(1)
+    await h.mark_conditions()
     assert len(h.writes()) == before, "no write when nothing changed"
 
 
@@ -288,12 +309,13 @@ async def test_instance_drift_checked_through_the_cloud_and_throttled() -> None:
     a = objs[2]
     instances = {a["status"]["providerID"]: cloud_instance(a, subnet="subnet-gone")}
     h = Harness(objs, DisruptionSettings(drift_check_interval=300.0), instances=instances)
-    await h.disruption.mark_conditions(T0)
-    assert condition(h.state.nodeclaims["a"], wk.COND_DRIFTED)["reason"] == "SubnetDrift"  # type: ignore[index]
+    await h.mark_conditions()
+    assert present(h.state.nodeclaims["a"], wk.COND_DRIFTED)["reason"] == "SubnetDrift"
     assert condition(h.state.nodeclaims["b"], wk.COND_DRIFTED) is None
-    gets = h.cloud.gets
-    await h.disruption.mark_conditions(T0 + 10)
-    assert h.cloud.gets == gets, "the cloud is asked at most once per drift_check_interval"
+    gets = len(h.cloud.get_calls)
+    await h.clock.advance(10)
+    await h.mark_conditions()
+    assert len(h.cloud.get_calls) == gets, "the cloud is asked at most once per drift_check_interval"
 
 
 async def test_pdb_and_do_not_disrupt_exclude_candidates() -> None:
@@ -302,7 +324,7 @@ async def test_pdb_and_do_not_disrupt_exclude_candidates() -> None:
     objs = [nodeclass(), pool, a, b, node(a), node(b), pod("a-0", "node-a", owner="guarded")]
     objs.append(pod("b-0", "node-b", annotations={wk.ANNOTATION_DO_NOT_DISRUPT: "true"}))
     h = Harness(objs)
-    h.kube.store[("poddisruptionbudgets", "default", "guard")] = pdb("guard", {"app": "guarded"}, 0)
+    h.kube.seed(pdb("guard", {"app": "guarded"}, 0))
     ctx = await h.disruption.context(T0)
     assert ctx is not None and ctx.candidates == []
     assert "PodDisruptionBudget default/guard" in ctx.blocked["a"] and "do-not-disrupt" in ctx.blocked["b"]
@@ -312,17 +334,17 @@ async def test_cooldown_blocks_young_nodes_and_recently_moved_workloads() -> Non
     pool = nodepool()
     big = nodeclaim("big", pool, instance_type="c.2xlarge", created=T0 - 60)
     h = Harness([nodeclass(), pool, big, node(big), pod("w", "node-big")], DisruptionSettings(cooldown=300.0))
-    assert await h.disruption.evaluate() is None
+    assert await h.evaluate() is None
     ctx = await h.disruption.context(T0)
     assert ctx is not None
-    h.disruption._underutilized(ctx)
+    h.disruption.methods.underutilized(ctx)
     assert "younger than" in ctx.blocked["big"]
     old = nodeclaim("old", pool, instance_type="c.2xlarge")
     h2 = Harness([nodeclass(), pool, old, node(old), pod("w", "node-old")], DisruptionSettings(cooldown=300.0))
-    h2.disruption.disrupted_workloads["ReplicaSet/uid-rs-a"] = h2.disruption.clock() - 10
+    h2.queue.disrupted_workloads["ReplicaSet/uid-rs-a"] = h2.disruption.clock() - 10
     ctx2 = await h2.disruption.context(T0)
     assert ctx2 is not None
-    h2.disruption._underutilized(ctx2)
+    h2.disruption.methods.underutilized(ctx2)
     assert "was disrupted" in ctx2.blocked["old"]
 
 
@@ -334,16 +356,15 @@ async def test_savings_threshold_keeps_a_near_optimal_node() -> None:
     h = Harness(objs)
     from tests.unit.disruption_builders import itype
 
-    h.cloud.types = [itype("c.xlarge", 4, 8, 0.20), itype("d.xlarge", 4, 8, 0.19)]
-    assert await h.disruption.evaluate() is None
+    h.cloud.instance_types = [itype("c.xlarge", 4, 8, 0.20), itype("d.xlarge", 4, 8, 0.19)]
+    assert await h.evaluate() is None
     loose = nodepool(annotations={controls.ANNOTATION_MIN_SAVINGS_RATIO: "0.01"})
     claim2 = nodeclaim("a", loose, instance_type="c.xlarge")
     h2 = Harness([nodeclass(), loose, claim2, node(claim2), pod("w", "node-a", cpu="3")])
-    h2.cloud.types = h.cloud.types
-    command = await h2.disruption.evaluate()
+    h2.cloud.instance_types = h.cloud.instance_types
+    command = await h2.evaluate()
     assert command is not None and command.decision == "replace"
-    for task in list(h2.disruption.tasks):
-        task.cancel()
+    h2.cancel_commands()
 
 
 async def test_steady_cluster_makes_no_disruption_over_20_evaluations() -> None:
@@ -361,11 +382,11 @@ async def test_steady_cluster_makes_no_disruption_over_20_evaluations() -> None:
         pod("b-0", "node-b", cpu="1500m"),
     ]
     h = Harness(objs, instances={})
-    await h.disruption.mark_conditions(T0)
+    await h.mark_conditions()
     before = len(h.writes())
     for _ in range(20):
-        assert await h.disruption.evaluate() is None
-    assert h.disruption.evaluations == 20 and len(h.writes()) == before and h.kube.deleted == []
+        assert await h.evaluate() is None
+    assert h.disruption.evaluations == 20 and len(h.writes()) == before and h.deleted() == []
 
 
 async def test_provisioner_requests_capacity_for_pods_of_a_deleting_nodeclaim_once() -> None:
@@ -393,7 +414,7 @@ async def test_destination_of_a_command_in_flight_is_not_consolidated_under_its_
     first = h.disruption.decide(ctx)
     assert first is not None and first.decision == "delete" and len(first.candidates) == 2
     moving = {c.name for c in first.candidates}
-    h.disruption.in_flight.update(moving)
+    h.queue.in_flight.update(moving)
     ctx2 = await h.disruption.context(T0)
     assert ctx2 is not None and {c.name for c in ctx2.candidates} == {"a", "b", "c"} - moving
     assert len(ctx2.pending) == 2 and not any(e.nodeclaim in moving for e in ctx2.existing)
@@ -419,7 +440,9 @@ async def test_replacement_counts_the_pods_it_was_launched_for_while_they_drain(
 
 
 async def test_leftover_taint_and_reason_from_a_crashed_command_are_cleared() -> None:
-    """Karpenter D1: a restart mid-command must not leave a node cordoned for ever."""
+    """A restart mid-command must not leave a node cordoned for ever: the disruption pass clears the
+    ``karpenter.sh/disrupted`` taint and ``DisruptionReason`` of NodeClaims no command is working on (Karpenter
+    core ``pkg/controllers/disruption/controller.go``)."""
     pool = nodepool(after="Never")
     a, b = nodeclaim("a", pool), nodeclaim("b", pool)
     a["status"]["conditions"].append({"type": wk.COND_DISRUPTION_REASON, "status": "True", "reason": "Drifted"})
@@ -433,11 +456,9 @@ async def test_leftover_taint_and_reason_from_a_crashed_command_are_cleared() ->
     nb["spec"]["taints"] = [{"key": wk.TAINT_DISRUPTED_KEY, "effect": "NoSchedule"}]
     h = Harness([nodeclass(), pool, a, b, na, nb, pod("a-0", "node-a"), pod("b-0", "node-b")])
     assert await h.disruption.clear_leftovers() == 1
-    assert h.kube.objects("nodes")["node-a"]["spec"]["taints"] == [{"key": "other", "effect": "NoSchedule"}]
-    assert condition(h.kube.objects("nodeclaims")["a"], wk.COND_DISRUPTION_REASON) is None
-    assert h.kube.objects("nodes")["node-b"]["spec"]["taints"] == [
-        {"key": wk.TAINT_DISRUPTED_KEY, "effect": "NoSchedule"}
-    ]
+    assert h.obj(NODES, "node-a")["spec"]["taints"] == [{"key": "other", "effect": "NoSchedule"}]
+    assert condition(h.obj(NODECLAIMS, "a"), wk.COND_DISRUPTION_REASON) is None
+    assert h.obj(NODES, "node-b")["spec"]["taints"] == [{"key": wk.TAINT_DISRUPTED_KEY, "effect": "NoSchedule"}]
     assert await h.disruption.clear_leftovers() == 0
 
 
@@ -480,79 +501,69 @@ async def test_consolidated_cluster_is_not_simulated_again_until_it_changes(monk
         pod("b-0", "node-b", cpu="1500m"),
     ]
     h = Harness(objs, instances={})
-    assert await h.disruption.evaluate() is None
+    assert await h.evaluate() is None
     first = len(calls)
     assert first > 0
-    heartbeat = json.loads(json.dumps(h.kube.objects("nodes")["node-a"]))
+    heartbeat = json.loads(json.dumps(objs[4]))  # node-a as the informer saw it
     heartbeat["status"]["conditions"][0]["lastHeartbeatTime"] = ts(T0)
     heartbeat["metadata"]["resourceVersion"] = "99999"
     h.state.apply("Node", "MODIFIED", heartbeat)
     for _ in range(5):
-        assert await h.disruption.evaluate() is None
+        assert await h.evaluate() is None
     assert len(calls) == first, "a heartbeat is not a change"
     h.state.apply("Pod", "ADDED", pod("new", "node-a", cpu="100m"))
-    assert await h.disruption.evaluate() is None
+    assert await h.evaluate() is None
     assert len(calls) > first
 
 
 async def test_failed_command_is_undone_and_the_candidate_backs_off() -> None:
     """An API error mid-command (here a conflict on the Node) abandons it cleanly; the candidate waits 30 s,
     then 60 s after a second failure."""
-    from karpy.kube.errors import ApiError
-
     h = Harness(two_nodes())
-    command = await h.disruption.evaluate()
+    command = await h.evaluate()
     assert command is not None
     await h.finish()
     h2 = Harness(two_nodes())
-    decided = h2.disruption.decide(await h2.disruption.context(T0))  # type: ignore[arg-type]
+    ctx = await h2.disruption.context(T0)
+    assert ctx is not None
+    decided = h2.disruption.decide(ctx)
     assert decided is not None
-    real_patch = h2.kube.merge_patch
-
-    async def conflict(res: Any, name: str, patch: Any, *args: Any, **kwargs: Any) -> Any:
-        if (
-            res.plural == "nodes"
-            and "spec" in patch
-            and any(t["key"] == wk.TAINT_DISRUPTED_KEY for t in patch["spec"].get("taints") or [])
-        ):
-            raise ApiError(409, "Conflict", "the object has been modified")
-        return await real_patch(res, name, patch, *args, **kwargs)
-
-    h2.kube.merge_patch = conflict  # type: ignore[method-assign]
-    assert await h2.disruption.execute(decided) is False
-    assert h2.kube.deleted == []
-    until, delay = h2.disruption.backoff["a"]
+    conflict = ApiError(409, "Conflict", "the object has been modified")
+    h2.kube.fail("patch", conflict, resource=NODES, name="node-a")  # the taint
+    assert await h2.queue.execute(decided) is False
+    assert h2.deleted() == []
+    until, delay = h2.queue.backoff["a"]
     assert delay == 30.0 and until > h2.disruption.clock() + 29
     ctx = await h2.disruption.context(h2.disruption.clock())
     assert ctx is not None and "backing off" in ctx.blocked["a"]
-    assert await h2.disruption.execute(decided) is False
-    assert h2.disruption.backoff["a"][1] == 60.0
+    h2.kube.fail("patch", conflict, resource=NODES, name="node-a")
+    assert await h2.queue.execute(decided) is False
+    assert h2.queue.backoff["a"][1] == 60.0
 
 
 async def test_pause_flipped_during_validation_drops_the_command() -> None:
     h = Harness(two_nodes(), DisruptionSettings(validation_delay=0.2, cooldown=0.0))
+    wait = h.disruption.validation.sleep
 
-    async def flip() -> None:
-        await asyncio.sleep(0.05)
-        ns = h.kube.store[("namespaces", "", "kube-system")]
-        ns["metadata"]["annotations"][controls.ANNOTATION_PAUSED] = "true"
+    async def pause_meanwhile(seconds: float) -> None:
+        h.annotate_behind_the_cache(NAMESPACES, "kube-system", controls.ANNOTATION_PAUSED, "true")
+        await wait(seconds)
 
-    flipper = asyncio.get_running_loop().create_task(flip())
-    assert await h.disruption.evaluate() is None
-    await flipper
-    assert h.kube.deleted == [] and not h.disruption.tasks
+    h.disruption.validation.sleep = pause_meanwhile
+    assert await h.evaluate() is None
+    assert h.deleted() == [] and not h.queue.tasks
+    rejected = h.kube.events("ConsolidationRejected")
+    assert rejected == [], "the command still held: the pause dropped it"
 
 
 async def test_do_not_disrupt_added_to_the_node_or_nodeclaim_after_the_decision_aborts() -> None:
-    for plural, name in (("nodes", "node-a"), ("nodeclaims", "a")):
+    for res, name in ((NODES, "node-a"), (NODECLAIMS, "a")):
         h = Harness(two_nodes())
-        command = await h.disruption.evaluate()
+        command = await h.evaluate()
         assert command is not None
-        for task in list(h.disruption.tasks):
-            task.cancel()
-        obj = h.kube.store[(plural, "", name)]
-        obj["metadata"].setdefault("annotations", {})[wk.ANNOTATION_DO_NOT_DISRUPT] = "true"
-        assert await h.disruption.execute(command) is False and h.kube.deleted == [], plural
+        h.cancel_commands()
+        h.annotate_behind_the_cache(res, name, wk.ANNOTATION_DO_NOT_DISRUPT, "true")
+        assert await h.queue.execute(command) is False and h.deleted() == [], res.plural
 
 
 async def test_bare_pods_of_a_deleting_node_get_no_capacity() -> None:
@@ -566,26 +577,40 @@ async def test_bare_pods_of_a_deleting_node_get_no_capacity() -> None:
 
 
 async def test_a_failed_evaluation_keeps_the_loop_and_its_commands_alive() -> None:
-    """An API error in one pass is logged; the loop keeps running (commands in flight are not cancelled)."""
-    h = Harness(two_nodes())
+    """An API error in one pass is retried after a backoff; the next pass runs, and a command in flight (it lives
+    on the queue, not in the pass) is not cancelled."""
+    pool = nodepool()
+    big = nodeclaim("big", pool, instance_type="c.2xlarge")
+    h = Harness([nodeclass(), pool, big, node(big), pod("w", "node-big")])
+    command = await h.evaluate()
+    assert command is not None and command.decision == "replace"
+    (running,) = h.queue.tasks
+    real = h.disruption.evaluate
     calls = 0
-    third = asyncio.Event()
 
-    async def flaky() -> None:
+    async def flaky() -> Command | None:
         nonlocal calls
         calls += 1
         if calls == 1:
             raise ApiError(500, "InternalError", "etcd timeout")
-        if calls >= 3:
-            third.set()
+        return await real()
 
-    h.disruption.evaluate = flaky  # type: ignore[method-assign, assignment]
-    loop = asyncio.create_task(h.disruption.run())
-    try:
-        await asyncio.wait_for(third.wait(), 5)
-        assert not loop.done()
-    finally:
-        loop.cancel()
+    h.disruption.evaluate = flaky  # type: ignore[method-assign]
+    loop = SingletonController(h.disruption, base_delay=5.0, max_delay=10.0, jitter=0.0)
+    assert await loop.once() == 5.0, "the failed pass is retried after the backoff"
+    assert await loop.once() == FAST.poll, "the next pass runs: nothing more to do, so the regular poll"
+    assert calls == 2 and h.disruption.evaluations == 2 and not running.done()
+    await h.clock.settle()
+    (repl,) = h.replacements()
+    await h.initialize(repl)
+    assert await h.finish() == [True] and h.deleted() == ["big"]
+
+
+async def test_reconcile_runs_again_at_once_after_a_command_started_else_after_the_poll() -> None:
+    h = Harness(two_nodes(), attrs.evolve(FAST, poll=10.0))
+    assert await h.disruption.reconcile() == Result(requeue_after=0.0), "a command started: again at once"
+    assert await h.finish() == [True]
+    assert await h.disruption.reconcile() == Result(requeue_after=10.0)
 
 
 async def test_nodes_whose_pods_are_all_terminating_go_in_one_emptiness_command() -> None:
@@ -600,11 +625,11 @@ async def test_nodes_whose_pods_are_all_terminating_go_in_one_emptiness_command(
         leaving["metadata"]["deletionTimestamp"] = ts(T0 + 30)
         objs += [claim, node(claim), leaving]
     h = Harness(objs)
-    command = await h.disruption.evaluate()
+    command = await h.evaluate()
     assert command is not None and command.method == "emptiness" and command.reason == "Empty"
     assert len(command.candidates) == 12 and command.pods_moved == 0
     assert await h.finish() == [True]
-    assert sorted(h.kube.deleted) == [f"n{i:02d}" for i in range(12)]
+    assert sorted(h.deleted()) == [f"n{i:02d}" for i in range(12)]
 
 
 async def test_emptiness_takes_in_nodes_that_stayed_empty_through_the_validation_window() -> None:
@@ -620,11 +645,11 @@ async def test_emptiness_takes_in_nodes_that_stayed_empty_through_the_validation
     h.state.last_pod_event["node-b"] = now - 9.8  # empty already; Consolidatable 0.2 s into the window
     h.state.last_pod_event["node-c"] = now - 5.0  # Consolidatable only after the window
     h.state.last_pod_event["node-d"] = now + 0.25  # a pod left it during the window
-    command = await h.disruption.evaluate()
+    command = await h.evaluate()
     assert command is not None and command.reason == "Empty"
     assert sorted(c.name for c in command.candidates) == ["a", "b"]
     assert await h.finish() == [True]
-    assert sorted(h.kube.deleted) == ["a", "b"]
+    assert sorted(h.deleted()) == ["a", "b"]
 
 
 def test_the_loop_wakes_when_a_node_becomes_consolidatable_before_the_next_poll() -> None:
@@ -645,7 +670,7 @@ async def test_a_terminating_do_not_disrupt_pod_still_guards_its_node() -> None:
     guarded = pod("guarded", "node-a", annotations={wk.ANNOTATION_DO_NOT_DISRUPT: "true"})
     guarded["metadata"]["deletionTimestamp"] = ts(T0 + 30)
     h = Harness([nodeclass(), pool, claim, node(claim), guarded])
-    assert await h.disruption.evaluate() is None
+    assert await h.evaluate() is None
     ctx = await h.disruption.context(T0)
     assert ctx is not None and "do-not-disrupt" in ctx.blocked["a"]
 
@@ -656,17 +681,64 @@ async def test_an_empty_node_that_gains_a_pod_leaves_the_emptiness_command_and_t
     pool = nodepool(budgets=[{"nodes": "100%"}])
     claims = [nodeclaim(n, pool) for n in ("a", "b", "c")]
     h = Harness([nodeclass(), pool, *claims, *(node(c) for c in claims)])
-    command = await h.disruption.evaluate()
+    command = await h.evaluate()
     assert command is not None and len(command.candidates) == 3
-    for task in list(h.disruption.tasks):
-        task.cancel()
-    h.kube.store[("pods", "default", "late")] = pod("late", "node-b")  # in the apiserver, not in the cache
-    assert await h.disruption.execute(command) is True
-    assert sorted(h.kube.deleted) == ["a", "c"]
-    assert not any(
-        t["key"] == wk.TAINT_DISRUPTED_KEY for t in h.kube.objects("nodes")["node-b"]["spec"].get("taints") or []
-    )
-    assert condition(h.kube.objects("nodeclaims")["b"], wk.COND_DISRUPTION_REASON) is None
-    assert "b" in h.disruption.backoff
-    record = json.loads(h.kube.objects("nodeclaims")["a"]["metadata"]["annotations"][controls.ANNOTATION_DECISION])
+    h.cancel_commands()
+    h.kube.seed(pod("late", "node-b"))  # in the apiserver, not in the cache
+    assert await h.queue.execute(command) is True
+    assert sorted(h.deleted()) == ["a", "c"]
+    assert not any(t["key"] == wk.TAINT_DISRUPTED_KEY for t in h.obj(NODES, "node-b")["spec"].get("taints") or [])
+    assert condition(h.obj(NODECLAIMS, "b"), wk.COND_DISRUPTION_REASON) is None
+    assert "b" in h.queue.backoff
+    record = json.loads(h.obj(NODECLAIMS, "a")["metadata"]["annotations"][controls.ANNOTATION_DECISION])
     assert record["candidates"] == ["a", "c"]
+
+
+async def test_conditions_reconciler_requeues_for_when_the_node_becomes_consolidatable() -> None:
+    pool = nodepool(after="30s")
+    claim = nodeclaim("a", pool)
+    h = Harness([nodeclass(), pool, claim, node(claim)], instances={})
+    h.state.last_pod_event["node-a"] = T0 - 26.0
+    result = await h.conditions.reconcile("a")
+    assert result.requeue_after == pytest.approx(4.0)
+    assert present(h.state.nodeclaims["a"], wk.COND_CONSOLIDATABLE)["status"] == "False"
+    await h.clock.advance(4.0)
+    await h.conditions.reconcile("a")
+    assert present(h.state.nodeclaims["a"], wk.COND_CONSOLIDATABLE)["status"] == "True"
+    assert await h.conditions.reconcile("gone") == Result()
+
+
+async def test_expiration_reconciler_requeues_until_the_nodeclaim_expires_then_deletes_it() -> None:
+    pool = nodepool()
+    claim = nodeclaim("a", pool, created=T0 - 30, expireAfter="60s")
+    h = Harness([nodeclass(), pool, claim, node(claim), pod("w", "node-a")])
+    assert await h.expiration.reconcile("a") == Result(requeue_after=30.0)
+    assert h.deleted() == []
+    await h.clock.advance(30.0)
+    h.queue.in_flight.add("a")
+    assert await h.expiration.reconcile("a") == Result(requeue_after=FAST.poll), "left to the command working on it"
+    h.queue.in_flight.discard("a")
+    assert await h.expiration.reconcile("a") == Result()
+    assert h.deleted() == ["a"]
+    paused = Harness(two_nodes(nodepool(annotations={controls.ANNOTATION_PAUSED: "true"}), expireAfter="60s"))
+    assert await paused.expiration.reconcile("a") == Result(requeue_after=FAST.poll), "paused: checked again later"
+    assert paused.deleted() == []
+
+
+def test_state_changes_route_to_the_nodeclaims_they_can_change() -> None:
+    from karpy.controllers.nodeclaim_disruption import affected_nodeclaims
+    from karpy.state.views import pod_info
+
+    pool, other = nodepool(), nodepool("other")
+    a, b, c = nodeclaim("a", pool), nodeclaim("b", pool), nodeclaim("c", other)
+    h = Harness([nodeclass(), pool, other, a, b, c, node(a), node(b), node(c), pod("w", "node-a")])
+    state = h.state
+    assert affected_nodeclaims(state, "NodeClaim", "a", None, a) == ["a"]
+    assert affected_nodeclaims(state, "Node", "node-b", None, state.nodes["node-b"]) == ["b"]
+    assert sorted(affected_nodeclaims(state, "NodePool", "np", None, pool)) == ["a", "b"]
+    assert sorted(affected_nodeclaims(state, "EC2NodeClass", "nc", None, {})) == ["a", "b", "c"]
+    bound = state.pods["default/w"]
+    pending = pod_info(pod("w"))
+    assert affected_nodeclaims(state, "Pod", "default/w", pending, bound) == ["a"], "a pod bound to node-a"
+    assert affected_nodeclaims(state, "Pod", "default/w", bound, None) == ["a"], "a pod left node-a"
+    assert affected_nodeclaims(state, "Pod", "default/w", bound, bound) == [], "a status update of a pod that stays"

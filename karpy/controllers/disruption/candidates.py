@@ -110,7 +110,7 @@ def do_not_disrupt_blocker(
 
 
 def node_annotations(node: NodeInfo) -> Mapping[str, str]:
-    """The Node's annotations (the orchestrator also re-reads the Node right before acting)."""
+    """The Node's annotations (the orchestration queue also re-reads the Node right before acting)."""
     return node.annotations
 
 

@@ -1,4 +1,6 @@
-"""Consolidation and the disruption simulation (Karpenter D4–D7, D9): pure functions over the engine ``solve``.
+"""Consolidation and the disruption simulation: pure functions over the engine ``solve`` (Karpenter core
+``pkg/controllers/disruption/consolidation.go``, ``singlenodeconsolidation.go``, ``multinodeconsolidation.go``,
+``drift.go`` and ``helpers.go`` ``SimulateScheduling``).
 
 The simulation removes the candidates' capacity and reschedules their pods (plus the pods already pending)
 onto what remains and, if needed, new NodeClaims. A command is valid only when every candidate pod lands
@@ -238,7 +240,8 @@ def single_node(
 def replacements_for_drift(
     candidate: Candidate, result: model.SchedulingResult
 ) -> tuple[model.NewNodeClaim, ...] | None:
-    """Drift (D9): every pod of the candidate must fit, on existing capacity or any number of new NodeClaims."""
+    """Drift replaces one candidate only when every one of its pods fits, on existing capacity or any number of new
+    NodeClaims (Karpenter core ``pkg/controllers/disruption/drift.go``); None when some pod would not."""
     if not all_candidate_pods_scheduled([candidate], result):
         return None
     return tuple(result.new_nodeclaims)

@@ -1,4 +1,5 @@
-"""Drift detection and expiration (Karpenter D8, D10): pure functions over NodeClaim, NodePool, EC2NodeClass.
+"""Drift detection and expiration: pure functions over NodeClaim, NodePool, EC2NodeClass (Karpenter core
+``pkg/controllers/nodeclaim/disruption/drift.go`` and ``pkg/controllers/nodeclaim/expiration/controller.go``).
 
 Drift reasons, checked in Karpenter's order (core ``nodeclaim/disruption/drift.go``, AWS
 ``pkg/cloudprovider/drift.go``):
@@ -111,13 +112,19 @@ def instance_drift(nodeclass: Mapping[str, Any], instance: CloudInstance) -> str
     return ""
 
 
-def expired(claim: Mapping[str, Any], now: float) -> bool:
-    """``creationTimestamp + spec.expireAfter`` has passed (Karpenter ``nodeclaim/expiration``)."""
+def expires_at(claim: Mapping[str, Any]) -> float | None:
+    """``creationTimestamp + spec.expireAfter`` (seconds since the epoch); None when it never expires."""
     expire = expire_after(claim)
     if expire is None:
-        return False
+        return None
     created = parse_time((claim.get("metadata") or {}).get("creationTimestamp"))
-    return created > 0 and now >= created + expire
+    return created + expire if created > 0 else None
+
+
+def expired(claim: Mapping[str, Any], now: float) -> bool:
+    """``creationTimestamp + spec.expireAfter`` has passed (Karpenter core ``pkg/controllers/nodeclaim/expiration``)."""
+    at = expires_at(claim)
+    return at is not None and now >= at
 
 
 def drift_order(items: Sequence[tuple[float, int, str]]) -> list[str]:

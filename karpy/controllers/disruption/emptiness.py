@@ -1,9 +1,10 @@
-"""Emptiness (Karpenter D3, D4): Consolidatable nodes with no reschedulable pod are deleted together.
+"""Emptiness: Consolidatable nodes with no reschedulable pod are deleted together (Karpenter core
+``pkg/controllers/disruption/emptiness.go``; Consolidatable: ``pkg/controllers/nodeclaim/disruption/consolidation.go``).
 
 Applies to every consolidation policy unless ``consolidateAfter: Never``. A node is Consolidatable once
 ``now − max(last pod event, initialization time) ≥ consolidateAfter``; the last pod event (a non-DaemonSet pod
 bound to or leaving the node) is tracked by cluster state (karpy's start time after a restart, which only
-delays). Deletions stay within each NodePool's ``Empty`` budget. Pure functions; the orchestrator acts.
+delays). Deletions stay within each NodePool's ``Empty`` budget. Pure functions; the disruption controller acts.
 """
 
 from __future__ import annotations

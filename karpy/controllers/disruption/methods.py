@@ -1,0 +1,195 @@
+"""The disruption methods over one :class:`~.helpers.Context`, in Karpenter's order: emptiness, drift,
+multi-node consolidation, single-node consolidation (Karpenter core ``pkg/controllers/disruption/emptiness.go``,
+``drift.go``, ``multinodeconsolidation.go``, ``singlenodeconsolidation.go``), with the budgets they draw on
+(``helpers.go``, ``BuildDisruptionBudgetMapping``) and karpy's controls (savings threshold, cooldown, drift
+circuit breaker; see :mod:`.controls`). The rules themselves are the pure functions of :mod:`.emptiness`,
+:mod:`.drift` and :mod:`.consolidation`; this module applies them to the cluster and decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from karpy.apis import labels as wk
+from karpy.apis.hashing import nodeclass_hash, nodepool_hash
+from karpy.controllers.budgets import allowed_disruptions
+from karpy.controllers.disruption import consolidation as cons
+from karpy.controllers.disruption import controls
+from karpy.controllers.disruption import drift as dr
+from karpy.controllers.disruption.candidates import budget_counts
+from karpy.controllers.disruption.emptiness import (
+    WHEN_EMPTY_OR_UNDERUTILIZED,
+    consolidatable,
+    consolidation_policy,
+    empty_command,
+)
+from karpy.controllers.disruption.helpers import Context, created, transition, workload
+from karpy.controllers.disruption.queue import Queue
+from karpy.controllers.disruption.types import DRIFTED, EMPTY, UNDERUTILIZED, Candidate, Command
+from karpy.metrics import DISRUPTION_ALLOWED, DISRUPTION_ELIGIBLE
+from karpy.scheduling.translate import nodeclass_name
+from karpy.state.cluster import ClusterState, condition_true
+
+# Karpenter's consolidation short-cut: once consolidation found nothing (and no budget held it back), it is not
+# simulated again until cluster state changes, or at least every 5 minutes.
+CONSOLIDATED_TTL = 300.0
+
+
+class Methods:
+    """Emptiness → drift → multi-node → single-node over a context; the first command wins."""
+
+    def __init__(self, state: ClusterState, queue: Queue, settings: controls.DisruptionSettings) -> None:
+        self.state = state
+        self.queue = queue
+        self.settings = settings
+        self.state_version = 0
+        self._consolidated: tuple[int, float] | None = None
+
+    def on_change(self, kind: str, event: str, key: str, old: Any, new: Any) -> None:
+        """A cluster state listener: count changes that can change a consolidation decision (not Node
+        heartbeats or pod status noise), which re-arm the consolidated short-cut."""
+        same = (
+            kind in ("Node", "Pod")
+            and event == "MODIFIED"
+            and old is not None
+            and new is not None
+            and attrs.evolve(old, resource_version="") == attrs.evolve(new, resource_version="")
+        )
+        if not same:
+            self.state_version += 1
+
+    def decide(self, ctx: Context) -> Command | None:
+        """The first command of emptiness → drift → multi-node → single-node (Karpenter's method order)."""
+        return self.emptiness(ctx) or self.drift(ctx) or self.consolidation(ctx)
+
+    def allowed(self, pool: str, reason: str) -> int:
+        """Budget left for ``reason`` in ``pool`` now (commands in flight count as disrupting)."""
+        nodepool = self.state.nodepools.get(pool)
+        if nodepool is None or controls.paused(nodepool):
+            return 0
+        total, disrupting = budget_counts(self.state, pool, self.queue.in_flight)
+        value = allowed_disruptions(nodepool, reason, total, disrupting)
+        DISRUPTION_ALLOWED.labels(nodepool=pool, reason=reason).set(value)
+        return value
+
+    def consolidatable(self, ctx: Context, c: Candidate) -> bool:
+        """The candidate's node saw no pod event for its NodePool's ``consolidateAfter``."""
+        last = self.state.last_pod_event.get(c.node.name, self.state.started_at)
+        return consolidatable(c.claim, c.nodepool, last, ctx.now)
+
+    def emptiness(self, ctx: Context) -> Command | None:
+        """Empty Consolidatable candidates within each pool's ``Empty`` budget, deleted together."""
+        eligible = [
+            c for c in ctx.candidates if not c.pods and c.name not in ctx.eventual_only and self.consolidatable(ctx, c)
+        ]
+        DISRUPTION_ELIGIBLE.labels(reason=EMPTY).set(len(eligible))
+        allowed = {pool: self.allowed(pool, EMPTY) for pool in {c.pool for c in eligible}}
+        return empty_command(eligible, allowed)
+
+    def drift(self, ctx: Context) -> Command | None:
+        """One drifted candidate (empty ones first, oldest drift first) whose pods all fit, within ``Drifted``."""
+        drifted = [c for c in ctx.candidates if condition_true(c.claim, wk.COND_DRIFTED)]
+        DISRUPTION_ELIGIBLE.labels(reason=DRIFTED).set(len(drifted))
+        by_name = {c.name: c for c in drifted}
+        order = dr.drift_order([(transition(c.claim, wk.COND_DRIFTED), len(c.pods), c.name) for c in drifted])
+        for name in order:
+            candidate = by_name[name]
+            if self.drift_halt(candidate.nodepool) or self.allowed(candidate.pool, DRIFTED) <= 0:
+                continue
+            # karpy: other drifted nodes are no destination — every pod moves once, onto current capacity, and a
+            # bad AMI is caught by the first replacement before any node is removed (Karpenter would stack pods
+            # onto nodes that drift next).
+            # Their pods stay where they are for now, though, and count for pod (anti-)affinity and topology spread:
+            # a drifted node is kept with no allocatable (it takes no pod) instead of being dropped, or a StatefulSet
+            # pod with zone anti-affinity would be planned into the zone of a sibling on another drifted node.
+            drifted_names = {c.name for c in drifted} | {c.node.name for c in drifted}
+            healthy = [
+                attrs.evolve(e, allocatable={}) if e.nodeclaim in drifted_names or e.name in drifted_names else e
+                for e in ctx.existing
+            ]
+            result = cons.simulate([candidate], ctx.pending, ctx.pools, healthy, ctx.daemonsets)
+            replacements = cons.replacements_for_drift(candidate, result)
+            if replacements is None:
+                ctx.blocked[name] = "drifted, but its pods would not all schedule"
+                continue
+            return Command("drift", DRIFTED, (candidate,), replacements, validate=False)
+        return None
+
+    def drift_halt(self, nodepool: Mapping[str, Any]) -> str:
+        """Why drift is halted for ``nodepool`` ("" when it may proceed): see :mod:`.controls`."""
+        nodeclass = self.state.nodeclasses.get(nodeclass_name(nodepool)) or {}
+        return controls.drift_halted(nodepool, nodepool_hash(nodepool), nodeclass_hash(nodeclass))
+
+    def underutilized(self, ctx: Context) -> list[Candidate]:
+        """Candidates consolidation may move: policy ``WhenEmptyOrUnderutilized``, priced, Consolidatable and out
+        of karpy's cooldown (the cooled-down ones go to ``ctx.blocked``)."""
+        out = []
+        for c in ctx.candidates:
+            if c.name in ctx.eventual_only:
+                continue
+            if consolidation_policy(c.nodepool) != WHEN_EMPTY_OR_UNDERUTILIZED or c.price is None:
+                continue
+            if not self.consolidatable(ctx, c):
+                continue
+            why = self.cooling_down(c, ctx.now)
+            if why:
+                ctx.blocked[c.name] = why
+                continue
+            out.append(c)
+        DISRUPTION_ELIGIBLE.labels(reason=UNDERUTILIZED).set(len(out))
+        return out
+
+    def cooling_down(self, c: Candidate, now: float) -> str:
+        """karpy's cooldown: the node is younger than it, or one of its workloads was disrupted within it."""
+        window = controls.cooldown(c.nodepool, self.settings)
+        if window <= 0:
+            return ""
+        if now - created(c.claim) < window:
+            return f"node is younger than the {window:.0f}s disruption cooldown"
+        for p in c.pods:
+            at = self.queue.disrupted_workloads.get(workload(p.pod))
+            if at is not None and now - at < window:
+                return f"workload of pod {p.key} was disrupted {now - at:.0f}s ago (cooldown {window:.0f}s)"
+        return ""
+
+    def accept(self, command: Command) -> bool:
+        """karpy's savings gate: the move saves enough ($/hour and ratio) under every candidate's NodePool."""
+        removed = sum(c.price or 0.0 for c in command.candidates)
+        for c in command.candidates:
+            per_hour, ratio = controls.min_savings(c.nodepool, self.settings)
+            if not controls.savings_pay(command.savings, removed, per_hour, ratio):
+                return False
+        return True
+
+    def consolidation(self, ctx: Context) -> Command | None:
+        """Multi-node, then single-node consolidation within each pool's ``Underutilized`` budget."""
+        eligible = self.underutilized(ctx)
+        if not eligible:
+            return None
+        if (
+            self._consolidated is not None
+            and self._consolidated[0] == self.state_version
+            and ctx.now - self._consolidated[1] < CONSOLIDATED_TTL
+        ):
+            return None
+        budget = {pool: self.allowed(pool, UNDERUTILIZED) for pool in {c.pool for c in eligible}}
+        within: list[Candidate] = []
+        taken: dict[str, int] = {}
+        for c in cons.sort_for_multi(eligible):
+            if taken.get(c.pool, 0) < budget.get(c.pool, 0):
+                taken[c.pool] = taken.get(c.pool, 0) + 1
+                within.append(c)
+        spot = self.settings.spot_to_spot
+        command = cons.multi_node(within, ctx.simulator(), spot_to_spot=spot, accept=self.accept)
+        if command is not None:
+            return command
+        # Single-node needs one disruption per pool: every candidate of a pool with budget left is tried.
+        open_pools = [c for c in eligible if budget.get(c.pool, 0) > 0]
+        command, why = cons.single_node(open_pools, ctx.simulator(), spot_to_spot=spot, accept=self.accept)
+        ctx.blocked.update(why)
+        if command is None and len(open_pools) == len(eligible):
+            self._consolidated = (self.state_version, ctx.now)  # a budget-blocked pass is not "consolidated"
+        return command

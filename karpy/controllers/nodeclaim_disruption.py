@@ -1,0 +1,193 @@
+"""The NodeClaim disruption conditions: ``Consolidatable`` and ``Drifted``, one keyed reconciler per NodeClaim
+(Karpenter core ``pkg/controllers/nodeclaim/disruption``: ``consolidation.go``, ``drift.go``).
+
+For an initialized NodeClaim of a known NodePool (key: the NodeClaim's name):
+
+* ``Consolidatable`` is True once its node saw no pod event (bound or left) for the NodePool's
+  ``consolidateAfter`` (since initialization at the earliest), False before; absent with ``consolidateAfter:
+  Never``.
+* ``Drifted`` (reason: the drift) when the NodeClaim no longer matches its NodePool or EC2NodeClass (hashes,
+  requirements, AMI), or its instance no longer matches the EC2NodeClass (subnet, security groups; asked of the
+  cloud provider at most once per ``drift_check_interval``), or it expired in a NodePool annotated
+  ``karpy.sh/expiration: Budgeted``; removed when none holds.
+
+Conditions are written only on a change. The result requeues the key for the next time-based change (the
+node becoming Consolidatable, the next instance check, budgeted expiry); the operator enqueues it on every
+change of the NodeClaim, its Node, its node's pods, its NodePool or EC2NodeClass (:func:`affected_nodeclaims`).
+
+Flat beside :mod:`karpy.controllers.nodeclaim_lifecycle` (Karpenter's ``nodeclaim/lifecycle``), as
+:mod:`karpy.controllers.nodeclaim_expiration` is: the three ``nodeclaim/*`` controllers stay siblings.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import structlog
+
+from karpy.apis import labels as wk
+from karpy.cloudprovider.types import CloudProvider, CloudProviderError
+from karpy.controllers.conditions import set_condition
+from karpy.controllers.disruption import controls
+from karpy.controllers.disruption import drift as dr
+from karpy.controllers.disruption.emptiness import consolidatable, consolidate_after
+from karpy.controllers.disruption.helpers import Clock, consolidatable_at, patch_conditions
+from karpy.kube.client import KubeClient
+from karpy.runtime.controller import Result
+from karpy.scheduling.translate import nodeclass_name
+from karpy.state.cluster import ClusterState, condition, condition_true, deleting
+from karpy.state.views import NodeInfo, PodInfo
+
+log = structlog.get_logger("karpy.disruption")
+JSON = dict[str, Any]
+
+
+class NodeClaimDisruption:
+    """Keyed reconciler of a NodeClaim's ``Consolidatable`` and ``Drifted`` conditions (module docstring)."""
+
+    name = "nodeclaim.disruption"
+
+    def __init__(
+        self,
+        client: KubeClient,
+        state: ClusterState,
+        cloud: CloudProvider,
+        settings: controls.DisruptionSettings | None = None,
+        *,
+        clock: Clock = time.time,
+    ) -> None:
+        self.client = client
+        self.state = state
+        self.cloud = cloud
+        self.settings = settings or controls.DisruptionSettings()
+        self.clock = clock
+        # NodeClaim name → (checked at, drift reason): the throttle of the instance lookups.
+        self._instance_drift: dict[str, tuple[float, str]] = {}
+
+    async def reconcile(self, key: str) -> Result:
+        """Write NodeClaim ``key``'s conditions if they changed; requeue for the next time-based change."""
+        claim = self.state.nodeclaims.get(key)
+        if claim is None:
+            self._instance_drift.pop(key, None)
+            return Result()
+        if deleting(claim) or not condition_true(claim, wk.COND_INITIALIZED):
+            return Result()
+        pool = self.state.nodepools.get((claim["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL, ""))
+        if pool is None:
+            return Result()
+        now = self.clock()
+        node = self.state.node_for_nodeclaim(claim)
+        last = self.state.last_pod_event.get(node.name, self.state.started_at) if node else now
+        want_consolidatable = consolidatable(claim, pool, last, now) if consolidate_after(pool) is not None else None
+        drift = await self.drift_reason(claim, pool, now)
+        await self._write_conditions(key, claim, want_consolidatable, drift)
+        return Result(requeue_after=self._next_change(key, claim, pool, now))
+
+    async def drift_reason(self, claim: JSON, nodepool: JSON, now: float) -> str:
+        """Why the NodeClaim drifted ("" when it has not): objects first, then the instance (throttled)."""
+        nodeclass = self.state.nodeclasses.get(nodeclass_name(claim)) or self.state.nodeclasses.get(
+            nodeclass_name(nodepool)
+        )
+        reason = dr.static_drift(claim, nodepool, nodeclass)
+        if not reason and nodeclass is not None:
+            reason = await self._instance_drift_reason(claim, nodeclass, now)
+        if not reason and controls.expiration_budgeted(nodepool) and dr.expired(claim, now):
+            reason = dr.EXPIRED
+        return reason
+
+    def _next_change(self, key: str, claim: JSON, nodepool: JSON, now: float) -> float:
+        """Seconds until a condition can change with no event: the node becoming Consolidatable, the next
+        instance drift check, budgeted expiry; at most ``drift_check_interval``."""
+        times = [consolidatable_at(self.state, claim)]
+        checked = self._instance_drift.get(key)
+        if checked is not None:
+            times.append(checked[0] + self.settings.drift_check_interval)
+        if controls.expiration_budgeted(nodepool):
+            times.append(dr.expires_at(claim))
+        soonest = min((at - now for at in times if at is not None and at > now), default=None)
+        limit = self.settings.drift_check_interval
+        return limit if soonest is None else min(soonest, limit)
+
+    async def _instance_drift_reason(self, claim: JSON, nodeclass: JSON, now: float) -> str:
+        name = claim["metadata"]["name"]
+        cached = self._instance_drift.get(name)
+        if cached is not None and now - cached[0] < self.settings.drift_check_interval:
+            return cached[1]
+        pid = str((claim.get("status") or {}).get("providerID") or "")
+        reason = ""
+        if pid:
+            try:
+                reason = dr.instance_drift(nodeclass, await self.cloud.get(pid))
+            except CloudProviderError as err:
+                log.debug("instance drift not checked", nodeclaim=name, error=str(err))
+        self._instance_drift[name] = (now, reason)
+        return reason
+
+    async def _write_conditions(self, name: str, claim: JSON, want_consolidatable: bool | None, drift: str) -> None:
+        conditions: list[JSON] = [dict(c) for c in (claim.get("status") or {}).get("conditions") or []]
+        before = json.dumps(conditions, sort_keys=True)
+        generation = claim["metadata"].get("generation")
+        if want_consolidatable is None:
+            conditions = [c for c in conditions if c.get("type") != wk.COND_CONSOLIDATABLE]
+        else:
+            status = "True" if want_consolidatable else "False"
+            current = condition(claim, wk.COND_CONSOLIDATABLE)
+            if current is None or current.get("status") != status:
+                conditions = set_condition(conditions, wk.COND_CONSOLIDATABLE, status, "Consolidatable", "", generation)
+        current_drift = condition(claim, wk.COND_DRIFTED)
+        if drift and (current_drift is None or current_drift.get("reason") != drift):
+            conditions = set_condition(conditions, wk.COND_DRIFTED, "True", drift, "", generation)
+            log.info("nodeclaim drifted", nodeclaim=name, reason=drift)
+        elif not drift and current_drift is not None:
+            conditions = [c for c in conditions if c.get("type") != wk.COND_DRIFTED]
+        if json.dumps(conditions, sort_keys=True) == before:
+            return
+        await patch_conditions(self.client, self.state, name, conditions, claim)
+
+
+def affected_nodeclaims(state: ClusterState, kind: str, key: str, old: Any, new: Any) -> list[str]:
+    """The NodeClaims whose disruption conditions or expiration a state change can change (the operator's
+    routing enqueues them): the NodeClaim itself, a Node's NodeClaim, the NodeClaim of a node a pod bound to or
+    left, every NodeClaim of a NodePool, or of an EC2NodeClass."""
+    if kind == "NodeClaim":
+        return [key]
+    if kind == "Node":
+        node: NodeInfo | None = new or old
+        claim = state.nodeclaim_for_node(node) if node is not None else None
+        return [str(claim["metadata"]["name"])] if claim is not None else []
+    if kind == "Pod":
+        return _pod_nodeclaims(state, old, new)
+    if kind == "NodePool":
+        return [n for n, c in state.nodeclaims.items() if _labels(c).get(wk.LABEL_NODEPOOL) == key]
+    if kind == "EC2NodeClass":
+        pools = {n for n, p in state.nodepools.items() if nodeclass_name(p) == key}
+        return [
+            n
+            for n, c in state.nodeclaims.items()
+            if nodeclass_name(c) == key or _labels(c).get(wk.LABEL_NODEPOOL) in pools
+        ]
+    return []
+
+
+def _pod_nodeclaims(state: ClusterState, old: PodInfo | None, new: PodInfo | None) -> list[str]:
+    """A pod event moves its node's ``consolidateAfter`` clock only when the pod binds, leaves or finishes."""
+    before = old.node_name if old is not None and not old.terminal else ""
+    after = new.node_name if new is not None and not new.terminal else ""
+    if before == after:
+        return []
+    return list(_claims_of_nodes(state, (n for n in (before, after) if n)))
+
+
+def _claims_of_nodes(state: ClusterState, names: Iterable[str]) -> Iterable[str]:
+    for name in names:
+        node = state.nodes.get(name)
+        claim = state.nodeclaim_for_node(node) if node is not None else None
+        if claim is not None:
+            yield str(claim["metadata"]["name"])
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
