@@ -30,9 +30,11 @@ import attrs
 import structlog
 
 from karpy.apis import labels as wk
+from karpy.apis.conditions import condition_true
 from karpy.apis.hashing import nodeclass_hash, nodepool_hash
 from karpy.apis.quantity import QuantityError, format_resource_list, parse_resource_list
 from karpy.apis.resources import add
+from karpy.apis.taints import taints, taints_json
 from karpy.cloudprovider.types import CloudProvider, CloudProviderError, InstanceType
 from karpy.controllers.launch_backoff import LaunchBackoff, explain_incompatible
 from karpy.controllers.terminator import drainable
@@ -53,9 +55,9 @@ from karpy.simulate.inputs import (
     requirement_to_json,
     scheduling_nodepool,
 )
-from karpy.state.cluster import ClusterState, condition_true, deleting, provider_id
+from karpy.state.cluster import ClusterState, deleting, provider_id
 from karpy.state.plans import Plans
-from karpy.state.views import NodeInfo, PodInfo, taints, taints_json
+from karpy.state.views import NodeInfo, PodInfo
 
 log = structlog.get_logger("karpy.provisioner")
 JSON = dict[str, Any]

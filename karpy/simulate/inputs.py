@@ -12,9 +12,9 @@ from typing import Any
 
 from karpy.apis import labels as wk
 from karpy.apis.quantity import QuantityError, parse_resource_list
+from karpy.apis.taints import taints
 from karpy.cloudprovider.types import InstanceType
 from karpy.scheduling import model
-from karpy.state.views import taints
 
 JSON = dict[str, Any]
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 import attrs
@@ -15,6 +14,8 @@ import attrs
 from karpy.apis import labels as wk
 from karpy.apis.quantity import QuantityError, parse_resource_list
 from karpy.apis.resources import Resources, add, max_of
+from karpy.apis.taints import Taint, taints
+from karpy.apis.times import parse_time
 from karpy.scheduling.model import (
     DaemonSet,
     HostPort,
@@ -22,19 +23,11 @@ from karpy.scheduling.model import (
     Pod,
     PodAffinityTerm,
     Requirement,
-    Taint,
     Toleration,
     TopologySpreadConstraint,
 )
 
 JSON = dict[str, Any]
-
-
-def parse_time(value: str | None) -> float:
-    """RFC 3339 timestamp → seconds since the epoch (0.0 when absent)."""
-    if not value:
-        return 0.0
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
 def _requests_of(container: Mapping[str, Any]) -> Resources:
@@ -175,19 +168,6 @@ def tolerations(items: Sequence[Mapping[str, Any]] | None) -> tuple[Toleration, 
         )
         for t in items or []
     )
-
-
-def taints(items: Sequence[Mapping[str, Any]] | None) -> tuple[Taint, ...]:
-    """Kubernetes taints."""
-    return tuple(
-        Taint(key=str(t.get("key", "")), effect=str(t.get("effect", "")), value=str(t.get("value") or ""))
-        for t in items or []
-    )
-
-
-def taints_json(items: Sequence[Taint]) -> list[JSON]:
-    """Taints back to Kubernetes JSON (value omitted when empty)."""
-    return [{"key": t.key, "effect": t.effect, **({"value": t.value} if t.value else {})} for t in items]
 
 
 def host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:

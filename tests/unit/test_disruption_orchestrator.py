@@ -13,6 +13,7 @@ import attrs
 import pytest
 
 from karpy.apis import labels as wk
+from karpy.apis.conditions import condition, condition_true
 from karpy.cloudprovider.types import CloudInstance, IncompatibleInstanceTypes, InstanceType, NodeClaimNotFoundError
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption import orchestrator as orch
@@ -21,7 +22,6 @@ from karpy.controllers.disruption.orchestrator import Disruption
 from karpy.controllers.provisioner import Provisioner
 from karpy.kube.errors import ApiError
 from karpy.kube.events import EventRecorder
-from karpy.state.cluster import condition, condition_true
 from tests.unit.disruption_builders import (
     CATALOGUE,
     T0,

@@ -7,13 +7,15 @@ import copy
 from typing import Any
 
 from karpy.apis import labels as wk
+from karpy.apis.conditions import condition
+from karpy.apis.nodepool import NodePool
 from karpy.cloudprovider.types import InstanceType, Offering
 from karpy.controllers.nodepool_status import (
     NO_COMPATIBLE_TYPES,
     NodePoolStatusReconciler,
     compatible_instance_types,
 )
-from karpy.state.cluster import ClusterState, condition
+from karpy.state.cluster import ClusterState
 
 
 def itype(name: str, arch: str = "amd64", zone: str = "us-east-1a") -> InstanceType:
@@ -47,14 +49,18 @@ def nodepool(*requirements: dict[str, Any], labels: dict[str, str] | None = None
     }
 
 
+def compatible(pool: dict[str, Any]) -> list[str]:
+    return compatible_instance_types(NodePool.from_json(pool), TYPES)
+
+
 def test_compatibility_ignores_availability_but_not_requirements() -> None:
-    assert compatible_instance_types(nodepool(), TYPES) == ["m5.large", "m6g.large"]
+    assert compatible(nodepool()) == ["m5.large", "m6g.large"]
     arm = {"key": wk.LABEL_ARCH, "operator": "In", "values": ["arm64"]}
-    assert compatible_instance_types(nodepool(arm), TYPES) == ["m6g.large"]
-    assert compatible_instance_types(nodepool({"key": wk.LABEL_ARCH, "operator": "DoesNotExist"}), TYPES) == []
+    assert compatible(nodepool(arm)) == ["m6g.large"]
+    assert compatible(nodepool({"key": wk.LABEL_ARCH, "operator": "DoesNotExist"})) == []
     zone = {"key": wk.LABEL_ZONE, "operator": "In", "values": ["us-east-1z"]}
-    assert compatible_instance_types(nodepool(zone), TYPES) == []
-    assert compatible_instance_types(nodepool(labels={wk.LABEL_ARCH: "s390x"}), TYPES) == []
+    assert compatible(nodepool(zone)) == []
+    assert compatible(nodepool(labels={wk.LABEL_ARCH: "s390x"})) == []
 
 
 class FakeClient:

@@ -37,10 +37,11 @@ import attrs
 import structlog
 
 from karpy.apis import labels as wk
+from karpy.apis.conditions import condition, condition_true, set_condition
 from karpy.apis.hashing import nodeclass_hash, nodepool_hash
+from karpy.apis.times import now_rfc3339, parse_time
 from karpy.cloudprovider.types import CloudProvider, CloudProviderError, InstanceType
 from karpy.controllers.budgets import allowed_disruptions
-from karpy.controllers.conditions import now_rfc3339, set_condition
 from karpy.controllers.disruption import consolidation as cons
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption import drift as dr
@@ -81,8 +82,8 @@ from karpy.metrics import (
 )
 from karpy.scheduling import model
 from karpy.simulate.inputs import nodeclass_name
-from karpy.state.cluster import ClusterState, condition, condition_true, deleting
-from karpy.state.views import parse_time, pod_info
+from karpy.state.cluster import ClusterState, deleting
+from karpy.state.views import pod_info
 
 log = structlog.get_logger("karpy.disruption")
 JSON = dict[str, Any]
@@ -334,10 +335,11 @@ class Disruption:
     def allowed(self, pool: str, reason: str) -> int:
         """Budget left for ``reason`` in ``pool`` now (commands in flight count as disrupting)."""
         nodepool = self.state.nodepools.get(pool)
-        if nodepool is None or controls.paused(nodepool):
+        view = self.state.nodepool_view(pool)
+        if nodepool is None or view is None or controls.paused(nodepool):
             return 0
         total, disrupting = budget_counts(self.state, pool, self.in_flight)
-        value = allowed_disruptions(nodepool, reason, total, disrupting)
+        value = allowed_disruptions(view, reason, total, disrupting)
         DISRUPTION_ALLOWED.labels(nodepool=pool, reason=reason).set(value)
         return value
 
