@@ -10,13 +10,13 @@ tells whether a write would change anything.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from karpy.apis.times import now_rfc3339, parse_time
+from karpy.apis.meta import timestamp
+from karpy.apis.times import now_rfc3339
 
 JSON = dict[str, Any]
 
@@ -43,9 +43,6 @@ def conditions_of(obj: Mapping[str, Any]) -> tuple[Condition, ...]:
     """The ``status.conditions`` of an object's JSON as :class:`Condition` values (malformed times read 0)."""
     out = []
     for c in (obj.get("status") or {}).get("conditions") or []:
-        since = 0.0
-        with contextlib.suppress(ValueError, TypeError):
-            since = parse_time(c.get("lastTransitionTime"))
         generation = c.get("observedGeneration")
         out.append(
             Condition(
@@ -53,7 +50,7 @@ def conditions_of(obj: Mapping[str, Any]) -> tuple[Condition, ...]:
                 status=str(c.get("status") or ""),
                 reason=str(c.get("reason") or ""),
                 message=str(c.get("message") or ""),
-                last_transition_time=since,
+                last_transition_time=timestamp(c.get("lastTransitionTime")),
                 observed_generation=int(generation) if isinstance(generation, int) else None,
             )
         )

@@ -8,7 +8,7 @@ wrong type reads as its empty value, so one odd object cannot stop the watch str
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -21,6 +21,13 @@ def text_map(value: Any) -> Mapping[str, str]:
     if not isinstance(value, Mapping):
         return {}
     return {str(k): str(v) for k, v in value.items()}
+
+
+def strings(value: Any) -> tuple[str, ...]:
+    """A JSON list of strings (finalizers, requirement values, budget reasons); anything else reads ()."""
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        return ()
+    return tuple(str(v) for v in value)
 
 
 def integer(value: Any, default: int = 0) -> int:
@@ -73,11 +80,11 @@ def object_meta(obj: Mapping[str, Any]) -> ObjectMeta:
         resource_version=str(meta.get("resourceVersion") or ""),
         labels=text_map(meta.get("labels")),
         annotations=text_map(meta.get("annotations")),
-        finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
+        finalizers=strings(meta.get("finalizers")),
         creation_timestamp=timestamp(meta.get("creationTimestamp")),
         # A deletionTimestamp that does not parse still means "deleting".
         deletion_timestamp=(timestamp(deletion) or 1.0) if deletion else 0.0,
     )
 
 
-__all__ = ["ObjectMeta", "integer", "object_meta", "text_map", "timestamp"]
+__all__ = ["ObjectMeta", "integer", "object_meta", "strings", "text_map", "timestamp"]

@@ -16,7 +16,7 @@ import attrs
 
 from karpy.apis import labels as wk
 from karpy.apis.conditions import Condition, conditions_of, find
-from karpy.apis.meta import ObjectMeta, integer, object_meta
+from karpy.apis.meta import ObjectMeta, integer, object_meta, strings
 from karpy.apis.quantity import QuantityError, parse_resource_list
 from karpy.apis.resources import Resources
 from karpy.apis.taints import Taint, taints
@@ -67,7 +67,7 @@ def requirements(items: Any) -> tuple[NodeSelectorRequirement, ...]:
             NodeSelectorRequirement(
                 key=str(r.get("key") or ""),
                 operator=str(r.get("operator") or ""),
-                values=tuple(str(v) for v in r.get("values") or ()),
+                values=strings(r.get("values")),
                 min_values=integer(min_values) if min_values is not None else None,
             )
         )

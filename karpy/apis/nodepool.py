@@ -17,7 +17,7 @@ from typing import Any, Final
 import attrs
 
 from karpy.apis.conditions import Condition, conditions_of, find
-from karpy.apis.meta import ObjectMeta, integer, object_meta, text_map
+from karpy.apis.meta import ObjectMeta, integer, object_meta, strings, text_map
 from karpy.apis.nodeclaim import (
     DEFAULT_EXPIRE_AFTER,
     NodeClassRef,
@@ -55,7 +55,7 @@ def budgets(items: Any) -> tuple[Budget, ...]:
             nodes=str(b.get("nodes", DEFAULT_BUDGET_NODES)).strip(),
             schedule=str(b.get("schedule") or ""),
             duration=str(b.get("duration") or ""),
-            reasons=tuple(str(r) for r in b.get("reasons") or ()),
+            reasons=strings(b.get("reasons")),
         )
         for b in (items if isinstance(items, Sequence) else ())
         if isinstance(b, Mapping)

@@ -1,6 +1,10 @@
 """ClusterState: the one in-memory view of Pods, Nodes, NodeClaims, NodePools, EC2NodeClasses and DaemonSets.
 Namespaces, PersistentVolumes, PersistentVolumeClaims and StorageClasses are kept as slim views
 (:mod:`karpy.state.storage`) for the scheduling simulation's namespaceSelector and volume topology.
+NodeClaims, NodePools and EC2NodeClasses are kept as their JSON (``nodeclaims``, ``nodepools``, ``nodeclasses``)
+and, beside it, as typed views (:mod:`karpy.apis.nodeclaim`, :mod:`karpy.apis.nodepool`,
+:mod:`karpy.apis.ec2nodeclass`; ``nodeclaim_view(name)`` …) built once when the object is stored and dropped
+with it; each view keeps the JSON it was built from as ``raw``.
 
 Fed by informers (:mod:`karpy.kube.watch`) and by the reconcilers' own writes (read-your-writes: a reconciler
 that creates or patches an object applies the apiserver's answer at once, and an older watch event for the

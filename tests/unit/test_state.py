@@ -97,8 +97,26 @@ def test_relist_keeps_writes_newer_than_its_snapshot() -> None:
     state.replace("NodeClaim", [nodeclaim("old", "5")], "8")
     assert "mine" in state.nodeclaims, "created after the snapshot: kept"
     assert state.nodeclaims["old"]["status"] == {"providerID": "aws:///z/i-1"}, "the newer write is not rolled back"
+    old = state.nodeclaim_view("old")
+    assert old is not None and old.provider_id == "aws:///z/i-1", "nor is its typed view"
     state.replace("NodeClaim", [], "12")
     assert not state.nodeclaims, "gone as of a newer snapshot: dropped"
+    assert not state.nodeclaim_views, "with their typed views"
+
+
+def test_late_write_answer_does_not_resurrect_a_deleted_nodeclaim_view() -> None:
+    """The tombstones keep a late write answer from re-inserting a deleted NodeClaim's JSON or its typed view."""
+    def with_uid(rv: str) -> dict[str, Any]:
+        obj = nodeclaim("a", rv, pid="aws:///z/i-1")
+        obj["metadata"]["uid"] = "uid-a"
+        return obj
+
+    state = ClusterState()
+    state.apply("NodeClaim", "ADDED", with_uid("1"))
+    assert state.nodeclaim_view("a") is not None
+    state.apply("NodeClaim", "DELETED", with_uid("3"))
+    state.apply("NodeClaim", "MODIFIED", with_uid("2"))  # a write's answer, late
+    assert "a" not in state.nodeclaims and state.nodeclaim_view("a") is None
 
 
 def node(name: str, rv: str, *, uid: str = "", pid: str = "", finalizers: list[str] | None = None,
