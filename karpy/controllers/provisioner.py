@@ -485,7 +485,7 @@ def with_volume_terms(
     if volumes is None:
         return info.pod, None
     topology = volume_topology(
-        volumes, state.claims, state.persistent_volumes, state.storage_classes, keep_hostname=keep_hostname
+        volumes, state.pvcs, state.persistent_volumes, state.storage_classes, keep_hostname=keep_hostname
     )
     if topology.error is not None:
         return info.pod, f"waiting for volumes: {topology.error}"

@@ -49,10 +49,10 @@ from karpy.apis.nodeclaim import NodeClaim
 from karpy.apis.nodepool import NodePool
 from karpy.scheduling.model import DaemonSet
 from karpy.state.storage import (
-    claim_view,
     namespace_view,
     persistent_volume_view,
     pod_volumes,
+    pvc_view,
     storage_class_view,
 )
 from karpy.state.views import NodeInfo, PodInfo, daemonset_view, node_info, pod_info
@@ -89,7 +89,7 @@ TYPED_VIEWS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
 SLIM_VIEWS: dict[str, Callable[[Mapping[str, Any]], JSON]] = {
     "Namespace": namespace_view,
     "PersistentVolume": persistent_volume_view,
-    "PersistentVolumeClaim": claim_view,
+    "PersistentVolumeClaim": pvc_view,
     "StorageClass": storage_class_view,
 }
 
@@ -152,7 +152,7 @@ class ClusterState:
         # Slim views (karpy.state.storage): Namespace by name, PV by name, PVC by namespace/name, StorageClass.
         self.namespaces: dict[str, JSON] = {}
         self.persistent_volumes: dict[str, JSON] = {}
-        self.claims: dict[str, JSON] = {}
+        self.pvcs: dict[str, JSON] = {}
         self.storage_classes: dict[str, JSON] = {}
         # Pod key → minimal pod JSON with its PVC-backed volumes, only for pods that have some.
         self.pod_volumes: dict[str, JSON] = {}
@@ -291,7 +291,7 @@ class ClusterState:
             "DaemonSet": self.daemonsets,
             "Namespace": self.namespaces,
             "PersistentVolume": self.persistent_volumes,
-            "PersistentVolumeClaim": self.claims,
+            "PersistentVolumeClaim": self.pvcs,
             "StorageClass": self.storage_classes,
         }
         return stores[kind]
@@ -436,8 +436,8 @@ class ClusterState:
 
     def waits_for_volume_binding(self, pod_key: str) -> bool:
         """The pod has a PVC that is not bound to a volume yet (or does not exist yet, as an ephemeral volume's
-        claim before its controller creates it). Such a pod must be bound by kube-scheduler, whose VolumeBinding
-        plugin records the chosen node on the claim (``volume.kubernetes.io/selected-node``) so the storage
+        PVC before its controller creates it). Such a pod must be bound by kube-scheduler, whose VolumeBinding
+        plugin records the chosen node on the PVC (``volume.kubernetes.io/selected-node``) so the storage
         provisioner creates the volume where the pod runs; a direct Binding would skip that step."""
         volumes = self.pod_volumes.get(pod_key)
         if volumes is None:
@@ -445,11 +445,11 @@ class ClusterState:
         namespace, pod_name = pod_key.split("/", 1)
         for volume in volumes["spec"]["volumes"]:
             if "persistentVolumeClaim" in volume:
-                claim_name = str(volume["persistentVolumeClaim"].get("claimName", ""))
-            else:  # generic ephemeral volume: its claim is named <pod>-<volume> (Kubernetes ephemeral.VolumeClaimName)
-                claim_name = f"{pod_name}-{volume['name']}"
-            claim = self.claims.get(f"{namespace}/{claim_name}")
-            if claim is None or not claim["spec"].get("volumeName"):
+                pvc_name = str(volume["persistentVolumeClaim"].get("claimName", ""))
+            else:  # generic ephemeral volume: its PVC is named <pod>-<volume> (Kubernetes ephemeral.VolumeClaimName)
+                pvc_name = f"{pod_name}-{volume['name']}"
+            pvc = self.pvcs.get(f"{namespace}/{pvc_name}")
+            if pvc is None or not pvc["spec"].get("volumeName"):
                 return True
         return False
 

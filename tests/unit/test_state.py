@@ -64,8 +64,8 @@ def test_relist_drops_vanished_objects_and_syncs() -> None:
     assert state.synced
 
 
-def test_pod_waits_for_volume_binding_until_its_claims_are_bound() -> None:
-    """A pod with an unbound PVC or a not-yet-created ephemeral claim waits; bound claims and no volumes do not."""
+def test_pod_waits_for_volume_binding_until_its_pvcs_are_bound() -> None:
+    """A pod with an unbound PVC or a not-yet-created ephemeral PVC waits; bound PVCs and no volumes do not."""
     state = ClusterState()
     with_volumes = pod("db", "1")
     with_volumes["spec"]["volumes"] = [
@@ -75,16 +75,16 @@ def test_pod_waits_for_volume_binding_until_its_claims_are_bound() -> None:
     state.apply("Pod", "ADDED", with_volumes)
     state.apply("Pod", "ADDED", pod("plain", "2"))
     assert not state.waits_for_volume_binding("d/plain")
-    assert state.waits_for_volume_binding("d/db"), "no claims exist yet"
+    assert state.waits_for_volume_binding("d/db"), "no PVCs exist yet"
 
-    def claim(name: str, volume: str, rv: str) -> dict[str, Any]:
+    def pvc(name: str, volume: str, rv: str) -> dict[str, Any]:
         spec = {"volumeName": volume} if volume else {}
         return {"metadata": {"name": name, "namespace": "d", "resourceVersion": rv}, "spec": spec}
 
-    state.apply("PersistentVolumeClaim", "ADDED", claim("data", "pv-1", "3"))
-    state.apply("PersistentVolumeClaim", "ADDED", claim("db-scratch", "", "4"))
-    assert state.waits_for_volume_binding("d/db"), "the ephemeral claim is still unbound"
-    state.apply("PersistentVolumeClaim", "MODIFIED", claim("db-scratch", "pv-2", "5"))
+    state.apply("PersistentVolumeClaim", "ADDED", pvc("data", "pv-1", "3"))
+    state.apply("PersistentVolumeClaim", "ADDED", pvc("db-scratch", "", "4"))
+    assert state.waits_for_volume_binding("d/db"), "the ephemeral PVC is still unbound"
+    state.apply("PersistentVolumeClaim", "MODIFIED", pvc("db-scratch", "pv-2", "5"))
     assert not state.waits_for_volume_binding("d/db")
 
 
