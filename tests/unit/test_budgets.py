@@ -1,4 +1,5 @@
-"""Disruption budgets (Karpenter A11)."""
+"""Disruption budgets per reason, cron schedule and percentage (Karpenter core ``pkg/apis/v1/nodepool.go``,
+``GetAllowedDisruptionsByReason``)."""
 
 from __future__ import annotations
 

@@ -128,7 +128,7 @@ def test_plans_are_by_uid_a_recreated_pod_is_not_planned() -> None:
 
 
 def test_rewritten_annotations_are_pruned_to_pods_that_still_wait() -> None:
-    """Defect 7: when a plan is rewritten, bound and deleted pods are dropped (the annotation used to grow
+    """Regression: when a plan is rewritten, bound and deleted pods are dropped (the annotation used to grow
     forever); the uid map and the legacy key list agree."""
     state = ClusterState()
     plans = Plans(state)

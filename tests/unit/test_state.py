@@ -130,7 +130,7 @@ def node(name: str, rv: str, *, uid: str = "", pid: str = "", finalizers: list[s
 
 
 def test_late_write_answer_does_not_resurrect_a_deleted_node() -> None:
-    """Defect 1: the watch's DELETED event can be processed before the answer of one of karpy's own writes
+    """Regression: the watch's DELETED event can be processed before the answer of one of karpy's own writes
     (different connections). The answer must not re-insert the Node as a ghost that no later event removes
     (the terminator then requeued forever and node_count stayed up until a restart)."""
     state = ClusterState()
