@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 
 from karpy.apis import labels as wk
+from karpy.apis.conditions import condition_true
 from karpy.aws.cloudprovider import AWSCloudProvider
 from karpy.aws.session import AWSClients
 from karpy.aws.sqs import SQSInterruptionQueue
@@ -41,7 +42,7 @@ from karpy.runtime.singleton import SingletonController
 from karpy.runtime.supervisor import supervise
 from karpy.scheduling.translate import nodeclass_name
 from karpy.settings import Settings, StartupError
-from karpy.state.cluster import ClusterState, condition_true
+from karpy.state.cluster import ClusterState
 from karpy.state.plans import Plans
 from karpy.state.views import NodeInfo, PodInfo
 

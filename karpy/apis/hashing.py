@@ -1,4 +1,12 @@
-"""Drift hashes (Karpenter A13): a stable 64-bit hash of the spec fields whose change means drift."""
+"""Drift hashes: a stable 64-bit hash of the spec fields whose change means drift.
+
+NodePools and their NodeClaims carry ``karpenter.sh/nodepool-hash`` (``spec.template`` without the
+requirements, which drift separately), EC2NodeClasses and their NodeClaims ``karpenter.k8s.aws/ec2nodeclass-hash``
+(the spec without the selector terms, which drift through the resolved status); a NodeClaim whose hash differs
+from its owner's has drifted. Karpenter core ``pkg/apis/v1/nodepool.go`` (``Hash``) and
+``pkg/controllers/nodepool/hash/controller.go``; AWS ``pkg/apis/v1/ec2nodeclass.go`` (``Hash``) and
+``pkg/controllers/nodeclass/hash/controller.go``.
+"""
 
 from __future__ import annotations
 

@@ -16,11 +16,11 @@ are planned onto a NodeClaim, and by its Node's changes. A pod left to kube-sche
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import structlog
 
 from karpy.apis import labels as wk
+from karpy.apis.taints import Taint
 from karpy.controllers.provisioner import bound_nodes, node_capacity, with_volume_terms
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
@@ -28,15 +28,14 @@ from karpy.kube.events import WARNING, EventRecorder
 from karpy.kube.resources import PODS
 from karpy.metrics import PODS_BOUND
 from karpy.runtime.controller import Result
-from karpy.scheduling.model import Pod, Taint
+from karpy.scheduling.model import Pod
 from karpy.scheduling.predicate import BindingCheck, has_topology
 from karpy.scheduling.translate import EPHEMERAL_TAINT_KEYS
-from karpy.state.cluster import ClusterState, deleting
+from karpy.state.cluster import ClusterState
 from karpy.state.plans import Plans
 from karpy.state.views import NodeInfo
 
 log = structlog.get_logger("karpy.binder")
-JSON = dict[str, Any]
 
 
 def binding_taints(node: NodeInfo) -> tuple[Taint, ...]:
@@ -66,8 +65,8 @@ class Binder:
 
     async def reconcile(self, key: str) -> Result:
         """Bind the NodeClaim's planned, still-unbound pods to its registered Node."""
-        claim = self.state.nodeclaims.get(key)
-        if claim is None or deleting(claim):
+        claim = self.state.nodeclaim_view(key)
+        if claim is None or claim.deleting:
             return Result()
         node = self.state.node_for_nodeclaim(claim)
         # The lifecycle labels the Node registered in the same patch that turns the unregistered taint into

@@ -32,14 +32,15 @@ from typing import Any, Final, Protocol
 import structlog
 
 from karpy.apis import labels as wk
+from karpy.apis.conditions import condition, condition_true
+from karpy.apis.times import parse_time
 from karpy.cloudprovider.types import CloudInstance, CloudProvider, CloudProviderError, NodeClaimNotFoundError
 from karpy.controllers.interruption import instance_id_of
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.resources import NODECLAIMS, NODES
 from karpy.metrics import GC_INSTANCES_TERMINATED, GC_LAUNCH_TEMPLATES_DELETED, NODECLAIMS_DISRUPTED
-from karpy.scheduling.translate import parse_time
-from karpy.state.cluster import ClusterState, condition, condition_true, deleting, provider_id
+from karpy.state.cluster import ClusterState, deleting, provider_id
 
 log = structlog.get_logger("karpy.garbagecollection")
 JSON = dict[str, Any]

@@ -29,7 +29,7 @@ from typing import Any, Final
 import attrs
 import structlog
 
-from karpy.apis import labels as wk
+from karpy.apis.nodeclaim import NodeClaim
 from karpy.cloudprovider.types import CloudProvider, CloudProviderError, IncompatibleInstanceTypes
 from karpy.kube.events import WARNING, EventRecorder
 from karpy.metrics import NODECLAIMS_LAUNCH_FAILED
@@ -152,17 +152,16 @@ def record_launch_failure(
     backoff: LaunchBackoff,
     state: ClusterState,
     events: EventRecorder,
-    claim: Mapping[str, Any],
+    claim: NodeClaim,
     reason: str,
     message: str,
 ) -> float:
     """Back off the pods planned onto ``claim`` and publish a Warning ``reason`` event on each naming the failed
     launch and when new capacity will be tried again; counts ``karpy_nodeclaims_launch_failed_total``. Returns
     the back-off in seconds."""
-    name = str(claim["metadata"]["name"])
-    nodepool = str((claim["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL, ""))
-    NODECLAIMS_LAUNCH_FAILED.labels(nodepool=nodepool, reason=reason).inc()
-    keys = [k for k in planned_pods(claim) if k in state.pods]
+    name = claim.name
+    NODECLAIMS_LAUNCH_FAILED.labels(nodepool=claim.nodepool, reason=reason).inc()
+    keys = [k for k in planned_pods(claim.meta.annotations) if k in state.pods]
     delay = backoff.failed(keys, name)
     for key in keys:
         info = state.pods[key]

@@ -29,8 +29,8 @@ from typing import Any
 import structlog
 
 from karpy.apis import labels as wk
+from karpy.apis.conditions import condition, condition_true, set_condition
 from karpy.cloudprovider.types import CloudProvider, CloudProviderError
-from karpy.controllers.conditions import set_condition
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption import drift as dr
 from karpy.controllers.disruption.emptiness import consolidatable, consolidate_after
@@ -38,7 +38,7 @@ from karpy.controllers.disruption.helpers import Clock, consolidatable_at, patch
 from karpy.kube.client import KubeClient
 from karpy.runtime.controller import Result
 from karpy.scheduling.translate import nodeclass_name
-from karpy.state.cluster import ClusterState, condition, condition_true, deleting
+from karpy.state.cluster import ClusterState, deleting
 from karpy.state.views import NodeInfo, PodInfo
 
 log = structlog.get_logger("karpy.disruption")

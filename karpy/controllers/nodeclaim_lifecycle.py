@@ -1,6 +1,8 @@
 """NodeClaim lifecycle: launch → registration → initialization, and the liveness timeouts.
 
-Karpenter core ``nodeclaim/lifecycle`` (§4 of the behaviour reference, C10–C13):
+Karpenter core ``pkg/controllers/nodeclaim/lifecycle/`` (``launch.go``, ``registration.go``,
+``initialization.go``, ``liveness.go``), with the AWS provider's ``pkg/cloudprovider/cloudprovider.go``
+(``Create``) for what a launch writes back:
 
 * **Launch**: resolve the EC2NodeClass, ask the cloud provider for one instance among the NodeClaim's
   instance types, write ``status.providerID``/``imageID``/``capacity``/``allocatable``, the instance's labels
@@ -23,7 +25,8 @@ Karpenter core ``nodeclaim/lifecycle`` (§4 of the behaviour reference, C10–C1
   can be bound to it, so a NodeClaim never lags behind the pods running on its Node.
 * **Initialization**: Node Ready, startup and ephemeral taints gone, requested extended resources present →
   ``karpenter.sh/initialized=true``, ``Initialized=True``, ``Ready=True``.
-* **Liveness**: not launched 5 min after creation, or not registered 15 min after launch → delete.
+* **Liveness**: not launched 5 min after creation, or not registered 15 min after launch → delete
+  (``liveness.go``).
 """
 
 from __future__ import annotations
@@ -35,7 +38,11 @@ from typing import Any
 import structlog
 
 from karpy.apis import labels as wk
-from karpy.apis.quantity import QuantityError, format_resource_list, parse_resource_list
+from karpy.apis.conditions import conditions_json, set_condition
+from karpy.apis.ec2nodeclass import EC2NodeClass
+from karpy.apis.nodeclaim import NodeClaim
+from karpy.apis.quantity import format_resource_list
+from karpy.apis.taints import Taint, taints_json
 from karpy.cloudprovider.types import (
     CloudProvider,
     InsufficientCapacityError,
@@ -44,21 +51,18 @@ from karpy.cloudprovider.types import (
     NodeClaimNotFoundError,
     NodeClassNotReadyError,
 )
-from karpy.controllers.conditions import set_condition
 from karpy.controllers.launch_backoff import LaunchBackoff, record_launch_failure
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.events import NORMAL, WARNING, EventRecorder
 from karpy.kube.resources import NODECLAIMS, NODES
 from karpy.runtime.controller import Result
-from karpy.scheduling.model import Taint
-from karpy.scheduling.translate import EPHEMERAL_TAINT_KEYS, parse_time, taints, taints_json
-from karpy.state.cluster import ClusterState, condition, condition_true, deleting
+from karpy.scheduling.translate import EPHEMERAL_TAINT_KEYS
+from karpy.state.cluster import ClusterState
 from karpy.state.plans import Plans, planned_pods
 from karpy.state.views import NodeInfo
 
 log = structlog.get_logger("karpy.nodeclaim.lifecycle")
-JSON = dict[str, Any]
 LAUNCH_TTL = 300.0
 REGISTRATION_TTL = 900.0
 # Longest time the unregistered taint is held (as NoSchedule) for karpy's binder; a pod that cannot be bound
@@ -93,28 +97,32 @@ class NodeClaimLifecycle:
 
     async def reconcile(self, key: str) -> Result:
         """One step of the lifecycle for NodeClaim ``key``."""
-        claim = self.state.nodeclaims.get(key)
-        if claim is None or deleting(claim):
+        claim = self.state.nodeclaim_view(key)
+        if claim is None or claim.deleting:
             return Result()
-        if not condition_true(claim, wk.COND_LAUNCHED):
+        if not claim.is_true(wk.COND_LAUNCHED):
             return await self._launch(claim)
-        if not condition_true(claim, wk.COND_REGISTERED):
+        if not claim.is_true(wk.COND_REGISTERED):
             return await self._register(claim)
-        if not condition_true(claim, wk.COND_INITIALIZED):
+        if not claim.is_true(wk.COND_INITIALIZED):
             return await self._initialize(claim)
         return Result()
 
+    def _applied(self, updated: dict[str, Any]) -> NodeClaim:
+        """Apply the apiserver's answer for a NodeClaim to cluster state and return its view."""
+        self.state.apply("NodeClaim", "MODIFIED", updated)
+        return self.state.nodeclaim_view(str(updated["metadata"]["name"])) or NodeClaim.from_json(updated)
+
     # Launch -------------------------------------------------------------------------------------------
 
-    async def _launch(self, claim: JSON) -> Result:
-        name = claim["metadata"]["name"]
-        age = self.clock() - parse_time(claim["metadata"].get("creationTimestamp"))
+    async def _launch(self, claim: NodeClaim) -> Result:
+        name = claim.name
+        age = self.clock() - claim.meta.creation_timestamp
         if age > LAUNCH_TTL:
             return await self._delete(claim, "launch_timeout", f"not launched within {int(LAUNCH_TTL)}s")
-        spec = claim.get("spec") or {}
-        class_name = (spec.get("nodeClassRef") or {}).get("name", "")
-        nodeclass = self.state.nodeclasses.get(class_name)
-        if nodeclass is None or not condition_true(nodeclass, wk.COND_READY):
+        class_name = claim.node_class_ref.name
+        nodeclass = self.state.nodeclass_view(class_name)
+        if nodeclass is None or not nodeclass.is_true(wk.COND_READY):
             message = f"EC2NodeClass {class_name!r} not found or not ready"
             self._launch_failed(claim, "NodeClassNotReady", message)
             return await self._delete(claim, "nodeclass_not_ready", message)
@@ -122,7 +130,7 @@ class NodeClaimLifecycle:
             request = await self._launch_request(claim, nodeclass)
             result = await self.cloud.create(request)
         except InsufficientCapacityError as err:
-            self.events.publish(claim, WARNING, "InsufficientCapacityError", f"NodeClaim {name}: {err}")
+            self.events.publish(claim.raw, WARNING, "InsufficientCapacityError", f"NodeClaim {name}: {err}")
             self._launch_failed(claim, "InsufficientCapacityError", str(err))
             return await self._delete(claim, "insufficient_capacity", str(err))
         except NodeClassNotReadyError as err:
@@ -133,50 +141,43 @@ class NodeClaimLifecycle:
             await self._patch_conditions(claim, wk.COND_LAUNCHED, "Unknown", "LaunchFailed", str(err)[:300])
             raise
         await self._record_launch(claim, result)
-        self.backoff.succeeded(planned_pods(claim))
+        self.backoff.succeeded(planned_pods(claim.meta.annotations))
         return Result(requeue_after=REGISTRATION_TTL)
 
-    def _launch_failed(self, claim: JSON, reason: str, message: str) -> None:
+    def _launch_failed(self, claim: NodeClaim, reason: str, message: str) -> None:
         """Back off the NodeClaim's planned pods and publish ``reason`` on each (Warning)."""
         record_launch_failure(self.backoff, self.state, self.events, claim, reason, message[:300])
 
-    async def _launch_request(self, claim: JSON, nodeclass: JSON) -> LaunchRequest:
-        spec = claim.get("spec") or {}
-        requirements = spec.get("requirements") or []
+    async def _launch_request(self, claim: NodeClaim, nodeclass: EC2NodeClass) -> LaunchRequest:
         allowed: list[str] | None = None
-        for req in requirements:
-            if req.get("key") == wk.LABEL_INSTANCE_TYPE and req.get("operator") == "In":
-                allowed = list(req.get("values") or [])
-        catalogue = {it.name: it for it in await self.cloud.get_instance_types(nodeclass)}
+        for req in claim.requirements:
+            if req.key == wk.LABEL_INSTANCE_TYPE and req.operator == "In":
+                allowed = list(req.values)
+        catalogue = {it.name: it for it in await self.cloud.get_instance_types(nodeclass.raw)}
         if allowed is not None and any(n not in catalogue for n in allowed):
             # Types left out since the plan (the AMIs changed): the launch names the AMI instead of "no offering".
-            left_out = (await self.cloud.incompatible_instance_types(nodeclass)).instance_types
+            left_out = (await self.cloud.incompatible_instance_types(nodeclass.raw)).instance_types
             catalogue.update({it.name: it for it in left_out if it.name not in catalogue})
         if allowed is None:
             instance_types = list(catalogue.values())
         else:
             instance_types = [catalogue[n] for n in allowed if n in catalogue]
-        meta = claim["metadata"]
+        spec = claim.raw.get("spec") or {}  # the cloud provider takes requirements and taints as JSON
         return LaunchRequest(
-            nodeclaim_name=meta["name"],
-            nodepool_name=(meta.get("labels") or {}).get(wk.LABEL_NODEPOOL, ""),
-            nodeclass=nodeclass,
-            requirements=requirements,
+            nodeclaim_name=claim.name,
+            nodepool_name=claim.nodepool,
+            nodeclass=nodeclass.raw,
+            requirements=spec.get("requirements") or [],
             instance_types=instance_types,
-            labels=dict(meta.get("labels") or {}),
+            labels=dict(claim.meta.labels),
             taints=list(spec.get("taints") or []) + list(spec.get("startupTaints") or []),
-            kubelet=(nodeclass.get("spec") or {}).get("kubelet") or {},
+            kubelet=nodeclass.kubelet,
         )
 
-    async def _record_launch(self, claim: JSON, result: LaunchResult) -> None:
-        name = claim["metadata"]["name"]
+    async def _record_launch(self, claim: NodeClaim, result: LaunchResult) -> None:
+        name = claim.name
         conditions = set_condition(
-            (claim.get("status") or {}).get("conditions") or [],
-            wk.COND_LAUNCHED,
-            "True",
-            "Launched",
-            "",
-            claim["metadata"].get("generation"),
+            conditions_json(claim.raw), wk.COND_LAUNCHED, "True", "Launched", "", claim.meta.generation
         )
         status = {
             "providerID": result.provider_id,
@@ -188,7 +189,7 @@ class NodeClaimLifecycle:
         try:
             # Labels first: once Launched=True is written, a retry goes straight to registration and would never
             # write them (and the Node would never get the instance type, zone and capacity type).
-            labels = {k: v for k, v in result.labels.items() if (claim["metadata"].get("labels") or {}).get(k) != v}
+            labels = {k: v for k, v in result.labels.items() if claim.meta.labels.get(k) != v}
             if labels:
                 labelled = await self.client.merge_patch(NODECLAIMS, name, {"metadata": {"labels": labels}})
                 self.state.apply("NodeClaim", "MODIFIED", labelled)
@@ -219,17 +220,17 @@ class NodeClaimLifecycle:
 
     # Registration -------------------------------------------------------------------------------------
 
-    async def _register(self, claim: JSON) -> Result:
+    async def _register(self, claim: NodeClaim) -> Result:
         node = self.state.node_for_nodeclaim(claim)
         if node is None:
-            launched = condition(claim, wk.COND_LAUNCHED) or {}
-            since = self.clock() - parse_time(str(launched.get("lastTransitionTime") or ""))
+            launched = claim.condition(wk.COND_LAUNCHED)
+            since = self.clock() - (launched.last_transition_time if launched is not None else 0.0)
             if since > REGISTRATION_TTL:
                 return await self._delete(
                     claim, "registration_timeout", f"node not registered within {int(REGISTRATION_TTL)}s"
                 )
             return Result(requeue_after=REGISTRATION_TTL - since + 1)
-        if (claim.get("status") or {}).get("nodeName") != node.name:
+        if claim.node_name != node.name:
             claim = await self._link(claim, node)
             node = self.state.nodes.get(node.name) or node  # its resourceVersion may have moved meanwhile
         hold = self._binding_pending(claim, node)
@@ -242,34 +243,28 @@ class NodeClaimLifecycle:
             # when the hold expires.
             return Result(requeue_after=max(BIND_HOLD - (self.clock() - node.created), 0.0) + 0.1)
         conditions = set_condition(
-            (claim.get("status") or {}).get("conditions") or [],
-            wk.COND_REGISTERED,
-            "True",
-            "Registered",
-            "",
-            claim["metadata"].get("generation"),
+            conditions_json(claim.raw), wk.COND_REGISTERED, "True", "Registered", "", claim.meta.generation
         )
         updated = await self.client.merge_patch(
             NODECLAIMS,
-            claim["metadata"]["name"],
+            claim.name,
             {"status": {"nodeName": node.name, "conditions": conditions}},
             subresource="status",
         )
-        self.state.apply("NodeClaim", "MODIFIED", updated)
-        log.info("registered nodeclaim", nodeclaim=claim["metadata"]["name"], node=node.name)
-        return await self._initialize(updated)
+        registered = self._applied(updated)
+        log.info("registered nodeclaim", nodeclaim=claim.name, node=node.name)
+        return await self._initialize(registered)
 
-    async def _link(self, claim: JSON, node: NodeInfo) -> JSON:
+    async def _link(self, claim: NodeClaim, node: NodeInfo) -> NodeClaim:
         """Write ``status.nodeName`` as soon as the Node with the NodeClaim's providerID is seen: before the Node
         is labelled registered, hence before the binder binds anything to it (Registered=True follows once the
         hold ends)."""
         updated = await self.client.merge_patch(
-            NODECLAIMS, claim["metadata"]["name"], {"status": {"nodeName": node.name}}, subresource="status"
+            NODECLAIMS, claim.name, {"status": {"nodeName": node.name}}, subresource="status"
         )
-        self.state.apply("NodeClaim", "MODIFIED", updated)
-        return updated
+        return self._applied(updated)
 
-    def _binding_pending(self, claim: JSON, node: NodeInfo) -> bool:
+    def _binding_pending(self, claim: NodeClaim, node: NodeInfo) -> bool:
         """Pods planned onto this NodeClaim, or onto another NodeClaim of its batch that has not registered yet,
         still wait for karpy's binder — within ``BIND_HOLD`` seconds of the Node's creation.
 
@@ -280,7 +275,7 @@ class NodeClaimLifecycle:
         """
         if self.clock() - node.created > BIND_HOLD:
             return False
-        name = claim["metadata"]["name"]
+        name = claim.name
         for sibling in sorted(self.plans.batch_of(name)):
             if sibling != name and not self._unregistered_inflight(sibling):
                 continue
@@ -290,16 +285,14 @@ class NodeClaimLifecycle:
         return False
 
     def _unregistered_inflight(self, claim_name: str) -> bool:
-        other = self.state.nodeclaims.get(claim_name)
-        return other is not None and not deleting(other) and not condition_true(other, wk.COND_REGISTERED)
+        other = self.state.nodeclaim_view(claim_name)
+        return other is not None and not other.deleting and not other.is_true(wk.COND_REGISTERED)
 
-    async def _sync_node(self, claim: JSON, node: NodeInfo, *, hold: bool = False) -> None:
+    async def _sync_node(self, claim: NodeClaim, node: NodeInfo, *, hold: bool = False) -> None:
         """Labels, taints, finalizer and ownerReference onto the Node; the unregistered taint becomes
         NoSchedule while ``hold`` (planned pods are being bound) and is dropped otherwise."""
-        meta = claim["metadata"]
-        labels = {**(meta.get("labels") or {}), wk.LABEL_REGISTERED: "true"}
-        spec = claim.get("spec") or {}
-        wanted = list(taints(spec.get("taints"))) + list(taints(spec.get("startupTaints")))
+        labels = {**claim.meta.labels, wk.LABEL_REGISTERED: "true"}
+        wanted = list(claim.taints) + list(claim.startup_taints)
         kept = [t for t in node.taints if t.key != wk.TAINT_UNREGISTERED_KEY]
         if hold:
             kept.append(Taint(key=wk.TAINT_UNREGISTERED_KEY, effect="NoSchedule"))
@@ -315,8 +308,8 @@ class NodeClaimLifecycle:
                     {
                         "apiVersion": f"{wk.GROUP}/{wk.VERSION}",
                         "kind": "NodeClaim",
-                        "name": meta["name"],
-                        "uid": meta.get("uid", ""),
+                        "name": claim.name,
+                        "uid": claim.meta.uid,
                         "blockOwnerDeletion": True,
                     }
                 ],
@@ -329,7 +322,7 @@ class NodeClaimLifecycle:
 
     # Initialization -----------------------------------------------------------------------------------
 
-    async def _initialize(self, claim: JSON) -> Result:
+    async def _initialize(self, claim: NodeClaim) -> Result:
         node = self.state.node_for_nodeclaim(claim)
         if node is None:
             return Result(requeue_after=5.0)
@@ -341,41 +334,29 @@ class NodeClaimLifecycle:
                 NODES, node.name, {"metadata": {"labels": {wk.LABEL_INITIALIZED: "true"}}}
             )
             self.state.apply("Node", "MODIFIED", updated_node)
-        generation = claim["metadata"].get("generation")
+        generation = claim.meta.generation
         conditions = set_condition(
-            (claim.get("status") or {}).get("conditions") or [],
-            wk.COND_INITIALIZED,
-            "True",
-            "Initialized",
-            "",
-            generation,
+            conditions_json(claim.raw), wk.COND_INITIALIZED, "True", "Initialized", "", generation
         )
         conditions = set_condition(conditions, wk.COND_READY, "True", "Ready", "", generation)
         updated = await self.client.merge_patch(
             NODECLAIMS,
-            claim["metadata"]["name"],
+            claim.name,
             {"status": {"conditions": conditions}},
             subresource="status",
         )
         self.state.apply("NodeClaim", "MODIFIED", updated)
-        log.info("initialized nodeclaim", nodeclaim=claim["metadata"]["name"], node=node.name)
+        log.info("initialized nodeclaim", nodeclaim=claim.name, node=node.name)
         return Result()
 
     # Helpers ------------------------------------------------------------------------------------------
 
-    async def _patch_conditions(self, claim: JSON, type_: str, status: str, reason: str, message: str) -> None:
-        conditions = set_condition(
-            (claim.get("status") or {}).get("conditions") or [],
-            type_,
-            status,
-            reason,
-            message,
-            claim["metadata"].get("generation"),
-        )
+    async def _patch_conditions(self, claim: NodeClaim, type_: str, status: str, reason: str, message: str) -> None:
+        conditions = set_condition(conditions_json(claim.raw), type_, status, reason, message, claim.meta.generation)
         try:
             updated = await self.client.merge_patch(
                 NODECLAIMS,
-                claim["metadata"]["name"],
+                claim.name,
                 {"status": {"conditions": conditions}},
                 subresource="status",
             )
@@ -383,8 +364,8 @@ class NodeClaimLifecycle:
         except ApiError as err:
             log.debug("condition not written", error=str(err))
 
-    async def _delete(self, claim: JSON, reason: str, message: str) -> Result:
-        name = claim["metadata"]["name"]
+    async def _delete(self, claim: NodeClaim, reason: str, message: str) -> Result:
+        name = claim.name
         log.info("deleting nodeclaim", nodeclaim=name, reason=reason, message=message)
         try:
             await self.client.delete(NODECLAIMS, name)
@@ -399,21 +380,19 @@ def _unregistered_taint(node: NodeInfo) -> str | None:
     return next((t.effect for t in node.taints if t.key == wk.TAINT_UNREGISTERED_KEY), None)
 
 
-def initialization_blocker(claim: JSON, node: NodeInfo) -> str:
-    """Why ``node`` is not initialized yet ("" when it is): Karpenter ``initialization.go``."""
+def initialization_blocker(claim: NodeClaim, node: NodeInfo) -> str:
+    """Why ``node`` is not initialized yet ("" when it is): Node Ready, no startup taint of the NodeClaim and no
+    known ephemeral taint left, every requested extended resource registered (Karpenter core
+    ``pkg/controllers/nodeclaim/lifecycle/initialization.go``)."""
     if not node.ready:
         return "node not ready"
-    startup = {(t.key, t.effect) for t in taints((claim.get("spec") or {}).get("startupTaints"))}
+    startup = {(t.key, t.effect) for t in claim.startup_taints}
     for t in node.taints:
         if (t.key, t.effect) in startup:
             return f"startup taint {t.key} present"
         if t.key in EPHEMERAL_TAINT_KEYS or t.key.startswith("readiness.k8s.io/"):
             return f"ephemeral taint {t.key} present"
-    try:
-        requested = parse_resource_list(((claim.get("spec") or {}).get("resources") or {}).get("requests"))
-    except QuantityError:
-        requested = {}
-    for resource, amount in requested.items():
+    for resource, amount in claim.requests.items():
         if (
             amount > 0
             and resource not in ("cpu", "memory", "pods", "ephemeral-storage")

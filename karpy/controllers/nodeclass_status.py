@@ -1,8 +1,10 @@
 """EC2NodeClass status: resolved subnets, security groups, AMIs, instance profile and the Ready condition.
 
-Karpenter AWS ``controllers/nodeclass``: ``Ready`` = AMIsReady ∧ SubnetsReady ∧ SecurityGroupsReady ∧
-InstanceProfileReady ∧ ValidationSucceeded. Re-resolved every ``SUBNET_REFRESH_INTERVAL`` so new subnets or
-AMIs are picked up. The resolution itself lives behind the cloud provider (``resolve_nodeclass``).
+Karpenter AWS ``pkg/controllers/nodeclass/controller.go`` (with ``subnet.go``, ``securitygroup.go``,
+``ami.go``, ``instanceprofile.go``, ``validation.go`` and ``hash/controller.go``): ``Ready`` = AMIsReady ∧
+SubnetsReady ∧ SecurityGroupsReady ∧ InstanceProfileReady ∧ ValidationSucceeded. Re-resolved every
+``SUBNET_REFRESH_INTERVAL`` so new subnets or AMIs are picked up. The resolution itself lives behind the cloud
+provider (``resolve_nodeclass``).
 
 A part whose AWS read *failed* (the resolution's ``failed``: connection refused, throttling, 5xx) keeps its last
 known ``status`` value and condition, so ``Ready`` does not flip on an AWS blip; the other parts are still
@@ -20,17 +22,17 @@ from typing import Any, Protocol
 import structlog
 
 from karpy.apis import labels as wk
+from karpy.apis.conditions import conditions_json, same_conditions, set_condition
+from karpy.apis.ec2nodeclass import EC2NodeClass
 from karpy.apis.hashing import nodeclass_hash
-from karpy.controllers.conditions import same_conditions, set_condition
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.events import WARNING, EventRecorder
 from karpy.kube.resources import EC2NODECLASSES
 from karpy.runtime.controller import Result
-from karpy.state.cluster import ClusterState, deleting
+from karpy.state.cluster import ClusterState
 
 log = structlog.get_logger("karpy.nodeclass")
-JSON = dict[str, Any]
 SUB_CONDITIONS = (
     wk.COND_SUBNETS_READY,
     wk.COND_SECURITY_GROUPS_READY,
@@ -74,16 +76,17 @@ class NodeClassStatusReconciler:
 
     async def reconcile(self, key: str) -> Result:
         """Resolve and write status when it changed; requeue for the periodic refresh."""
-        nodeclass = self.state.nodeclasses.get(key)
-        if nodeclass is None or deleting(nodeclass):
+        nodeclass = self.state.nodeclass_view(key)
+        if nodeclass is None or nodeclass.deleting:
             return Result()
         await self._ensure_hash(nodeclass)
-        resolution = await self.resolver.resolve_nodeclass(nodeclass)
+        resolution = await self.resolver.resolve_nodeclass(nodeclass.raw)
         failed: dict[str, str] = dict(getattr(resolution, "failed", None) or {})
-        generation = (nodeclass.get("metadata") or {}).get("generation")
-        old_status = dict(nodeclass.get("status") or {})
-        known = {c.get("type") for c in old_status.get("conditions") or []}
-        conditions = list(old_status.get("conditions") or [])
+        generation = nodeclass.meta.generation
+        old_status = nodeclass.status
+        known = {c.type for c in nodeclass.conditions}
+        stored = conditions_json(nodeclass.raw)
+        conditions = stored
         for c in resolution.conditions:
             if c["type"] in failed and c["type"] in known:
                 continue  # a failed read: the last known condition (and status value) stands
@@ -102,7 +105,7 @@ class NodeClassStatusReconciler:
         else:
             conditions = set_condition(conditions, wk.COND_READY, "True", "Ready", "", generation)
         new_status = {**resolution.status, "conditions": conditions}
-        unchanged = same_conditions(conditions, old_status.get("conditions") or []) and all(
+        unchanged = same_conditions(conditions, stored) and all(
             old_status.get(k) == v for k, v in resolution.status.items()
         )
         if not unchanged:
@@ -132,10 +135,9 @@ class NodeClassStatusReconciler:
             )
         return Result(requeue_after=self.refresh_interval)
 
-    async def _ensure_hash(self, nodeclass: JSON) -> None:
-        meta = nodeclass.get("metadata") or {}
-        annotations = meta.get("annotations") or {}
-        want = nodeclass_hash(nodeclass)
+    async def _ensure_hash(self, nodeclass: EC2NodeClass) -> None:
+        annotations = nodeclass.meta.annotations
+        want = nodeclass_hash(nodeclass.raw)
         if (
             annotations.get(wk.ANNOTATION_NODECLASS_HASH) == want
             and annotations.get(wk.ANNOTATION_NODECLASS_HASH_VERSION) == wk.NODECLASS_HASH_VERSION
@@ -149,5 +151,5 @@ class NodeClassStatusReconciler:
                 }
             }
         }
-        updated = await self.client.merge_patch(EC2NODECLASSES, str(meta.get("name")), patch)
+        updated = await self.client.merge_patch(EC2NODECLASSES, nodeclass.name, patch)
         self.state.apply("EC2NodeClass", "MODIFIED", updated)

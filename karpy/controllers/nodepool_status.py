@@ -1,6 +1,9 @@
 """NodePool status: ``ValidationSucceeded``, ``NodeClassReady``, ``Ready``, ``resources``, ``nodes`` and the hash.
 
-Karpenter core ``controllers/nodepool/{readiness,validation,counter,hash}``. Only Ready NodePools provision;
+Karpenter core ``pkg/controllers/nodepool/{readiness,validation,counter,hash}/controller.go``: ``Ready`` =
+``ValidationSucceeded`` ∧ ``NodeClassReady``; ``status.resources`` is the summed capacity of the pool's
+NodeClaims and ``status.nodes`` their number; the ``karpenter.sh/nodepool-hash`` annotations are kept current.
+Only Ready NodePools provision;
 an invalid NodePool or one whose EC2NodeClass is missing gets ``Ready=False`` with a reason and a Warning
 event, never a crash: the other NodePools keep working.
 
@@ -13,16 +16,15 @@ v1 has none for this). "Ever" ignores offering availability (an ICE'd or unprice
 
 from __future__ import annotations
 
-from typing import Any
-
 import structlog
 
 from karpy.apis import labels as wk
+from karpy.apis.conditions import conditions_json, same_conditions, set_condition
 from karpy.apis.hashing import nodepool_hash
+from karpy.apis.nodepool import NodePool
 from karpy.apis.quantity import QuantityError, format_resource_list, parse_resource_list
 from karpy.apis.resources import add
 from karpy.cloudprovider.types import CloudProvider, CloudProviderError, InstanceType
-from karpy.controllers.conditions import same_conditions, set_condition
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.events import WARNING, EventRecorder
@@ -30,66 +32,66 @@ from karpy.kube.resources import NODEPOOLS
 from karpy.runtime.controller import Result
 from karpy.scheduling import requirements as rq
 from karpy.scheduling.instancetypes import labels_allow, offering_allowed, type_labels
-from karpy.scheduling.translate import nodeclass_name, requirement_from_json
-from karpy.state.cluster import ClusterState, condition, deleting
+from karpy.scheduling.translate import requirement_from_json
+from karpy.state.cluster import ClusterState
 
 log = structlog.get_logger("karpy.nodepool")
-JSON = dict[str, Any]
 KNOWN_VALUES = {wk.LABEL_CAPACITY_TYPE: {"on-demand", "spot", "reserved"}}
 
 
-def validate(nodepool: JSON) -> str:
+def validate(nodepool: NodePool) -> str:
     """Runtime checks the CRD's CEL cannot express; "" when valid, else the reason message.
 
-    Karpenter ``nodeclaim_validation.go`` (``validateWellKnownValues``) and restricted label domains.
+    A requirement on a key with known values (``karpenter.sh/capacity-type``) must keep at least one valid value,
+    and the limits must be quantities: Karpenter core ``pkg/apis/v1/nodeclaim_validation.go``
+    (``validateWellKnownValues``).
     """
-    template = (nodepool.get("spec") or {}).get("template") or {}
-    for req in (template.get("spec") or {}).get("requirements") or []:
-        key = req.get("key", "")
-        if req.get("operator") == "In" and key in KNOWN_VALUES:
-            values = set(req.get("values") or [])
-            if not values & KNOWN_VALUES[key]:
-                return f"requirement {key} In {sorted(values)} has no valid value"
+    for req in nodepool.template.requirements:
+        if req.operator == "In" and req.key in KNOWN_VALUES:
+            values = set(req.values)
+            if not values & KNOWN_VALUES[req.key]:
+                return f"requirement {req.key} In {sorted(values)} has no valid value"
     try:
-        parse_resource_list((nodepool.get("spec") or {}).get("limits"))
+        parse_resource_list(dict(nodepool.limits))
     except QuantityError as err:
         return f"invalid limits: {err}"
     return ""
 
 
-def nodeclass_readiness(nodepool: JSON, state: ClusterState) -> tuple[str, str, str]:
+def nodeclass_readiness(nodepool: NodePool, state: ClusterState) -> tuple[str, str, str]:
     """(status, reason, message) of ``NodeClassReady``."""
-    ref = ((nodepool.get("spec") or {}).get("template") or {}).get("spec", {}).get("nodeClassRef") or {}
-    if ref.get("group") != wk.AWS_GROUP or ref.get("kind") != "EC2NodeClass":
+    ref = nodepool.template.node_class_ref
+    if not ref.ec2nodeclass:
         return (
             "False",
             "NodeClassNotSupported",
-            f"nodeClassRef {ref.get('group')}/{ref.get('kind')} is not supported",
+            f"nodeClassRef {ref.group or None}/{ref.kind or None} is not supported",
         )
-    name = ref.get("name", "")
-    nodeclass = state.nodeclasses.get(name)
+    name = ref.name
+    nodeclass = state.nodeclass_view(name)
     if nodeclass is None:
         return "False", "NodeClassNotFound", f"EC2NodeClass {name!r} not found"
-    if deleting(nodeclass):
+    if nodeclass.deleting:
         return "False", "NodeClassTerminating", f"EC2NodeClass {name!r} is terminating"
-    ready = condition(nodeclass, wk.COND_READY)
+    ready = nodeclass.condition(wk.COND_READY)
     if ready is None:
         return "Unknown", "NodeClassReadinessUnknown", f"EC2NodeClass {name!r} has no Ready condition yet"
-    if ready.get("status") != "True":
-        return "False", str(ready.get("reason") or "NodeClassNotReady"), str(ready.get("message") or "")
+    if not ready.true:
+        return "False", ready.reason or "NodeClassNotReady", ready.message
     return "True", "NodeClassReady", ""
 
 
 NO_COMPATIBLE_TYPES = "NodePool requirements filtered out all compatible available instance types"
 
 
-def compatible_instance_types(nodepool: JSON, instance_types: list[InstanceType]) -> list[str]:
+def compatible_instance_types(nodepool: NodePool, instance_types: list[InstanceType]) -> list[str]:
     """Names of the types that can satisfy the NodePool's requirements and template labels, with at least one
     offering (zone, capacity type) they allow, available or not (Karpenter ``filterInstanceTypesByRequirements``
     on the NodeClaim template, without pods)."""
-    template = (nodepool.get("spec") or {}).get("template") or {}
-    reqs = rq.build(requirement_from_json(r) for r in (template.get("spec") or {}).get("requirements") or [])
-    for req in rq.from_labels((template.get("metadata") or {}).get("labels") or {}).values():
+    # The scheduling translation reads the requirements' JSON (legacy label keys normalised there).
+    template_spec = ((nodepool.raw.get("spec") or {}).get("template") or {}).get("spec") or {}
+    reqs = rq.build(requirement_from_json(r) for r in template_spec.get("requirements") or [])
+    for req in rq.from_labels(nodepool.template.labels).values():
         rq.add(reqs, req)
     return [
         it.name
@@ -120,16 +122,15 @@ class NodePoolStatusReconciler:
 
     async def reconcile(self, key: str) -> Result:
         """Recompute conditions, resources and node count; write them when they changed."""
-        nodepool = self.state.nodepools.get(key)
-        if nodepool is None or deleting(nodepool):
+        nodepool = self.state.nodepool_view(key)
+        if nodepool is None or nodepool.deleting:
             return Result()
         await self._ensure_hash(nodepool)
-        status = dict(nodepool.get("status") or {})
-        generation = (nodepool.get("metadata") or {}).get("generation")
-        conditions = list(status.get("conditions") or [])
+        generation = nodepool.meta.generation
+        stored = conditions_json(nodepool.raw)
         invalid = validate(nodepool)
         conditions = set_condition(
-            conditions,
+            stored,
             wk.COND_VALIDATION_SUCCEEDED,
             "False" if invalid else "True",
             "ValidationFailed" if invalid else "ValidationSucceeded",
@@ -148,16 +149,13 @@ class NodePoolStatusReconciler:
         if ready[0] == "True":
             await self._check_instance_types(key, nodepool)
         resources, nodes = self._usage(key)
-        if (
-            same_conditions(conditions, status.get("conditions") or [])
-            and status.get("resources") == resources
-            and status.get("nodes") == nodes
-        ):
+        if same_conditions(conditions, stored) and nodepool.resources == resources and nodepool.nodes == nodes:
             return Result()
-        was_ready = (condition(nodepool, wk.COND_READY) or {}).get("status")
+        before = nodepool.condition(wk.COND_READY)
+        was_ready = before.status if before is not None else None
         # A merge patch merges maps: a resource that dropped out of the usage must be nulled explicitly, or the
         # stored status never equals the computed one and every reconcile writes again (a patch storm).
-        stale = {k: None for k in status.get("resources") or {} if k not in resources}
+        stale = {k: None for k in nodepool.resources if k not in resources}
         patch = {"status": {"conditions": conditions, "resources": {**stale, **resources}, "nodes": nodes}}
         try:
             updated = await self.client.merge_patch(NODEPOOLS, key, patch, subresource="status")
@@ -173,15 +171,15 @@ class NodePoolStatusReconciler:
             log.info("nodepool ready", nodepool=key)
         return Result()
 
-    async def _check_instance_types(self, key: str, nodepool: JSON) -> None:
+    async def _check_instance_types(self, key: str, nodepool: NodePool) -> None:
         """Warn (event + log) when no instance type of the NodePool's EC2NodeClass can satisfy it."""
         if self.cloud is None:
             return
-        nodeclass = self.state.nodeclasses.get(nodeclass_name(nodepool))
+        nodeclass = self.state.nodeclass_view(nodepool.template.node_class_ref.name)
         if nodeclass is None:
             return
         try:
-            types = await self.cloud.get_instance_types(nodeclass)
+            types = await self.cloud.get_instance_types(nodeclass.raw)
         except CloudProviderError as err:  # not known now: nothing to say about compatibility
             log.debug("nodepool instance types unknown", nodepool=key, error=str(err)[:300])
             return
@@ -195,13 +193,12 @@ class NodePoolStatusReconciler:
             log.warning(
                 "nodepool requirements filtered out all instance types", nodepool=key, instance_types=len(types)
             )
-        ref = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": nodepool["metadata"]}
+        ref = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": nodepool.raw["metadata"]}
         self.events.publish(ref, WARNING, "NoCompatibleInstanceTypes", NO_COMPATIBLE_TYPES)
 
-    async def _ensure_hash(self, nodepool: JSON) -> None:
-        meta = nodepool.get("metadata") or {}
-        annotations = meta.get("annotations") or {}
-        want = nodepool_hash(nodepool)
+    async def _ensure_hash(self, nodepool: NodePool) -> None:
+        annotations = nodepool.meta.annotations
+        want = nodepool_hash(nodepool.raw)
         if (
             annotations.get(wk.ANNOTATION_NODEPOOL_HASH) == want
             and annotations.get(wk.ANNOTATION_NODEPOOL_HASH_VERSION) == wk.NODEPOOL_HASH_VERSION
@@ -215,17 +212,14 @@ class NodePoolStatusReconciler:
                 }
             }
         }
-        updated = await self.client.merge_patch(NODEPOOLS, str(meta.get("name")), patch)
+        updated = await self.client.merge_patch(NODEPOOLS, nodepool.name, patch)
         self.state.apply("NodePool", "MODIFIED", updated)
 
     def _usage(self, nodepool: str) -> tuple[dict[str, str], int]:
         """Summed NodeClaim capacity (Karpenter counter controller) and the number of NodeClaims."""
         total: dict[str, int] = {}
-        claims = [nc for nc in self.state.nodeclaims_of(nodepool) if not deleting(nc)]
+        claims = [nc for nc in self.state.nodeclaim_views_of(nodepool) if not nc.deleting]
         for nc in claims:
-            try:
-                total = add(total, parse_resource_list((nc.get("status") or {}).get("capacity")))
-            except QuantityError:
-                continue
+            total = add(total, nc.capacity)  # an invalid capacity reads {} in the view: it adds nothing
         total.setdefault("nodes", len(claims))
         return format_resource_list(total), len(claims)

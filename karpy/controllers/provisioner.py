@@ -30,9 +30,11 @@ import attrs
 import structlog
 
 from karpy.apis import labels as wk
+from karpy.apis.conditions import condition_true
 from karpy.apis.hashing import nodeclass_hash, nodepool_hash
 from karpy.apis.quantity import QuantityError, format_resource_list, parse_resource_list
 from karpy.apis.resources import add
+from karpy.apis.taints import taints, taints_json
 from karpy.cloudprovider.types import CloudProvider, CloudProviderError, InstanceType
 from karpy.controllers.launch_backoff import LaunchBackoff, explain_incompatible
 from karpy.controllers.terminator import drainable
@@ -50,11 +52,9 @@ from karpy.scheduling.translate import (
     nodeclass_name,
     requirement_to_json,
     scheduling_nodepool,
-    taints,
-    taints_json,
 )
 from karpy.scheduling.volumes import volume_topology
-from karpy.state.cluster import ClusterState, condition_true, deleting, provider_id
+from karpy.state.cluster import ClusterState, deleting, provider_id
 from karpy.state.plans import Plans
 from karpy.state.views import NodeInfo, PodInfo
 
@@ -487,7 +487,7 @@ def with_volume_terms(
     if volumes is None:
         return info.pod, None
     topology = volume_topology(
-        volumes, state.claims, state.persistent_volumes, state.storage_classes, keep_hostname=keep_hostname
+        volumes, state.pvcs, state.persistent_volumes, state.storage_classes, keep_hostname=keep_hostname
     )
     if topology.error is not None:
         return info.pod, f"waiting for volumes: {topology.error}"

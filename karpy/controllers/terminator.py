@@ -37,8 +37,10 @@ from typing import Any
 import structlog
 
 from karpy.apis import labels as wk
+from karpy.apis.conditions import condition_true, set_condition
+from karpy.apis.taints import taints_json
+from karpy.apis.times import parse_time
 from karpy.cloudprovider.types import CloudProvider, NodeClaimNotFoundError
-from karpy.controllers.conditions import set_condition
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.events import NORMAL, EventRecorder
@@ -47,9 +49,8 @@ from karpy.metrics import NODECLAIMS_TERMINATED
 from karpy.runtime.controller import Result
 from karpy.scheduling.model import Taint
 from karpy.scheduling.taints import tolerates
-from karpy.scheduling.translate import parse_time, taints_json
 from karpy.settings import parse_duration
-from karpy.state.cluster import ClusterState, condition_true, deleting, provider_id
+from karpy.state.cluster import ClusterState, deleting, provider_id
 from karpy.state.views import NodeInfo, PodInfo
 
 log = structlog.get_logger("karpy.terminator")

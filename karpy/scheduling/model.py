@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from karpy.apis.taints import Taint as Taint  # re-exported for callers of the model
 from karpy.cloudprovider.types import InstanceType as InstanceType  # re-exported for callers of the model
 
 # Requirement operators (Kubernetes NodeSelectorOperator, plus Karpenter's Gte/Lte).
@@ -33,15 +34,6 @@ class Requirement:
     operator: str
     values: tuple[str, ...] = ()
     min_values: int | None = None
-
-
-@attrs.frozen(slots=True)
-class Taint:
-    """A node taint; ``effect`` is NoSchedule, PreferNoSchedule or NoExecute."""
-
-    key: str
-    effect: str
-    value: str = ""
 
 
 @attrs.frozen(slots=True)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 from karpy.apis import labels as wk
 from karpy.apis.quantity import QuantityError, parse_resource_list
 from karpy.apis.resources import Resources, add, max_of
+from karpy.apis.taints import taints
+from karpy.apis.times import parse_time
 from karpy.scheduling import model
 from karpy.scheduling.model import (
     DaemonSet,
@@ -25,7 +26,6 @@ from karpy.scheduling.model import (
     Pod,
     PodAffinityTerm,
     Requirement,
-    Taint,
     Toleration,
     TopologySpreadConstraint,
 )
@@ -44,12 +44,6 @@ EPHEMERAL_TAINT_KEYS = frozenset(
     }
 )
 
-
-def parse_time(value: str | None) -> float:
-    """RFC 3339 timestamp → seconds since the epoch (0.0 when absent)."""
-    if not value:
-        return 0.0
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -275,17 +269,6 @@ def daemonset_view(obj: Mapping[str, Any]) -> DaemonSet:
 # Nodes and taints
 
 
-def taints(items: Sequence[Mapping[str, Any]] | None) -> tuple[Taint, ...]:
-    """Kubernetes taints."""
-    return tuple(
-        Taint(key=str(t.get("key", "")), effect=str(t.get("effect", "")), value=str(t.get("value") or ""))
-        for t in items or []
-    )
-
-
-def taints_json(items: Sequence[Taint]) -> list[JSON]:
-    """Taints back to Kubernetes JSON (value omitted when empty)."""
-    return [{"key": t.key, "effect": t.effect, **({"value": t.value} if t.value else {})} for t in items]
 
 
 def node_resources(obj: Mapping[str, Any]) -> tuple[Resources, Resources]:

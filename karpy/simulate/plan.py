@@ -23,6 +23,7 @@ import attrs
 from karpy.apis import labels as wk
 from karpy.apis.quantity import format_resource_list
 from karpy.apis.resources import add
+from karpy.apis.taints import taints
 from karpy.aws.instances import choose_capacity_type, launch_candidates
 from karpy.scheduling import model
 from karpy.scheduling.daemons import with_live_pods
@@ -38,7 +39,6 @@ from karpy.scheduling.translate import (
     requirement_to_json,
     scheduling_nodepool,
     scheduling_pod,
-    taints,
 )
 from karpy.scheduling.volumes import volume_topology
 from karpy.simulate.catalogue import Catalogue

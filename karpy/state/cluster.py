@@ -1,6 +1,10 @@
 """ClusterState: the one in-memory view of Pods, Nodes, NodeClaims, NodePools, EC2NodeClasses and DaemonSets.
 Namespaces, PersistentVolumes, PersistentVolumeClaims and StorageClasses are kept as slim views
 (:mod:`karpy.state.storage`) for the scheduling simulation's namespaceSelector and volume topology.
+NodeClaims, NodePools and EC2NodeClasses are kept as their JSON (``nodeclaims``, ``nodepools``, ``nodeclasses``)
+and, beside it, as typed views (:mod:`karpy.apis.nodeclaim`, :mod:`karpy.apis.nodepool`,
+:mod:`karpy.apis.ec2nodeclass`; ``nodeclaim_view(name)`` …) built once when the object is stored and dropped
+with it; each view keeps the JSON it was built from as ``raw``.
 
 Fed by informers (:mod:`karpy.kube.watch`) and by the reconcilers' own writes (read-your-writes: a reconciler
 that creates or patches an object applies the apiserver's answer at once, and an older watch event for the
@@ -40,13 +44,16 @@ from typing import Any
 import structlog
 
 from karpy.apis import labels as wk
+from karpy.apis.ec2nodeclass import EC2NodeClass
+from karpy.apis.nodeclaim import NodeClaim
+from karpy.apis.nodepool import NodePool
 from karpy.scheduling.model import DaemonSet
 from karpy.scheduling.translate import daemonset_view
 from karpy.state.storage import (
-    claim_view,
     namespace_view,
     persistent_volume_view,
     pod_volumes,
+    pvc_view,
     storage_class_view,
 )
 from karpy.state.views import NodeInfo, PodInfo, node_info, pod_info
@@ -73,11 +80,17 @@ KINDS = (
 TOMBSTONES = 10_000
 # Kinds whose deletion has no grace period: a deletionTimestamp with no finalizers left means "gone".
 NO_GRACEFUL_DELETION = frozenset({"Node", "NodeClaim", "NodePool", "EC2NodeClass"})
+# Kinds kept as JSON and, beside it, as a typed view (karpy.apis) built once per event.
+TYPED_VIEWS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+    "NodeClaim": NodeClaim.from_json,
+    "NodePool": NodePool.from_json,
+    "EC2NodeClass": EC2NodeClass.from_json,
+}
 # Kinds kept as slim JSON views (karpy.state.storage), not whole objects.
 SLIM_VIEWS: dict[str, Callable[[Mapping[str, Any]], JSON]] = {
     "Namespace": namespace_view,
     "PersistentVolume": persistent_volume_view,
-    "PersistentVolumeClaim": claim_view,
+    "PersistentVolumeClaim": pvc_view,
     "StorageClass": storage_class_view,
 }
 
@@ -132,11 +145,15 @@ class ClusterState:
         self.nodeclaims: dict[str, JSON] = {}
         self.nodepools: dict[str, JSON] = {}
         self.nodeclasses: dict[str, JSON] = {}
+        # The same objects as typed views (karpy.apis), built when they are stored; read these in new code.
+        self.nodeclaim_views: dict[str, NodeClaim] = {}
+        self.nodepool_views: dict[str, NodePool] = {}
+        self.nodeclass_views: dict[str, EC2NodeClass] = {}
         self.daemonsets: dict[str, DaemonSet] = {}
         # Slim views (karpy.state.storage): Namespace by name, PV by name, PVC by namespace/name, StorageClass.
         self.namespaces: dict[str, JSON] = {}
         self.persistent_volumes: dict[str, JSON] = {}
-        self.claims: dict[str, JSON] = {}
+        self.pvcs: dict[str, JSON] = {}
         self.storage_classes: dict[str, JSON] = {}
         # Pod key → minimal pod JSON with its PVC-backed volumes, only for pods that have some.
         self.pod_volumes: dict[str, JSON] = {}
@@ -261,6 +278,8 @@ class ClusterState:
             store[key] = SLIM_VIEWS[kind](obj)
         else:
             store[key] = obj
+        if kind in TYPED_VIEWS:
+            self._views(kind)[key] = TYPED_VIEWS[kind](obj)
         self._notify(kind, event_type, key, old, store.get(key))
 
     def _store(self, kind: str) -> dict[str, Any]:
@@ -273,10 +292,18 @@ class ClusterState:
             "DaemonSet": self.daemonsets,
             "Namespace": self.namespaces,
             "PersistentVolume": self.persistent_volumes,
-            "PersistentVolumeClaim": self.claims,
+            "PersistentVolumeClaim": self.pvcs,
             "StorageClass": self.storage_classes,
         }
         return stores[kind]
+
+    def _views(self, kind: str) -> dict[str, Any]:
+        views: dict[str, dict[str, Any]] = {
+            "NodeClaim": self.nodeclaim_views,
+            "NodePool": self.nodepool_views,
+            "EC2NodeClass": self.nodeclass_views,
+        }
+        return views[kind]
 
     def _bury(self, uid: str) -> None:
         if not uid:
@@ -295,6 +322,8 @@ class ClusterState:
             return
         self._bury(uid or (_stored_uid(old) if old is not None else ""))
         store.pop(key, None)
+        if kind in TYPED_VIEWS:
+            self._views(kind).pop(key, None)
         if old is None:
             return
         if kind == "Pod":
@@ -362,9 +391,21 @@ class ClusterState:
 
     # Queries ----------------------------------------------------------------------------------------
 
-    def node_for_nodeclaim(self, nodeclaim: Mapping[str, Any]) -> NodeInfo | None:
-        """The Node whose providerID is the NodeClaim's, if it has registered."""
-        pid = provider_id(nodeclaim)
+    def nodeclaim_view(self, name: str) -> NodeClaim | None:
+        """The NodeClaim ``name`` as a typed view, if stored."""
+        return self.nodeclaim_views.get(name)
+
+    def nodepool_view(self, name: str) -> NodePool | None:
+        """The NodePool ``name`` as a typed view, if stored."""
+        return self.nodepool_views.get(name)
+
+    def nodeclass_view(self, name: str) -> EC2NodeClass | None:
+        """The EC2NodeClass ``name`` as a typed view, if stored."""
+        return self.nodeclass_views.get(name)
+
+    def node_for_nodeclaim(self, nodeclaim: NodeClaim | Mapping[str, Any]) -> NodeInfo | None:
+        """The Node whose providerID is the NodeClaim's (view or JSON), if it has registered."""
+        pid = nodeclaim.provider_id if isinstance(nodeclaim, NodeClaim) else provider_id(nodeclaim)
         name = self.node_by_provider_id.get(pid) if pid else None
         return self.nodes.get(name) if name else None
 
@@ -372,6 +413,11 @@ class ClusterState:
         """The NodeClaim that launched ``node``, by providerID."""
         name = self.nodeclaim_by_provider_id.get(node.provider_id) if node.provider_id else None
         return self.nodeclaims.get(name) if name else None
+
+    def nodeclaim_view_for_node(self, node: NodeInfo) -> NodeClaim | None:
+        """The NodeClaim that launched ``node``, by providerID, as a typed view."""
+        name = self.nodeclaim_by_provider_id.get(node.provider_id) if node.provider_id else None
+        return self.nodeclaim_views.get(name) if name else None
 
     def pods_on(self, node_name: str) -> Iterable[PodInfo]:
         """Non-terminal pods bound to ``node_name``."""
@@ -391,8 +437,8 @@ class ClusterState:
 
     def waits_for_volume_binding(self, pod_key: str) -> bool:
         """The pod has a PVC that is not bound to a volume yet (or does not exist yet, as an ephemeral volume's
-        claim before its controller creates it). Such a pod must be bound by kube-scheduler, whose VolumeBinding
-        plugin records the chosen node on the claim (``volume.kubernetes.io/selected-node``) so the storage
+        PVC before its controller creates it). Such a pod must be bound by kube-scheduler, whose VolumeBinding
+        plugin records the chosen node on the PVC (``volume.kubernetes.io/selected-node``) so the storage
         provisioner creates the volume where the pod runs; a direct Binding would skip that step."""
         volumes = self.pod_volumes.get(pod_key)
         if volumes is None:
@@ -400,13 +446,17 @@ class ClusterState:
         namespace, pod_name = pod_key.split("/", 1)
         for volume in volumes["spec"]["volumes"]:
             if "persistentVolumeClaim" in volume:
-                claim_name = str(volume["persistentVolumeClaim"].get("claimName", ""))
-            else:  # generic ephemeral volume: its claim is named <pod>-<volume> (Kubernetes ephemeral.VolumeClaimName)
-                claim_name = f"{pod_name}-{volume['name']}"
-            claim = self.claims.get(f"{namespace}/{claim_name}")
-            if claim is None or not claim["spec"].get("volumeName"):
+                pvc_name = str(volume["persistentVolumeClaim"].get("claimName", ""))
+            else:  # generic ephemeral volume: its PVC is named <pod>-<volume> (Kubernetes ephemeral.VolumeClaimName)
+                pvc_name = f"{pod_name}-{volume['name']}"
+            pvc = self.pvcs.get(f"{namespace}/{pvc_name}")
+            if pvc is None or not pvc["spec"].get("volumeName"):
                 return True
         return False
+
+    def nodeclaim_views_of(self, nodepool: str) -> list[NodeClaim]:
+        """The NodeClaims labelled with ``karpenter.sh/nodepool=<nodepool>``, as typed views."""
+        return [nc for nc in self.nodeclaim_views.values() if nc.nodepool == nodepool]
 
     def nodeclaims_of(self, nodepool: str) -> list[JSON]:
         """The NodeClaims labelled with ``karpenter.sh/nodepool=<nodepool>``."""
@@ -425,17 +475,3 @@ def provider_id(obj: Mapping[str, Any]) -> str:
 def deleting(obj: Mapping[str, Any]) -> bool:
     """The object has a deletionTimestamp."""
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
-
-
-def condition(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
-    """The status condition of ``type_``, if present."""
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c.get("type") == type_:
-            return dict(c)
-    return None
-
-
-def condition_true(obj: Mapping[str, Any], type_: str) -> bool:
-    """The condition exists with status True."""
-    c = condition(obj, type_)
-    return bool(c and c.get("status") == "True")

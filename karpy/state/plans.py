@@ -35,11 +35,11 @@ import attrs
 import structlog
 
 from karpy.apis import labels as wk
-from karpy.state.cluster import ClusterState, condition_true, deleting
+from karpy.apis.nodeclaim import NodeClaim
+from karpy.state.cluster import ClusterState
 from karpy.state.views import PodInfo
 
 log = structlog.get_logger("karpy.plans")
-JSON = dict[str, Any]
 PlanListener = Callable[[str], None]
 """Called with a NodeClaim name whenever its plan or its registration changed."""
 
@@ -53,11 +53,10 @@ class RecordedPlan:
     pods: tuple[tuple[str, str], ...]
 
 
-def recorded_plan(nodeclaim: Mapping[str, Any]) -> RecordedPlan:
+def recorded_plan(nodeclaim: NodeClaim) -> RecordedPlan:
     """The plan recorded on a NodeClaim (``karpy.sh/plan``, else the legacy ``karpy.sh/planned-pods``)."""
-    meta = nodeclaim.get("metadata") or {}
-    name = str(meta.get("name", ""))
-    annotations = meta.get("annotations") or {}
+    name = nodeclaim.name
+    annotations = nodeclaim.meta.annotations
     raw = annotations.get(wk.ANNOTATION_PLAN)
     if raw:
         try:
@@ -67,12 +66,13 @@ def recorded_plan(nodeclaim: Mapping[str, Any]) -> RecordedPlan:
         if isinstance(value, dict) and isinstance(value.get("pods"), dict):
             pods = tuple(sorted((str(uid), str(key)) for uid, key in value["pods"].items()))
             return RecordedPlan(batch=str(value.get("batch") or name), pods=pods)
-    return RecordedPlan(batch=name, pods=tuple(("", key) for key in planned_pods(nodeclaim)))
+    return RecordedPlan(batch=name, pods=tuple(("", key) for key in planned_pods(annotations)))
 
 
-def planned_pods(nodeclaim: Mapping[str, Any]) -> list[str]:
-    """Pod keys of the legacy annotation ``karpy.sh/planned-pods`` (JSON list of ``namespace/name``)."""
-    raw = ((nodeclaim.get("metadata") or {}).get("annotations") or {}).get(wk.ANNOTATION_PLANNED_PODS)
+def planned_pods(annotations: Mapping[str, str]) -> list[str]:
+    """Pod keys of the legacy annotation ``karpy.sh/planned-pods`` (JSON list of ``namespace/name``), from a
+    NodeClaim's annotations."""
+    raw = annotations.get(wk.ANNOTATION_PLANNED_PODS)
     if not raw:
         return []
     try:
@@ -103,9 +103,10 @@ class Plans:
         self._batch: dict[str, str] = {}  # NodeClaim name → batch id
         self._batches: dict[str, set[str]] = {}  # batch id → live NodeClaim names
         self._seen: dict[str, str] = {}  # NodeClaim name → the annotation value last adopted
+        self._registered: dict[str, bool] = {}  # live NodeClaim name → Registered=True when last seen
         self._listeners: list[PlanListener] = []
-        for name, claim in state.nodeclaims.items():
-            self._on_nodeclaim(name, None, claim)
+        for name, claim in state.nodeclaim_views.items():
+            self._on_nodeclaim(name, claim)
         state.subscribe(self._on_change)
 
     # Subscriptions ------------------------------------------------------------------------------------
@@ -177,9 +178,9 @@ class Plans:
         }
 
     def record(self, nodeclaim: Mapping[str, Any]) -> None:
-        """Adopt the plan written on ``nodeclaim`` (the apiserver's answer to the provisioner's create or
+        """Adopt the plan written on ``nodeclaim`` (JSON: the apiserver's answer to the provisioner's create or
         patch): its pods are planned onto it from now on, even if an older plan held them."""
-        self._adopt(nodeclaim, take=True)
+        self._adopt(NodeClaim.from_json(nodeclaim), take=True)
 
     def release(self, uid: str) -> None:
         """The pod is no longer planned (the binder left it to kube-scheduler); it may be planned again."""
@@ -195,7 +196,8 @@ class Plans:
         if kind == "Pod":
             self._on_pod(key, old, new)
         elif kind == "NodeClaim":
-            self._on_nodeclaim(key, old, new)
+            # Cluster state stored the view with the JSON, before telling its listeners.
+            self._on_nodeclaim(key, self.state.nodeclaim_view(key) if new is not None else None)
 
     def _on_pod(self, key: str, old: PodInfo | None, new: PodInfo | None) -> None:
         if new is not None and (self._awaiting or self._legacy):
@@ -228,20 +230,22 @@ class Plans:
             self._take(uid, key, claim)
             self._signal([claim])
 
-    def _on_nodeclaim(self, name: str, old: JSON | None, new: JSON | None) -> None:
-        if new is None or deleting(new):
+    def _on_nodeclaim(self, name: str, new: NodeClaim | None) -> None:
+        if new is None or new.deleting:
             self._forget(name)
             return
         self._adopt(new, take=False)
-        if old is not None and condition_true(new, wk.COND_REGISTERED) != condition_true(old, wk.COND_REGISTERED):
+        registered = new.is_true(wk.COND_REGISTERED)
+        before = self._registered.get(name)
+        self._registered[name] = registered
+        if before is not None and before != registered:
             self._signal([name])  # the registration hold of its batch siblings may end
 
-    def _adopt(self, claim: Mapping[str, Any], *, take: bool) -> None:
+    def _adopt(self, claim: NodeClaim, *, take: bool) -> None:
         """Index the plan annotated on a live NodeClaim, once per annotation value. ``take``: its pods move to
         it from any other NodeClaim; otherwise (a LIST after a restart, a watch event) a pod keeps a live owner."""
-        meta = claim.get("metadata") or {}
-        name = str(meta.get("name", ""))
-        annotations = meta.get("annotations") or {}
+        name = claim.name
+        annotations = claim.meta.annotations
         raw = f"{annotations.get(wk.ANNOTATION_PLAN, '')}\n{annotations.get(wk.ANNOTATION_PLANNED_PODS, '')}"
         if not take and self._seen.get(name) == raw and name in self._pods:
             return
@@ -287,6 +291,7 @@ class Plans:
         owned = self._pods.pop(name, None)
         self._listed.pop(name, None)
         self._seen.pop(name, None)
+        self._registered.pop(name, None)
         batch = self._batch.pop(name, None)
         siblings: set[str] = set()
         if batch is not None:
@@ -330,8 +335,8 @@ class Plans:
         if not info.node_name:
             return True
         node = self.state.nodes.get(info.node_name)
-        claim = self.state.nodeclaim_for_node(node) if node is not None else None
-        return claim is not None and deleting(claim)
+        claim = self.state.nodeclaim_view_for_node(node) if node is not None else None
+        return claim is not None and claim.deleting
 
 
 __all__ = ["PlanListener", "Plans", "RecordedPlan", "planned_pods", "recorded_plan"]

@@ -50,7 +50,7 @@ def persistent_volume_view(obj: Mapping[str, Any]) -> JSON:
     return {"metadata": _meta(obj), "spec": slim}
 
 
-def claim_view(obj: Mapping[str, Any]) -> JSON:
+def pvc_view(obj: Mapping[str, Any]) -> JSON:
     """A PersistentVolumeClaim's namespace/name, bound volume, StorageClass and phase."""
     spec = obj.get("spec") or {}
     slim = {k: spec[k] for k in ("volumeName", "storageClassName") if spec.get(k)}
@@ -93,9 +93,9 @@ def pod_volumes(obj: Mapping[str, Any]) -> JSON | None:
 
 __all__ = [
     "NAMESPACE_NAME_LABEL",
-    "claim_view",
     "namespace_view",
     "persistent_volume_view",
     "pod_volumes",
+    "pvc_view",
     "storage_class_view",
 ]

@@ -13,8 +13,10 @@ from typing import Any
 import attrs
 
 from karpy.apis import labels as wk
-from karpy.scheduling.model import Pod, Taint
-from karpy.scheduling.translate import controller_owner, node_resources, parse_time, scheduling_pod, taints
+from karpy.apis.taints import Taint, taints
+from karpy.apis.times import parse_time
+from karpy.scheduling.model import Pod
+from karpy.scheduling.translate import controller_owner, node_resources, scheduling_pod
 
 
 @attrs.frozen(slots=True)

@@ -63,10 +63,10 @@ async def test_nodepool_no_instance_type_can_satisfy_is_warned_on_the_apiserver(
     NoCompatibleInstanceTypes on the NodePool, which stays Ready; a satisfiable NodePool gets no such event."""
     from e2e.helpers import ec2nodeclass
     from karpy.apis import labels as wk
+    from karpy.apis.conditions import condition
     from karpy.aws.cloudprovider import AWSCloudProvider
     from karpy.aws.session import AWSClients
     from karpy.kube.events import WARNING
-    from karpy.state.cluster import condition
 
     for key, value in local_cluster.aws_env.items():
         monkeypatch.setenv(key, value)

@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
+from karpy.apis.nodepool import NodePool
 from karpy.controllers.budgets import allowed_disruptions
 
 
-def pool(*budgets: dict[str, Any]) -> dict[str, Any]:
-    return {"spec": {"disruption": {"budgets": list(budgets)}}} if budgets else {"spec": {}}
+def pool(*budgets: dict[str, Any]) -> NodePool:
+    return NodePool.from_json({"spec": {"disruption": {"budgets": list(budgets)}}} if budgets else {"spec": {}})
 
 
 NOON = datetime(2026, 11, 22, 12, 30, tzinfo=UTC)
@@ -33,6 +34,6 @@ NOON = datetime(2026, 11, 22, 12, 30, tzinfo=UTC)
         (pool({"nodes": "1", "schedule": "not cron", "duration": "1h"}), 10, 0, 0),  # fails closed
     ],
 )
-def test_allowed(nodepool: dict[str, Any], total: int, disrupting: int, want: int) -> None:
+def test_allowed(nodepool: NodePool, total: int, disrupting: int, want: int) -> None:
     """Budget arithmetic per reason."""
     assert allowed_disruptions(nodepool, "Empty", total, disrupting, NOON) == want

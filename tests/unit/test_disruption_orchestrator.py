@@ -14,6 +14,7 @@ import attrs
 import pytest
 
 from karpy.apis import labels as wk
+from karpy.apis.conditions import condition, condition_true
 from karpy.cloudprovider.fake import FakeCloudProvider
 from karpy.cloudprovider.types import CloudInstance
 from karpy.controllers.disruption import controls
@@ -29,7 +30,6 @@ from karpy.kube.fake import FakeKube, Request
 from karpy.kube.resources import NAMESPACES, NODECLAIMS, NODEPOOLS, NODES, Resource
 from karpy.runtime.controller import Result
 from karpy.runtime.singleton import SingletonController
-from karpy.state.cluster import condition, condition_true
 from tests.unit.disruption_builders import (
     CATALOGUE,
     T0,

@@ -238,5 +238,6 @@ async def test_a_launch_request_keeps_planned_types_the_amis_no_longer_admit() -
     say the launch failed for want of an AMI instead of finding no offering."""
     lifecycle, _, cloud, claim = lifecycle_setup(None)
     claim["spec"]["requirements"] = [{"key": wk.LABEL_INSTANCE_TYPE, "operator": "In", "values": ["g.xlarge"]}]
+    lifecycle.state.apply("NodeClaim", "MODIFIED", claim)  # cluster state builds its view when it stores the object
     await lifecycle.reconcile("np-1")
     assert [it.name for it in cloud.create_calls[0].instance_types] == ["g.xlarge"]

@@ -54,7 +54,7 @@ def test_hold_covers_pods_of_unregistered_sibling_claims_only() -> None:
         state.apply("Pod", "ADDED", pending(p))
     state.apply("NodeClaim", "ADDED", claim("early", []))
     state.apply("NodeClaim", "ADDED", claim("late", ["d/a"]))
-    early = state.nodeclaims["early"]
+    early = state.nodeclaim_views["early"]
     assert lifecycle(state)._binding_pending(early, node(age=1)), "late's pod must not be taken by kube-scheduler"
     state.apply("NodeClaim", "MODIFIED", claim("late", ["d/a"], registered=True, rv="2"))
     assert not lifecycle(state)._binding_pending(early, node(age=1)), "late registered: its own hold applies"
@@ -67,7 +67,7 @@ def test_hold_ignores_unregistered_claims_of_other_batches() -> None:
     state.apply("Pod", "ADDED", pending("a"))
     state.apply("NodeClaim", "ADDED", claim("mine", [], batch="b1"))
     state.apply("NodeClaim", "ADDED", claim("other", ["d/a"], batch="b2"))
-    assert not lifecycle(state)._binding_pending(state.nodeclaims["mine"], node(age=1))
+    assert not lifecycle(state)._binding_pending(state.nodeclaim_views["mine"], node(age=1))
 
 
 def test_hold_is_signalled_when_a_batch_pod_is_bound() -> None:
@@ -80,11 +80,11 @@ def test_hold_is_signalled_when_a_batch_pod_is_bound() -> None:
     state.apply("NodeClaim", "ADDED", claim("early", []))
     state.apply("NodeClaim", "ADDED", claim("late", ["d/a"]))
     held = lifecycle(state, plans)
-    assert held._binding_pending(state.nodeclaims["early"], node(age=1))
+    assert held._binding_pending(state.nodeclaim_views["early"], node(age=1))
     signals.clear()
     state.apply("Pod", "MODIFIED", {**pending("a"), "spec": {"nodeName": "n-late"}})
     assert signals == ["late"] and plans.batch_of("late") == {"early", "late"}
-    assert not held._binding_pending(state.nodeclaims["early"], node(age=1))
+    assert not held._binding_pending(state.nodeclaim_views["early"], node(age=1))
 
 
 def test_hold_ends_after_bind_hold_seconds() -> None:
@@ -92,7 +92,7 @@ def test_hold_ends_after_bind_hold_seconds() -> None:
     state = ClusterState()
     state.apply("Pod", "ADDED", pending("a"))
     state.apply("NodeClaim", "ADDED", claim("self", ["d/a"]))
-    mine = state.nodeclaims["self"]
+    mine = state.nodeclaim_views["self"]
     assert lifecycle(state)._binding_pending(mine, node(age=1))
     assert not lifecycle(state)._binding_pending(mine, node(age=BIND_HOLD + 1))
 

@@ -13,13 +13,14 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 
 from karpy.apis import labels as wk
+from karpy.apis.conditions import condition
 from karpy.apis.hashing import nodeclass_hash
 from karpy.aws import nodeclass as resolution_mod
 from karpy.aws.nodeclass import NodeClassResolution
 from karpy.controllers.nodeclass_status import NodeClassResolutionError, NodeClassStatusReconciler
 from karpy.kube.events import EventRecorder
 from karpy.kube.fake import FakeKube
-from karpy.state.cluster import ClusterState, condition
+from karpy.state.cluster import ClusterState
 
 SUBNETS = [{"id": "subnet-1", "zone": "us-east-1a", "zoneID": "use1-az1"}]
 GROUPS = [{"id": "sg-1", "name": "node"}]

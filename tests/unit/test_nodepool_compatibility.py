@@ -7,6 +7,8 @@ import asyncio
 from typing import Any
 
 from karpy.apis import labels as wk
+from karpy.apis.conditions import condition
+from karpy.apis.nodepool import NodePool
 from karpy.cloudprovider.fake import FakeCloudProvider
 from karpy.cloudprovider.types import InstanceType, Offering
 from karpy.controllers.nodepool_status import (
@@ -16,7 +18,7 @@ from karpy.controllers.nodepool_status import (
 )
 from karpy.kube.events import EventRecorder
 from karpy.kube.fake import FakeKube
-from karpy.state.cluster import ClusterState, condition
+from karpy.state.cluster import ClusterState
 
 
 def itype(name: str, arch: str = "amd64", zone: str = "us-east-1a") -> InstanceType:
@@ -50,14 +52,18 @@ def nodepool(*requirements: dict[str, Any], labels: dict[str, str] | None = None
     }
 
 
+def compatible(pool: dict[str, Any]) -> list[str]:
+    return compatible_instance_types(NodePool.from_json(pool), TYPES)
+
+
 def test_compatibility_ignores_availability_but_not_requirements() -> None:
-    assert compatible_instance_types(nodepool(), TYPES) == ["m5.large", "m6g.large"]
+    assert compatible(nodepool()) == ["m5.large", "m6g.large"]
     arm = {"key": wk.LABEL_ARCH, "operator": "In", "values": ["arm64"]}
-    assert compatible_instance_types(nodepool(arm), TYPES) == ["m6g.large"]
-    assert compatible_instance_types(nodepool({"key": wk.LABEL_ARCH, "operator": "DoesNotExist"}), TYPES) == []
+    assert compatible(nodepool(arm)) == ["m6g.large"]
+    assert compatible(nodepool({"key": wk.LABEL_ARCH, "operator": "DoesNotExist"})) == []
     zone = {"key": wk.LABEL_ZONE, "operator": "In", "values": ["us-east-1z"]}
-    assert compatible_instance_types(nodepool(zone), TYPES) == []
-    assert compatible_instance_types(nodepool(labels={wk.LABEL_ARCH: "s390x"}), TYPES) == []
+    assert compatible(nodepool(zone)) == []
+    assert compatible(nodepool(labels={wk.LABEL_ARCH: "s390x"})) == []
 
 
 async def reconcile(np: dict[str, Any]) -> tuple[list[tuple[str, str, str, str]], dict[str, Any]]:

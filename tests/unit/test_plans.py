@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from karpy.apis import labels as wk
+from karpy.apis.nodeclaim import NodeClaim
 from karpy.state.cluster import ClusterState
 from karpy.state.plans import Plans, recorded_plan
 
@@ -127,7 +128,7 @@ def test_plans_are_by_uid_a_recreated_pod_is_not_planned() -> None:
 
 
 def test_rewritten_annotations_are_pruned_to_pods_that_still_wait() -> None:
-    """Defect 7: when a plan is rewritten, bound and deleted pods are dropped (the annotation used to grow
+    """Regression: when a plan is rewritten, bound and deleted pods are dropped (the annotation used to grow
     forever); the uid map and the legacy key list agree."""
     state = ClusterState()
     plans = Plans(state)
@@ -140,7 +141,8 @@ def test_rewritten_annotations_are_pruned_to_pods_that_still_wait() -> None:
     written = plans.annotations("x", plans.batch_id("x"), [new_pod])
     assert json.loads(written[wk.ANNOTATION_PLAN]) == {"batch": "b7", "pods": {"c": "d/c"}}
     assert json.loads(written[wk.ANNOTATION_PLANNED_PODS]) == ["d/c"]
-    assert recorded_plan({"metadata": {"name": "x", "annotations": written}}).pods == (("c", "d/c"),)
+    recorded = recorded_plan(NodeClaim.from_json({"metadata": {"name": "x", "annotations": written}}))
+    assert recorded.pods == (("c", "d/c"),)
 
 
 def test_released_pod_is_pending_and_not_replanned_by_the_same_annotation() -> None:

@@ -196,7 +196,7 @@ def test_state_waits_for_the_new_kinds_and_keeps_slim_views() -> None:
     pv = state.persistent_volumes["pv-1"]
     assert "managedFields" not in pv["metadata"] and "status" not in pv and "capacity" not in pv["spec"]
     assert pv["spec"]["local"] == {"path": "/mnt/disk"}
-    assert state.claims["default/data"]["spec"] == {"volumeName": "pv-1"}
+    assert state.pvcs["default/data"]["spec"] == {"volumeName": "pv-1"}
     assert "parameters" not in state.storage_classes["gp3"]
     assert state.namespace_labels() == {"team-a": {"tier": "gold", "kubernetes.io/metadata.name": "team-a"}}
     state.apply("Namespace", "DELETED", namespace("team-a"))

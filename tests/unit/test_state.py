@@ -64,8 +64,8 @@ def test_relist_drops_vanished_objects_and_syncs() -> None:
     assert state.synced
 
 
-def test_pod_waits_for_volume_binding_until_its_claims_are_bound() -> None:
-    """A pod with an unbound PVC or a not-yet-created ephemeral claim waits; bound claims and no volumes do not."""
+def test_pod_waits_for_volume_binding_until_its_pvcs_are_bound() -> None:
+    """A pod with an unbound PVC or a not-yet-created ephemeral PVC waits; bound PVCs and no volumes do not."""
     state = ClusterState()
     with_volumes = pod("db", "1")
     with_volumes["spec"]["volumes"] = [
@@ -75,16 +75,16 @@ def test_pod_waits_for_volume_binding_until_its_claims_are_bound() -> None:
     state.apply("Pod", "ADDED", with_volumes)
     state.apply("Pod", "ADDED", pod("plain", "2"))
     assert not state.waits_for_volume_binding("d/plain")
-    assert state.waits_for_volume_binding("d/db"), "no claims exist yet"
+    assert state.waits_for_volume_binding("d/db"), "no PVCs exist yet"
 
-    def claim(name: str, volume: str, rv: str) -> dict[str, Any]:
+    def pvc(name: str, volume: str, rv: str) -> dict[str, Any]:
         spec = {"volumeName": volume} if volume else {}
         return {"metadata": {"name": name, "namespace": "d", "resourceVersion": rv}, "spec": spec}
 
-    state.apply("PersistentVolumeClaim", "ADDED", claim("data", "pv-1", "3"))
-    state.apply("PersistentVolumeClaim", "ADDED", claim("db-scratch", "", "4"))
-    assert state.waits_for_volume_binding("d/db"), "the ephemeral claim is still unbound"
-    state.apply("PersistentVolumeClaim", "MODIFIED", claim("db-scratch", "pv-2", "5"))
+    state.apply("PersistentVolumeClaim", "ADDED", pvc("data", "pv-1", "3"))
+    state.apply("PersistentVolumeClaim", "ADDED", pvc("db-scratch", "", "4"))
+    assert state.waits_for_volume_binding("d/db"), "the ephemeral PVC is still unbound"
+    state.apply("PersistentVolumeClaim", "MODIFIED", pvc("db-scratch", "pv-2", "5"))
     assert not state.waits_for_volume_binding("d/db")
 
 
@@ -97,8 +97,26 @@ def test_relist_keeps_writes_newer_than_its_snapshot() -> None:
     state.replace("NodeClaim", [nodeclaim("old", "5")], "8")
     assert "mine" in state.nodeclaims, "created after the snapshot: kept"
     assert state.nodeclaims["old"]["status"] == {"providerID": "aws:///z/i-1"}, "the newer write is not rolled back"
+    old = state.nodeclaim_view("old")
+    assert old is not None and old.provider_id == "aws:///z/i-1", "nor is its typed view"
     state.replace("NodeClaim", [], "12")
     assert not state.nodeclaims, "gone as of a newer snapshot: dropped"
+    assert not state.nodeclaim_views, "with their typed views"
+
+
+def test_late_write_answer_does_not_resurrect_a_deleted_nodeclaim_view() -> None:
+    """The tombstones keep a late write answer from re-inserting a deleted NodeClaim's JSON or its typed view."""
+    def with_uid(rv: str) -> dict[str, Any]:
+        obj = nodeclaim("a", rv, pid="aws:///z/i-1")
+        obj["metadata"]["uid"] = "uid-a"
+        return obj
+
+    state = ClusterState()
+    state.apply("NodeClaim", "ADDED", with_uid("1"))
+    assert state.nodeclaim_view("a") is not None
+    state.apply("NodeClaim", "DELETED", with_uid("3"))
+    state.apply("NodeClaim", "MODIFIED", with_uid("2"))  # a write's answer, late
+    assert "a" not in state.nodeclaims and state.nodeclaim_view("a") is None
 
 
 def node(name: str, rv: str, *, uid: str = "", pid: str = "", finalizers: list[str] | None = None,
@@ -112,7 +130,7 @@ def node(name: str, rv: str, *, uid: str = "", pid: str = "", finalizers: list[s
 
 
 def test_late_write_answer_does_not_resurrect_a_deleted_node() -> None:
-    """Defect 1: the watch's DELETED event can be processed before the answer of one of karpy's own writes
+    """Regression: the watch's DELETED event can be processed before the answer of one of karpy's own writes
     (different connections). The answer must not re-insert the Node as a ghost that no later event removes
     (the terminator then requeued forever and node_count stayed up until a restart)."""
     state = ClusterState()

@@ -12,12 +12,13 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from karpy.apis import labels as wk
+from karpy.apis.conditions import condition_true
+from karpy.apis.times import parse_time
 from karpy.cloudprovider.types import InstanceType
 from karpy.controllers.disruption.types import Candidate
 from karpy.controllers.terminator import drainable
-from karpy.scheduling.translate import parse_time
 from karpy.settings import parse_duration
-from karpy.state.cluster import ClusterState, condition_true, deleting
+from karpy.state.cluster import ClusterState, deleting
 from karpy.state.plans import Plans, planned_pods
 from karpy.state.views import NodeInfo, PodInfo
 
@@ -224,7 +225,7 @@ def planned_onto(claim: Mapping[str, Any]) -> list[str]:
 
     The one place disruption reads plans (today the ``karpy.sh/planned-pods`` record on the NodeClaim): re-point
     it when plans are stored elsewhere."""
-    return planned_pods(claim)
+    return planned_pods((claim.get("metadata") or {}).get("annotations") or {})
 
 
 def awaited_pods(state: ClusterState, claim: Mapping[str, Any]) -> list[str]:

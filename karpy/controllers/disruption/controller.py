@@ -29,6 +29,7 @@ import attrs
 import structlog
 
 from karpy.apis import labels as wk
+from karpy.apis.conditions import condition
 from karpy.cloudprovider.types import CloudProviderError, InstanceType
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption.candidates import (
@@ -62,7 +63,7 @@ from karpy.kube.events import NORMAL, EventRecorder
 from karpy.kube.resources import PDBS
 from karpy.metrics import DISRUPTION_EVALUATIONS
 from karpy.runtime.controller import Result
-from karpy.state.cluster import ClusterState, condition, deleting
+from karpy.state.cluster import ClusterState, deleting
 
 log = structlog.get_logger("karpy.disruption")
 # A NodeClaim the provisioner nominated for pending pods within this many seconds is not a candidate.

@@ -22,9 +22,9 @@ from typing import Any
 
 from karpy.apis import labels as wk
 from karpy.apis.hashing import nodeclass_hash, nodepool_hash
+from karpy.apis.times import parse_time
 from karpy.cloudprovider.types import CloudInstance
 from karpy.controllers.disruption.candidates import expire_after
-from karpy.scheduling.translate import parse_time
 
 NODEPOOL_DRIFTED = "NodePoolDrifted"
 REQUIREMENTS_DRIFTED = "RequirementsDrifted"

@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from karpy.apis import labels as wk
+from karpy.apis.conditions import condition
+from karpy.apis.times import parse_time
 from karpy.controllers.disruption.types import EMPTY, Candidate, Command
-from karpy.scheduling.translate import parse_time
 from karpy.settings import parse_duration
-from karpy.state.cluster import condition
 
 WHEN_EMPTY = "WhenEmpty"
 WHEN_EMPTY_OR_UNDERUTILIZED = "WhenEmptyOrUnderutilized"

@@ -14,6 +14,8 @@ import attrs
 import structlog
 
 from karpy.apis import labels as wk
+from karpy.apis.conditions import condition, condition_true
+from karpy.apis.times import parse_time
 from karpy.controllers.disruption import consolidation as cons
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption.emptiness import consolidate_after
@@ -23,8 +25,7 @@ from karpy.kube.errors import ApiError
 from karpy.kube.events import NORMAL, EventRecorder
 from karpy.kube.resources import NAMESPACES, NODECLAIMS, NODES
 from karpy.scheduling import model
-from karpy.scheduling.translate import parse_time
-from karpy.state.cluster import ClusterState, condition, condition_true, deleting
+from karpy.state.cluster import ClusterState, deleting
 
 log = structlog.get_logger("karpy.disruption")
 JSON = dict[str, Any]

@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from karpy.apis import labels as wk
+from karpy.apis.conditions import condition_true
 from karpy.apis.hashing import nodeclass_hash, nodepool_hash
 from karpy.controllers.budgets import allowed_disruptions
 from karpy.controllers.disruption import consolidation as cons
@@ -31,7 +32,7 @@ from karpy.controllers.disruption.queue import Queue
 from karpy.controllers.disruption.types import DRIFTED, EMPTY, UNDERUTILIZED, Candidate, Command
 from karpy.metrics import DISRUPTION_ALLOWED, DISRUPTION_ELIGIBLE
 from karpy.scheduling.translate import nodeclass_name
-from karpy.state.cluster import ClusterState, condition_true
+from karpy.state.cluster import ClusterState
 
 # Karpenter's consolidation short-cut: once consolidation found nothing (and no budget held it back), it is not
 # simulated again until cluster state changes, or at least every 5 minutes.
@@ -68,10 +69,11 @@ class Methods:
     def allowed(self, pool: str, reason: str) -> int:
         """Budget left for ``reason`` in ``pool`` now (commands in flight count as disrupting)."""
         nodepool = self.state.nodepools.get(pool)
-        if nodepool is None or controls.paused(nodepool):
+        view = self.state.nodepool_view(pool)
+        if nodepool is None or view is None or controls.paused(nodepool):
             return 0
         total, disrupting = budget_counts(self.state, pool, self.queue.in_flight)
-        value = allowed_disruptions(nodepool, reason, total, disrupting)
+        value = allowed_disruptions(view, reason, total, disrupting)
         DISRUPTION_ALLOWED.labels(nodepool=pool, reason=reason).set(value)
         return value
 

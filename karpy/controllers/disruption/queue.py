@@ -25,8 +25,9 @@ import attrs
 import structlog
 
 from karpy.apis import labels as wk
+from karpy.apis.conditions import condition_true, set_condition
 from karpy.apis.hashing import nodeclass_hash, nodepool_hash
-from karpy.controllers.conditions import now_rfc3339, set_condition
+from karpy.apis.times import now_rfc3339
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption.candidates import do_not_disrupt_blocker
 from karpy.controllers.disruption.helpers import (
@@ -48,7 +49,7 @@ from karpy.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PODS
 from karpy.metrics import DISRUPTION_DECISIONS, DISRUPTION_QUEUE_FAILURES, NODECLAIMS_CREATED, NODECLAIMS_DISRUPTED
 from karpy.scheduling import model
 from karpy.scheduling.translate import nodeclass_name
-from karpy.state.cluster import ClusterState, condition_true, deleting
+from karpy.state.cluster import ClusterState, deleting
 from karpy.state.views import pod_info
 
 log = structlog.get_logger("karpy.disruption")
