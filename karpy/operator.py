@@ -18,16 +18,19 @@ from karpy.apis import labels as wk
 from karpy.aws.cloudprovider import AWSCloudProvider
 from karpy.aws.session import AWSClients
 from karpy.aws.sqs import SQSInterruptionQueue
-from karpy.cloudprovider.types import CloudProviderError, InterruptionQueue
+from karpy.cloudprovider.types import CloudProvider, CloudProviderError, InterruptionQueue
 from karpy.controllers.binder import Binder
 from karpy.controllers.disruption.controls import from_settings as disruption_settings
 from karpy.controllers.disruption.orchestrator import Disruption
-from karpy.controllers.garbagecollection import GarbageCollection
-from karpy.controllers.interruption import Interruption
+from karpy.controllers.garbagecollection import FAST_INTERVAL as GC_FAST_INTERVAL
+from karpy.controllers.garbagecollection import INTERVAL as GC_INTERVAL
+from karpy.controllers.garbagecollection import GarbageCollection, LaunchTemplateJanitor
+from karpy.controllers.interruption import RECEIVE_BACKOFF, Interruption
 from karpy.controllers.nodeclaim_lifecycle import NodeClaimLifecycle
-from karpy.controllers.nodeclass_status import NodeClassStatusReconciler
+from karpy.controllers.nodeclass_status import NodeClassResolver, NodeClassStatusReconciler
 from karpy.controllers.nodepool_status import NodePoolStatusReconciler
-from karpy.controllers.provisioner import Provisioner, nodeclass_name
+from karpy.controllers.provisioner import RECHECK_SECONDS, Provisioner, nodeclass_name
+from karpy.controllers.terminator import NodeTermination, Terminator
 from karpy.health import start_probe_server
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
@@ -35,6 +38,7 @@ from karpy.kube.events import EventRecorder
 from karpy.kube.watch import Informer
 from karpy.metrics import CLUSTER_STATE_NODE_COUNT, CLUSTER_STATE_SYNCED, INTERRUPTION_QUEUE_HEALTHY, serve
 from karpy.runtime.controller import Controller
+from karpy.runtime.singleton import SingletonController
 from karpy.runtime.supervisor import supervise
 from karpy.settings import Settings, StartupError
 from karpy.state.cluster import ClusterState, condition_true
@@ -49,22 +53,34 @@ VOLUME_KINDS = frozenset({"PersistentVolume", "PersistentVolumeClaim", "StorageC
 
 
 class Operator:
-    """Everything karpy runs, wired together."""
+    """Everything karpy runs, wired together, on the cloud-provider protocols only.
+
+    Args:
+        cloud: the :class:`~karpy.cloudprovider.types.CloudProvider` (instance types, launch, delete, list).
+        nodeclasses: resolves EC2NodeClasses for their status (the AWS cloud provider; Karpenter's AWS
+            operator wires its EC2NodeClass status controller the same way, outside the core).
+        interruption_queue: the interruption queue (None: no interruption handling).
+        launch_templates: deletes unused launch templates during garbage collection (None: no cleanup).
+
+    Build, then :meth:`wire` (the one place anything subscribes to cluster state or plans), then :meth:`run`
+    (which wires first if that was not done).
+    """
 
     def __init__(
         self,
         settings: Settings,
         client: KubeClient,
-        cloud: AWSCloudProvider,
+        cloud: CloudProvider,
         *,
+        nodeclasses: NodeClassResolver,
         interruption_queue: InterruptionQueue | None = None,
+        launch_templates: LaunchTemplateJanitor | None = None,
     ) -> None:
         self.settings = settings
         self.client = client
         self.cloud = cloud
         self.state = ClusterState()
-        # The plan owner first: its index must be current when the routing below (and every reconciler) runs.
-        self.plans = Plans(self.state)
+        self.plans = Plans(self.state, follow=False)
         self.events = EventRecorder(client)
         self.informers = [Informer(client, res, self.state) for res in WATCHED]
         self.provisioner = Provisioner(
@@ -77,24 +93,31 @@ class Operator:
             preference_policy=settings.preference_policy,
             plans=self.plans,
         )
+        # The provisioner's error retry starts at its old 1 s and grows to the 10 s recheck cadence.
+        self.provisioning = SingletonController(self.provisioner, base_delay=1.0, max_delay=RECHECK_SECONDS)
         self.lifecycle = Controller(
             NodeClaimLifecycle(
                 client, self.state, cloud, self.events, backoff=self.provisioner.launch_backoff, plans=self.plans
             ),
             workers=8,
+            key_name="nodeclaim",
         )
-        self.binder = Controller(Binder(client, self.state, self.plans, events=self.events), workers=4)
-        from karpy.controllers.terminator import Terminator
-
-        self.terminator = Controller(Terminator(client, self.state, cloud, self.events), workers=8)
+        self.binder = Controller(
+            Binder(client, self.state, self.plans, events=self.events), workers=4, key_name="nodeclaim"
+        )
+        self.terminator = Controller(
+            Terminator(client, self.state, cloud, self.events), workers=8, key_name="nodeclaim"
+        )
+        self.node_termination = Controller(NodeTermination(client, self.state), workers=2, key_name="node")
         self.nodepool_status = Controller(
-            NodePoolStatusReconciler(client, self.state, self.events, cloud=cloud), workers=2
+            NodePoolStatusReconciler(client, self.state, self.events, cloud=cloud), workers=2, key_name="nodepool"
         )
         self.nodeclass_status = Controller(
             NodeClassStatusReconciler(
-                client, self.state, cloud, self.events, refresh_interval=settings.subnet_refresh_interval
+                client, self.state, nodeclasses, self.events, refresh_interval=settings.subnet_refresh_interval
             ),
             workers=2,
+            key_name="ec2nodeclass",
         )
         self.disruption = Disruption(
             client,
@@ -105,12 +128,14 @@ class Operator:
             disruption_settings(settings),
         )
         self.garbage_collection = GarbageCollection(
-            client, self.state, cloud, cluster_name=settings.cluster_name, templates=cloud
+            client, self.state, cloud, cluster_name=settings.cluster_name, templates=launch_templates
+        )
+        self.garbage_collection_loop = SingletonController(
+            self.garbage_collection, base_delay=GC_FAST_INTERVAL, max_delay=GC_INTERVAL
         )
         # Interruption handling runs only with a queue (INTERRUPTION_QUEUE, or one injected by tests).
-        if interruption_queue is None and settings.interruption_queue:
-            interruption_queue = SQSInterruptionQueue(cloud.clients.sqs, settings.interruption_queue)
         self.interruption: Interruption | None = None
+        self.interruption_loop: SingletonController | None = None
         if interruption_queue is not None:
             self.interruption = Interruption(
                 client,
@@ -121,8 +146,22 @@ class Operator:
                 on_disrupted=self.provisioner.trigger,
                 rebalance_replacement=settings.interruption_rebalance_replacement,
             )
+            self.interruption_loop = SingletonController(
+                self.interruption, base_delay=RECEIVE_BACKOFF[0], max_delay=RECEIVE_BACKOFF[1]
+            )
+        self._wired = False
+
+    def wire(self) -> None:
+        """Subscribe everything once: Plans follows cluster state first (its index must be current when the
+        routing below, and every reconciler, runs), then state and plan changes are routed to the reconcilers,
+        and the provisioner's triggers wake its loop."""
+        if self._wired:
+            return
+        self._wired = True
+        self.plans.follow()
         self.state.subscribe(self._route)
         self.plans.subscribe(self._route_plan)
+        self.provisioner.wake = self.provisioning.trigger
 
     def _route_plan(self, nodeclaim: str) -> None:
         """The pods planned onto ``nodeclaim`` or its registration changed: its binder may bind them, and the
@@ -181,26 +220,28 @@ class Operator:
             self.binder.enqueue(name)
             self.terminator.enqueue(name)
         if node.deleting:
-            self.terminator.enqueue(f"node/{key}")
+            self.node_termination.enqueue(key)
 
     async def run(self) -> None:
-        """Run every informer, reconciler and loop until cancelled."""
+        """Wire (if not done yet), then run every informer, reconciler and loop until cancelled."""
+        self.wire()
         tasks: list[tuple[str, Callable[[], Awaitable[None]]]] = [
             (f"informer/{i.resource.kind}", i.run) for i in self.informers
         ]
         tasks += [
-            ("provisioner", self.provisioner.run),
+            ("provisioner", self.provisioning.run),
             ("nodeclaim.lifecycle", self._after_sync(self.lifecycle.run)),
             ("binder", self._after_sync(self.binder.run)),
             ("terminator", self._after_sync(self.terminator.run)),
+            ("node.termination", self._after_sync(self.node_termination.run)),
             ("nodepool.status", self._after_sync(self.nodepool_status.run)),
             ("ec2nodeclass.status", self._after_sync(self.nodeclass_status.run)),
             ("disruption", self.disruption.run),
-            ("garbagecollection", self.garbage_collection.run),
+            ("garbagecollection", self.garbage_collection_loop.run),
             ("observability", self._observe),
         ]
-        if self.interruption is not None:
-            tasks.append(("interruption", self.interruption.run))
+        if self.interruption_loop is not None:
+            tasks.append(("interruption", self.interruption_loop.run))
         async with asyncio.TaskGroup() as group:
             for name, factory in tasks:
                 group.create_task(supervise(name, factory), name=name)
@@ -290,17 +331,6 @@ async def run(settings: Settings) -> None:
                 with contextlib.suppress(NotImplementedError):
                     loop.add_signal_handler(sig, stop.set)
             async with AWSClients.create(settings.aws_region, settings.aws_endpoint_url or None) as clients:
-                cloud = AWSCloudProvider(
-                    clients,
-                    cluster_name=settings.cluster_name,
-                    cluster_endpoint=endpoint,
-                    cluster_ca_bundle=settings.cluster_ca_bundle,
-                    region=settings.aws_region,
-                    k8s_version=version,
-                    vm_memory_overhead_percent=settings.vm_memory_overhead_percent,
-                    reserved_enis=settings.reserved_enis,
-                    isolated_vpc=settings.isolated_vpc,
-                )
                 queue = await _interruption_queue(settings, clients.sqs)
                 # Logged once every startup check passed: a failed check prints its one line and nothing else.
                 log.info(
@@ -312,7 +342,10 @@ async def run(settings: Settings) -> None:
                     aws_endpoint=settings.aws_endpoint_url or None,
                     interruption_queue=settings.interruption_queue or None,
                 )
-                operator = Operator(settings, client, cloud, interruption_queue=queue)
+                operator = aws_operator(
+                    settings, client, clients, cluster_endpoint=endpoint, k8s_version=version, interruption_queue=queue
+                )
+                operator.wire()
                 main = asyncio.create_task(operator.run())
                 await asyncio.wait([main, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
                 main.cancel()
@@ -323,6 +356,39 @@ async def run(settings: Settings) -> None:
     finally:
         await probes.cleanup()
     log.info("karpy stopped")
+
+
+def aws_operator(
+    settings: Settings,
+    client: KubeClient,
+    clients: AWSClients,
+    *,
+    cluster_endpoint: str,
+    k8s_version: str,
+    interruption_queue: InterruptionQueue | None,
+) -> Operator:
+    """The :class:`Operator` on AWS, as ``karpy run`` builds it (the integration harness builds it here too):
+    one :class:`AWSCloudProvider` over ``clients`` serves as the cloud provider, the EC2NodeClass resolver
+    and the launch-template janitor. Not wired yet."""
+    cloud = AWSCloudProvider(
+        clients,
+        cluster_name=settings.cluster_name,
+        cluster_endpoint=cluster_endpoint,
+        cluster_ca_bundle=settings.cluster_ca_bundle,
+        region=settings.aws_region,
+        k8s_version=k8s_version,
+        vm_memory_overhead_percent=settings.vm_memory_overhead_percent,
+        reserved_enis=settings.reserved_enis,
+        isolated_vpc=settings.isolated_vpc,
+    )
+    return Operator(
+        settings,
+        client,
+        cloud,
+        nodeclasses=cloud,
+        interruption_queue=interruption_queue,
+        launch_templates=cloud,
+    )
 
 
 async def _interruption_queue(settings: Settings, sqs: Any) -> SQSInterruptionQueue | None:
@@ -392,4 +458,4 @@ def _one_line(err: BaseException) -> str:
     return text[:300]
 
 
-__all__ = ["Operator", "run"]
+__all__ = ["Operator", "aws_operator", "run"]

@@ -24,7 +24,6 @@ for karpy) and otherwise only deletes NodeClaims.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
@@ -32,12 +31,13 @@ from typing import Any, Final, Protocol
 import structlog
 
 from karpy.apis import labels as wk
-from karpy.cloudprovider.types import CloudInstance, CloudProvider, CloudProviderError, NodeClaimNotFoundError
+from karpy.cloudprovider.types import CloudInstance, CloudProvider, NodeClaimNotFoundError
 from karpy.controllers.interruption import instance_id_of
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.resources import NODECLAIMS, NODES
 from karpy.metrics import GC_INSTANCES_TERMINATED, GC_LAUNCH_TEMPLATES_DELETED, NODECLAIMS_DISRUPTED
+from karpy.runtime.controller import Result
 from karpy.state.cluster import ClusterState, condition, condition_true, deleting, provider_id
 from karpy.state.views import parse_time
 
@@ -130,7 +130,8 @@ def orphan_candidates(
 
 
 class GarbageCollection:
-    """Singleton loop; see the module docstring. ``templates`` is optional (no launch-template cleanup)."""
+    """Unkeyed reconciler (:class:`~karpy.runtime.singleton.Singleton`); see the module docstring.
+    ``templates`` is optional (no launch-template cleanup)."""
 
     name = "garbagecollection"
 
@@ -153,16 +154,18 @@ class GarbageCollection:
         self.passes = 0
         self._templates_at: float | None = None
 
-    async def run(self) -> None:
-        """Collect once every kind is listed, then on Karpenter's cadence (see the module docstring)."""
+    async def reconcile(self) -> Result:
+        """One pass once every kind is listed; the next one on Karpenter's cadence (see the module docstring).
+
+        Raises:
+            ApiError, CloudProviderError: the pass failed; the loop retries it with backoff (10 s doubling to 30 s).
+        """
         await self.state.wait_listed()
-        while True:
-            try:
-                await self.collect_once()
-            except (ApiError, CloudProviderError) as err:
-                log.warning("garbage collection pass failed", error=str(err)[:300])
+        try:
+            await self.collect_once()
+        finally:
             self.passes += 1
-            await asyncio.sleep(FAST_INTERVAL if self.passes < FAST_PASSES else INTERVAL)
+        return Result(requeue_after=FAST_INTERVAL if self.passes < FAST_PASSES else INTERVAL)
 
     async def collect_once(self) -> dict[str, list[str]]:
         """One pass; what was collected: ``{"instances": [ids], "nodeclaims": [names], "launch_templates": […]}``.

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -42,6 +42,8 @@ from karpy.kube.events import NORMAL, WARNING, EventRecorder
 from karpy.kube.resources import NODECLAIMS
 from karpy.metrics import NODECLAIMS_CREATED, UNSCHEDULABLE_PODS
 from karpy.runtime.batcher import Batcher
+from karpy.runtime.clock import Clock, LoopClock, Timer
+from karpy.runtime.controller import Result
 from karpy.scheduling import model
 from karpy.scheduling.daemons import with_live_pods
 from karpy.scheduling.scheduler import solve
@@ -83,7 +85,8 @@ def nodeclaim_usage(nodeclaims: Sequence[JSON]) -> dict[str, int]:
 
 
 class Provisioner:
-    """Singleton loop (not keyed): ``run`` forever; ``trigger`` on relevant changes."""
+    """Unkeyed reconciler (:class:`~karpy.runtime.singleton.Singleton`): ``reconcile`` passes run by a
+    :class:`~karpy.runtime.singleton.SingletonController`; ``trigger`` on relevant changes."""
 
     name = "provisioner"
 
@@ -99,6 +102,7 @@ class Provisioner:
         preference_policy: str = "Respect",
         plans: Plans | None = None,
         launch_backoff: LaunchBackoff | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.client = client
         self.plans = plans if plans is not None else Plans(state)
@@ -106,7 +110,9 @@ class Provisioner:
         self.state = state
         self.cloud = cloud
         self.events = events
-        self.batcher = Batcher(batch_idle, batch_max)
+        self._clock = clock or LoopClock()
+        self.batcher = Batcher(batch_idle, batch_max, self._clock)
+        self._last_pass = -RECHECK_SECONDS  # monotonic time of the last window or recheck
         # Node name → time the last decision planned pods onto it: such nodes are "nominated" and not
         # disruption candidates for a while (Karpenter nomination window).
         self.nominated: dict[str, float] = {}
@@ -115,34 +121,43 @@ class Provisioner:
         self._started = int(state.clock())
         # Per-pod back-off after failed launches; the NodeClaim lifecycle records failures into the same one.
         self.launch_backoff = launch_backoff or LaunchBackoff()
-        self._retry: asyncio.TimerHandle | None = None
+        self._retry: Timer | None = None
+        self._retry_at = 0.0
+        # Wakes the loop that runs :meth:`reconcile` (set by the operator's wiring; a no-op otherwise).
+        self.wake: Callable[[], None] = lambda: None
 
     def trigger(self) -> None:
-        """A pod may need capacity: open or extend the batch window."""
+        """A pod may need capacity: open or extend the batch window, and wake the provisioning loop."""
         self.batcher.trigger()
+        self.wake()
 
-    async def run(self) -> None:
-        """Batch, then provision; re-check every 10 s while pods stay pending (Karpenter C1)."""
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self._recheck())
-            group.create_task(self._loop())
+    async def reconcile(self) -> Result:
+        """One provisioning pass (Karpenter core ``provisioning/provisioner.go`` ``Reconcile``): when triggered,
+        wait for the batch window to close and for cluster state to sync, then provision; come back in 10 s,
+        when provisionable pods still pending re-open a window (Karpenter's provisioning pod controller
+        re-triggers each such pod every 10 s, ``provisioning/controller.go``).
 
-    async def _loop(self) -> None:
-        while True:
-            await self.batcher.wait()
-            await self.state.wait_synced()
-            try:
-                await self.provision_once()
-            except (ApiError, CloudProviderError) as err:
-                log.warning("provisioning failed, will retry", error=str(err))
-                await asyncio.sleep(1.0)
-                self.trigger()
-
-    async def _recheck(self) -> None:
-        while True:
-            await asyncio.sleep(RECHECK_SECONDS)
-            if self.state.synced and self.pending_pods():
-                self.trigger()
+        Raises:
+            ApiError, CloudProviderError: the pass failed; the next one (after the loop's backoff) provisions again.
+        """
+        if not self.batcher.triggered:
+            # Woken by a trigger that the last window already took: the recheck stays on its 10 s cadence.
+            due = self._last_pass + RECHECK_SECONDS - self._clock.now()
+            if due > 0:
+                return Result(requeue_after=due)
+            self._last_pass = self._clock.now()
+            if not (self.state.synced and self.pending_pods()):
+                return Result(requeue_after=RECHECK_SECONDS)
+            self.batcher.trigger()
+        await self.batcher.wait()
+        self._last_pass = self._clock.now()
+        await self.state.wait_synced()
+        try:
+            await self.provision_once()
+        except (ApiError, CloudProviderError):
+            self.batcher.trigger()  # the retry is a batch of its own, whatever triggers arrive meanwhile
+            raise
+        return Result(requeue_after=RECHECK_SECONDS)
 
     def pending_pods(self) -> list[PodInfo]:
         """Provisionable pods (Karpenter ``IsProvisionable``) not planned onto a live NodeClaim."""
@@ -188,13 +203,18 @@ class Provisioner:
 
     def _trigger_in(self, seconds: float) -> None:
         """Open a batch once the first held NodeClaim's pods are out of back-off (one timer, the earliest)."""
-        loop = asyncio.get_running_loop()
-        when = loop.time() + seconds
-        if self._retry is not None and not self._retry.cancelled() and loop.time() < self._retry.when() <= when:
+        now = self._clock.now()
+        when = now + seconds
+        if self._retry is not None and now < self._retry_at <= when:
             return
         if self._retry is not None:
             self._retry.cancel()
-        self._retry = loop.call_at(when, self.trigger)
+        self._retry_at = when
+        self._retry = self._clock.call_at(when, self._retry_due)
+
+    def _retry_due(self) -> None:
+        self._retry = None
+        self.trigger()
 
     async def _explain_incompatible(
         self,

@@ -24,7 +24,8 @@ counts nothing).
 
 A NodeClaim deleted before its launch was recorded may still own an instance (the launch raced the delete):
 the instance is found by its ``karpenter.sh/nodeclaim`` tag and terminated too, so nothing leaks.
-A Node deleted by a user makes the terminator delete its NodeClaim (Karpenter node termination entry point).
+A Node deleted by a user is :class:`NodeTermination`'s (keyed by Node name): it deletes the Node's NodeClaim, or
+releases the finalizer of a Node without one.
 """
 
 from __future__ import annotations
@@ -106,7 +107,8 @@ def drainable(info: PodInfo) -> bool:
 
 
 class Terminator:
-    """Keyed by NodeClaim name; Node deletions are mapped to their NodeClaim (``node/<name>`` keys)."""
+    """NodeClaim termination, keyed by NodeClaim name (see the module docstring; Node deletions are
+    :class:`NodeTermination`'s)."""
 
     name = "terminator"
 
@@ -130,9 +132,7 @@ class Terminator:
         self._forced: set[str] = set()
 
     async def reconcile(self, key: str) -> Result:
-        """Advance termination of NodeClaim ``key`` (or handle a Node deletion for ``node/<name>``)."""
-        if key.startswith("node/"):
-            return await self._node_deleted(key.removeprefix("node/"))
+        """Advance termination of NodeClaim ``key``."""
         claim = self.state.nodeclaims.get(key)
         if claim is None or not deleting(claim):
             return Result()
@@ -167,23 +167,6 @@ class Terminator:
             log.info("instance gone under a NotReady node, skipping drain", node=node.name, provider_id=pid)
             return True
         return False
-
-    async def _node_deleted(self, node_name: str) -> Result:
-        node = self.state.nodes.get(node_name)
-        if node is None or not node.deleting or wk.FINALIZER_TERMINATION not in node.finalizers:
-            return Result()
-        claim = self.state.nodeclaim_for_node(node)
-        if claim is None:
-            await self._remove_node(node)
-            return Result()
-        if not deleting(claim):
-            log.info("node deleted, deleting its nodeclaim", node=node_name, nodeclaim=claim["metadata"]["name"])
-            try:
-                await self.client.delete(NODECLAIMS, claim["metadata"]["name"])
-            except ApiError as err:
-                if not err.not_found:
-                    raise
-        return Result()
 
     async def _cordon(self, node: NodeInfo) -> None:
         if (
@@ -350,34 +333,7 @@ class Terminator:
 
     async def _remove_node(self, node: NodeInfo) -> bool:
         """Release the Node's finalizer and delete it; True while it still exists."""
-        current = self.state.nodes.get(node.name)
-        if current is None:
-            return False
-        if wk.FINALIZER_TERMINATION in current.finalizers:
-            finalizers = [f for f in current.finalizers if f != wk.FINALIZER_TERMINATION]
-            try:
-                updated = await self.client.merge_patch(
-                    NODES,
-                    node.name,
-                    {
-                        "metadata": {
-                            "finalizers": finalizers or None,
-                            "resourceVersion": current.resource_version,
-                        }
-                    },
-                )
-                self.state.apply("Node", "MODIFIED", updated)
-            except ApiError as err:
-                if err.not_found:
-                    return False
-                raise
-        if not current.deleting:
-            try:
-                await self.client.delete(NODES, node.name)
-            except ApiError as err:
-                if not err.not_found:
-                    raise
-        return node.name in self.state.nodes
+        return await remove_node(self.client, self.state, node)
 
     async def _release(self, claim: JSON) -> None:
         name = claim["metadata"]["name"]
@@ -398,6 +354,74 @@ class Terminator:
             raise
         NODECLAIMS_TERMINATED.labels(nodepool=(claim["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL, "")).inc()
         log.info("terminated nodeclaim", nodeclaim=name)
+
+
+async def remove_node(client: KubeClient, state: ClusterState, node: NodeInfo) -> bool:
+    """Release ``node``'s ``karpenter.sh/termination`` finalizer and delete it; True while it still exists (in
+    ``state``).
+
+    Raises:
+        ApiError: the apiserver refused (other than NotFound).
+    """
+    current = state.nodes.get(node.name)
+    if current is None:
+        return False
+    if wk.FINALIZER_TERMINATION in current.finalizers:
+        finalizers = [f for f in current.finalizers if f != wk.FINALIZER_TERMINATION]
+        try:
+            updated = await client.merge_patch(
+                NODES,
+                node.name,
+                {
+                    "metadata": {
+                        "finalizers": finalizers or None,
+                        "resourceVersion": current.resource_version,
+                    }
+                },
+            )
+            state.apply("Node", "MODIFIED", updated)
+        except ApiError as err:
+            if err.not_found:
+                return False
+            raise
+    if not current.deleting:
+        try:
+            await client.delete(NODES, node.name)
+        except ApiError as err:
+            if not err.not_found:
+                raise
+    return node.name in state.nodes
+
+
+class NodeTermination:
+    """The Node finalizer, keyed by Node name (Karpenter core ``pkg/controllers/node/termination/controller.go``):
+    a Node deleted by a user, holding karpy's ``karpenter.sh/termination`` finalizer, makes its NodeClaim be
+    deleted (the :class:`Terminator` then drains and terminates it and releases the Node); a Node without a
+    NodeClaim has the finalizer released and is deleted."""
+
+    name = "node.termination"
+
+    def __init__(self, client: KubeClient, state: ClusterState) -> None:
+        self.client = client
+        self.state = state
+
+    async def reconcile(self, key: str) -> Result:
+        """Handle the deletion of Node ``key`` (nothing unless it is deleting and holds the finalizer)."""
+        node = self.state.nodes.get(key)
+        if node is None or not node.deleting or wk.FINALIZER_TERMINATION not in node.finalizers:
+            return Result()
+        claim = self.state.nodeclaim_for_node(node)
+        if claim is None:
+            await remove_node(self.client, self.state, node)
+            return Result()
+        if not deleting(claim):
+            log.info("node deleted, deleting its nodeclaim", node=key, nodeclaim=claim["metadata"]["name"])
+            try:
+                await self.client.delete(NODECLAIMS, claim["metadata"]["name"])
+            except ApiError as err:
+                if not err.not_found:
+                    raise
+        return Result()
 
 
 def _pod_ref(info: PodInfo) -> JSON:

@@ -21,6 +21,7 @@ from karpy.cloudprovider.types import CloudProviderError, QueuedMessage
 from karpy.controllers import interruption as interruption_mod
 from karpy.controllers.interruption import Interruption
 from karpy.metrics import INTERRUPTION_QUEUE_ERRORS, INTERRUPTION_QUEUE_HEALTHY
+from karpy.runtime.singleton import SingletonController
 from karpy.state.cluster import KINDS, ClusterState
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,12 +107,9 @@ class FlakyQueue:
         return None
 
 
-async def test_unreadable_queue_shows_in_readiness_and_metric_until_it_recovers(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_unreadable_queue_shows_in_readiness_and_metric_until_it_recovers() -> None:
     """A failed read sets ``queue_error`` (what /readyz reports), the gauge to 0 and counts an error; the next
-    successful read clears both."""
-    monkeypatch.setattr(interruption_mod, "RECEIVE_BACKOFF", (0.0, 0.0))
+    successful read (after the loop's backoff, 0 here) clears both."""
     state = ClusterState()
     for kind in KINDS:
         state.replace(kind, [])
@@ -121,7 +119,7 @@ async def test_unreadable_queue_shows_in_readiness_and_metric_until_it_recovers(
     holder.append(ctl)
     errors = INTERRUPTION_QUEUE_ERRORS._value.get()
     with pytest.raises(asyncio.CancelledError):
-        await ctl.run()
+        await SingletonController(ctl, base_delay=0.0, max_delay=0.0).run()
     assert queue.seen[0][0].startswith("ReceiveMessage 'q'") and queue.seen[0][1] == 0
     assert queue.seen[1] == ("", 1)
     assert INTERRUPTION_QUEUE_ERRORS._value.get() == errors + 1
