@@ -31,12 +31,12 @@ from karpy.controllers.nodeclass_status import NodeClassResolver, NodeClassStatu
 from karpy.controllers.nodepool_status import NodePoolStatusReconciler
 from karpy.controllers.provisioner import RECHECK_SECONDS, Provisioner, nodeclass_name
 from karpy.controllers.terminator import NodeTermination, Terminator
-from karpy.health import start_probe_server
+from karpy.health import listen, start_server
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
 from karpy.kube.events import EventRecorder
 from karpy.kube.watch import Informer
-from karpy.metrics import CLUSTER_STATE_NODE_COUNT, CLUSTER_STATE_SYNCED, INTERRUPTION_QUEUE_HEALTHY, serve
+from karpy.metrics import CLUSTER_STATE_NODE_COUNT, CLUSTER_STATE_SYNCED, INTERRUPTION_QUEUE_HEALTHY
 from karpy.runtime.controller import Controller
 from karpy.runtime.singleton import SingletonController
 from karpy.runtime.supervisor import supervise
@@ -296,16 +296,25 @@ async def run(settings: Settings) -> None:
     """Start karpy and run until SIGTERM/SIGINT.
 
     Startup checks come first and fail with :class:`StartupError` (one line naming the variable, exit 2) instead
-    of a traceback: the metrics and probe ports can be bound, the kubeconfig loads and the apiserver answers,
-    and ``INTERRUPTION_QUEUE`` names a queue that exists (GetQueueUrl).
+    of a traceback: the metrics and probe ports can be bound (one aiohttp server serves both,
+    :mod:`karpy.health`), the kubeconfig loads and the apiserver answers, and ``INTERRUPTION_QUEUE`` names a
+    queue that exists (GetQueueUrl).
+
+    Then the operator is built (:func:`aws_operator`), wired (:meth:`Operator.wire`) and run.
 
     Raises:
         StartupError: one of the checks above failed.
     """
     try:
-        serve(settings.metrics_port)
+        metrics_socket = listen(settings.metrics_port) if settings.metrics_port else None
     except OSError as err:
         raise _cannot_listen("METRICS_PORT", settings.metrics_port, err) from None
+    try:
+        probe_socket = listen(settings.health_probe_port)
+    except OSError as err:
+        if metrics_socket is not None:
+            metrics_socket.close()
+        raise _cannot_listen("HEALTH_PROBE_PORT", settings.health_probe_port, err) from None
     operator: Operator | None = None
 
     def not_ready() -> str:
@@ -316,10 +325,7 @@ async def run(settings: Settings) -> None:
             return f"interruption queue {settings.interruption_queue!r} unreadable: {operator.interruption.queue_error}"
         return ""
 
-    try:
-        probes = await start_probe_server(settings.health_probe_port, not_ready)
-    except OSError as err:
-        raise _cannot_listen("HEALTH_PROBE_PORT", settings.health_probe_port, err) from None
+    probes = await start_server(not_ready, probes=probe_socket, metrics=metrics_socket)
     try:
         client = await _connect()
         try:

@@ -13,11 +13,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import attrs
+import durationpy
 
 T = TypeVar("T")
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 class SettingsError(ValueError):
@@ -30,23 +29,23 @@ class StartupError(SettingsError):
 
 
 def parse_duration(text: str) -> float:
-    """A Go duration (``1s``, ``1m30s``, ``720h``, ``500ms``) in seconds.
+    """A Go duration (``1s``, ``1m30s``, ``720h``, ``500ms``; Go's ``time.ParseDuration`` syntax, parsed by
+    durationpy) in seconds. Negative durations are refused: no karpy setting or NodePool field takes one.
 
     Raises:
-        ValueError: not a Go duration.
+        ValueError: not a Go duration, or negative (the message quotes the text).
     """
     text = text.strip()
-    if text == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    for match in _DURATION_PART.finditer(text):
-        if match.start() != pos:
-            raise ValueError(f"invalid duration {text!r}")
-        total += float(match.group(1)) * _UNITS[match.group(2)]
-        pos = match.end()
-    if pos != len(text) or pos == 0:
-        raise ValueError(f"invalid duration {text!r}")
-    return total
+    try:
+        seconds = durationpy.from_str(text).total_seconds()
+    except ValueError as err:  # durationpy.DurationError: "Invalid duration …", "Unknown unit x in duration …"
+        unit = f" ({str(err).split(' in duration')[0].lower()})" if str(err).startswith("Unknown unit") else ""
+        raise ValueError(
+            f"invalid duration {text!r}{unit}: want a Go duration such as 500ms, 10s, 1m30s or 720h"
+        ) from None
+    if seconds < 0:
+        raise ValueError(f"invalid duration {text!r}: must not be negative")
+    return seconds
 
 
 def _bool(text: str) -> bool:

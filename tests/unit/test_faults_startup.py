@@ -169,3 +169,30 @@ async def test_readyz_reports_why_it_is_not_ready() -> None:
                 assert response.status == 200
     finally:
         await runner.cleanup()
+
+
+async def test_metrics_and_probes_share_one_server_each_on_its_own_port() -> None:
+    """``/metrics`` (Prometheus text) answers on the metrics socket and the probes on theirs, from one aiohttp
+    server; neither path answers on the other's port."""
+    import aiohttp
+
+    from karpy.health import listen, start_server
+
+    probes, metrics = listen(0, "127.0.0.1"), listen(0, "127.0.0.1")
+    probe_port, metrics_port = probes.getsockname()[1], metrics.getsockname()[1]
+    runner = await start_server(lambda: "", probes=probes, metrics=metrics)
+    try:
+        async with aiohttp.ClientSession() as session:
+
+            async def get(port: int, path: str) -> tuple[int, str]:
+                async with session.get(f"http://127.0.0.1:{port}{path}") as response:
+                    return response.status, await response.text()
+
+            status, text = await get(metrics_port, "/metrics")
+            assert status == 200 and "# TYPE karpenter_cluster_state_synced gauge" in text
+            assert await get(probe_port, "/healthz") == (200, "ok")
+            assert await get(probe_port, "/readyz") == (200, "ok")
+            assert (await get(probe_port, "/metrics"))[0] == 404
+            assert (await get(metrics_port, "/readyz"))[0] == 404
+    finally:
+        await runner.cleanup()
