@@ -327,7 +327,7 @@ async def run(settings: Settings) -> None:
 
     probes = await start_server(not_ready, probes=probe_socket, metrics=metrics_socket)
     try:
-        client = await _connect()
+        client = await _connect(settings)
         try:
             version = await kubernetes_version(client)
             endpoint = settings.cluster_endpoint or client.host
@@ -415,15 +415,16 @@ async def _interruption_queue(settings: Settings, sqs: Any) -> SQSInterruptionQu
     return queue
 
 
-async def _connect() -> KubeClient:
-    """A client from the kubeconfig (or in-cluster config), checked against the apiserver's ``/version``.
+async def _connect(settings: Settings) -> KubeClient:
+    """A client from the kubeconfig (or in-cluster config), rate limited by ``KUBE_CLIENT_QPS``/``KUBE_CLIENT_BURST``
+    as client-go limits Karpenter's, checked against the apiserver's ``/version``.
 
     Raises:
         StartupError: no usable kubeconfig, or the apiserver did not answer.
     """
     where = _kubeconfig_source()
     try:
-        client = await KubeClient.from_environment()
+        client = await KubeClient.from_environment(qps=settings.kube_client_qps, burst=settings.kube_client_burst)
     except Exception as err:
         raise StartupError(f"{where}: cannot load: {_one_line(err)}") from None
     try:

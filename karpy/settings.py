@@ -108,7 +108,6 @@ class Settings:
     leader_election_namespace: str = ""
     ami_refresh_interval: float = 60.0
     subnet_refresh_interval: float = 60.0
-    kubernetes_version: str = "1.34"
     # karpy's disruption knobs (see karpy.controllers.disruption.controls); Karpenter's fixed values as defaults
     # where Karpenter has one (10 s poll, 15 s validation, 10 m replacement timeout).
     disruption_poll_interval: float = 10.0
@@ -219,7 +218,6 @@ def from_environment(env: Mapping[str, str] | None = None) -> Settings:
         leader_election_namespace=env.get("LEADER_ELECTION_NAMESPACE", ""),
         ami_refresh_interval=_get(env, "AMI_REFRESH_INTERVAL", _at_least_minute, 60.0),
         subnet_refresh_interval=_get(env, "SUBNET_REFRESH_INTERVAL", _at_least_minute, 60.0),
-        kubernetes_version=env.get("KUBERNETES_VERSION", "1.34"),
         disruption_poll_interval=_get(env, "DISRUPTION_POLL_INTERVAL", _positive_duration, 10.0),
         disruption_validation_delay=_get(env, "DISRUPTION_VALIDATION_DELAY", _non_negative(parse_duration), 15.0),
         disruption_replacement_timeout=_get(env, "DISRUPTION_REPLACEMENT_TIMEOUT", _positive_duration, 600.0),
