@@ -1,9 +1,11 @@
-"""Garbage collection: leaked instances, NodeClaims whose instance is gone, unused launch templates
-(Karpenter AWS ``controllers/nodeclaim/garbagecollection`` G1, core ``nodeclaim/garbagecollection`` G2, launch
-template cleanup G3).
+"""Garbage collection: leaked instances (Karpenter AWS ``pkg/controllers/nodeclaim/garbagecollection/
+controller.go``), NodeClaims whose instance is gone (core ``pkg/controllers/nodeclaim/garbagecollection/
+controller.go``) and unused launch templates (AWS ``pkg/providers/launchtemplate/launchtemplate.go`` deletes them
+on cache eviction and NodeClass deletion).
 
-Singleton loop once cluster state is synced: every 10 s for the first 20 passes (Karpenter's start-up
-cadence, so a leak left by a crash is found quickly), then every 30 s (Karpenter: 2 minutes).
+An unkeyed reconciler run by the runtime's singleton loop once every kind is listed: a pass every 10 s for the
+first 20 passes (Karpenter's start-up cadence, so a leak left by a crash is found quickly), then every 30 s
+(Karpenter: 2 minutes); a failed pass is retried after 10 s doubling to 30 s.
 
 * **Leaked instances** (:func:`leaked_instances`): an instance carrying karpy's ownership tags — the cluster
   tag ``kubernetes.io/cluster/<cluster>=owned`` AND ``karpenter.sh/nodepool`` — that no NodeClaim owns, neither
@@ -219,7 +221,9 @@ class GarbageCollection:
         for claim in orphan_candidates(list(self.state.nodeclaims.values()), live, now=now):
             node = self.state.node_for_nodeclaim(claim)
             if node is not None and node.ready and not node.deleting:
-                continue  # a Ready Node means a heartbeating kubelet: trust it over a listing (Karpenter G2)
+                # A Ready Node means a heartbeating kubelet: trust it over a listing (Karpenter lets the NodeClaim go
+                # only when its Node is absent or not Ready).
+                continue
             pid = provider_id(claim)
             try:
                 instance = await self.cloud.get(pid)

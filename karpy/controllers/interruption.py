@@ -1,7 +1,10 @@
 """Interruption: act on the cloud's interruption events before the instance goes away (Karpenter AWS
-``pkg/controllers/interruption``, behaviour reference F1–F3, F5 and §2).
+``pkg/controllers/interruption/controller.go`` for the poller, ``utils.go`` (``actionForMessage``) for the actions,
+``metrics.go`` and ``events/events.go`` for what it reports; the EventBridge shapes are parsed in
+:mod:`karpy.aws.messages` after ``parser.go`` and ``messages/*``).
 
-Singleton loop, started only when ``INTERRUPTION_QUEUE`` is set. It long-polls the
+An unkeyed reconciler run by the runtime's singleton loop, started only when ``INTERRUPTION_QUEUE`` is set: each
+pass is one receive and its handling, and the next pass follows at once. It long-polls the
 :class:`~karpy.cloudprovider.types.InterruptionQueue` (SQS: up to 10 messages, 20 s wait) and handles a batch's
 messages concurrently. For each instance id in a message it finds the NodeClaim whose ``status.providerID``
 ends in that id (cluster state) and acts:
@@ -26,7 +29,8 @@ leaves it in the queue, to be delivered again after its visibility timeout. Metr
 ``karpenter_interruption_received_messages_total``, ``…_deleted_messages_total`` (by ``message_type``),
 ``…_message_queue_duration_seconds`` (now − the event's ``time``).
 
-A queue that cannot be read (deleted, unreachable) is retried with backoff and surfaced: ``queue_error`` (the
+A queue that cannot be read (deleted, unreachable) fails the pass, which the loop retries with backoff (1 s
+doubling to 30 s), and is surfaced: ``queue_error`` (the
 operator's ``/readyz`` answers 503 with it), ``karpy_interruption_queue_healthy`` 0 and
 ``karpy_interruption_queue_receive_errors_total``, until a read succeeds again. At start the operator checks the
 queue exists (GetQueueUrl) and refuses to start otherwise.

@@ -1,9 +1,11 @@
 """The provisioner: batches unschedulable pods, runs the scheduling simulation, creates NodeClaims.
 
-Karpenter core ``provisioning/provisioner.go`` (C1–C3): pods that kube-scheduler marked
-``PodScheduled=False/Unschedulable`` open a batch window (``BATCH_IDLE_DURATION``/``BATCH_MAX_DURATION``);
-once the window closes and cluster state is synced, the simulation places them on existing and in-flight
-capacity first, then on new NodeClaims from Ready NodePools in weight order.
+Karpenter core ``pkg/controllers/provisioning/provisioner.go`` (with ``batcher.go`` for the window,
+``controller.go`` for the triggers and ``scheduling/scheduler.go`` for the NodePool order): pods that
+kube-scheduler marked ``PodScheduled=False/Unschedulable`` open a batch window
+(``BATCH_IDLE_DURATION``/``BATCH_MAX_DURATION``); once the window closes and cluster state is synced, the
+simulation places them on existing and in-flight capacity first, then on new NodeClaims from Ready NodePools in
+weight order.
 The simulation gets the ``PREFERENCE_POLICY`` setting, namespace labels (for ``namespaceSelector``) and,
 per pending pod with PVCs, the node requirements of its volumes (:meth:`Provisioner.scheduling_pods`).
 
@@ -324,7 +326,9 @@ class Provisioner:
         return pools, objs
 
     def _existing_capacity(self) -> list[model.ExistingNode]:
-        """Registered nodes and in-flight NodeClaims, with what is bound or planned on each (Karpenter B15)."""
+        """Registered nodes and in-flight NodeClaims, with what is bound or planned on each (Karpenter core
+        ``pkg/controllers/state/cluster.go`` and ``scheduling/existingnode.go``: in-flight NodeClaims count with their
+        own capacity, labels and taints until they register)."""
         out: list[model.ExistingNode] = []
         planned_by_claim: dict[str, list[str]] = {}
         self._vacating = self._vacating_nodes()
@@ -553,7 +557,8 @@ def _pod_ref(pod: model.Pod) -> JSON:
 def nodeclaim_from_plan(
     plan: model.NewNodeClaim, nodepool: JSON, nodeclass: JSON | None = None, *, batch: str = ""
 ) -> JSON:
-    """The NodeClaim JSON Karpenter would create for a plan (C3): generateName, labels, annotations,
+    """The NodeClaim JSON Karpenter would create for a plan (core ``provisioning/scheduling/nodeclaim.go``
+    ``ToNodeClaim`` and ``provisioner.go`` ``Create``): generateName, labels, annotations,
     NodePool ownerReference, termination finalizer, requirements, requests, nodeClassRef.
 
     The plan's pods are recorded as karpy's plan annotations (:mod:`karpy.state.plans`), with ``batch`` (the

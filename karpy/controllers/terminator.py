@@ -1,4 +1,6 @@
-"""The terminator: the one path that drains a node and terminates its instance (Karpenter E1–E3, E6).
+"""The terminator: the one path that drains a node and terminates its instance (Karpenter core
+``pkg/controllers/nodeclaim/lifecycle/controller.go`` ``finalize``, ``pkg/controllers/node/termination/
+controller.go`` and ``terminator/terminator.go``).
 
 Runs for a NodeClaim with a deletionTimestamp and the ``karpenter.sh/termination`` finalizer:
 
@@ -9,12 +11,13 @@ Runs for a NodeClaim with a deletionTimestamp and the ``karpenter.sh/termination
 3. terminate the instance, every 5 s until the cloud says it is gone (``NodeClaimNotFoundError``);
 4. release the Node's finalizer and delete the Node, then release the NodeClaim's finalizer.
 
-**terminationGracePeriod** (Karpenter E4): when the NodeClaim has ``spec.terminationGracePeriod``, deletion
+**terminationGracePeriod** (Karpenter core ``node/termination/terminator/eviction.go``, ``needsForceDelete`` and
+``forceDelete``): when the NodeClaim has ``spec.terminationGracePeriod``, deletion
 stamps ``karpenter.sh/nodeclaim-termination-timestamp`` = deletionTimestamp + grace period. Each pod is then
 deleted outright — bypassing PDBs and ``karpenter.sh/do-not-disrupt`` — at ``deadline − the pod's
 terminationGracePeriodSeconds``, with its grace clamped to the time left (at least 1 s), so the drain ends by
 the deadline (core#1776, core#2802). Without a deadline, ``do-not-disrupt`` pods are never evicted: the drain
-waits for them (Karpenter E3).
+waits for them (Karpenter's drain, ``terminator/terminator.go``, leaves them to the deadline).
 
 Pods stuck terminating (Karpenter ``IsStuckTerminating``: more than a minute past their ``deletionTimestamp``,
 which the apiserver sets to deletion time + grace period — e.g. on a dead kubelet) no longer hold the drain;
@@ -101,8 +104,8 @@ def stuck_terminating(info: PodInfo, now: float) -> bool:
 
 
 def drainable(info: PodInfo) -> bool:
-    """Pods the drain must evict (Karpenter E3): not terminal, not DaemonSet, not mirror, not tolerating
-    the disrupted taint."""
+    """Pods the drain must evict (Karpenter core ``node/termination/terminator/terminator.go``): not terminal, not
+    DaemonSet, not mirror, not tolerating the disrupted taint."""
     return not (info.terminal or info.daemonset or info.mirror or tolerates(info.pod.tolerations, DISRUPTED))
 
 
@@ -220,7 +223,7 @@ class Terminator:
             if info.deleting:
                 continue  # already evicted, waiting for its containers to stop
             if info.do_not_disrupt:
-                continue  # Karpenter E3: never evicted; only the TGP deadline removes it
+                continue  # do-not-disrupt: never evicted; only the TGP deadline removes it
             await self._evict(info)
         return len(remaining)
 
