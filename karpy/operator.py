@@ -1,6 +1,10 @@
 """The composition root: builds clients, cluster state, the cloud provider and every reconciler, and runs them.
 
-Nothing registers itself on import; tests build the same graph with their own pieces.
+:class:`Operator` knows the cloud only through the cloud-provider protocols (``CloudProvider``, the EC2NodeClass
+resolver, ``InterruptionQueue``, the launch-template janitor); the AWS pieces are built in one place,
+:func:`aws_operator`, which ``karpy run`` and the integration harness both use. Nothing registers itself on
+import or in a constructor: :meth:`Operator.wire` subscribes the plan owner and the routing to cluster state,
+and the provisioner's triggers to its loop.
 """
 
 from __future__ import annotations
