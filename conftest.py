@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,16 +74,6 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest
 # --- leaked asyncio tasks ---------------------------------------------------------------------------------------
 
 CLUSTER_MARKERS = ("integration", "e2e")
-# Tests known to leak, in files this check's author does not own (issue 8): warned about, not failed, until their
-# owners clean up; remove an entry once its test awaits what it starts.
-KNOWN_LEAKS: dict[str, str] = {
-    "tests/unit/test_runtime.py::test_controller_retries_failures_then_succeeds": (
-        "cancels its Controller.run task without awaiting the cancellation"
-    ),
-    "tests/unit/test_disruption_orchestrator.py::test_pause_switches": (
-        "ends while the EventRecorder's last Event post is still pending"
-    ),
-}
 
 
 def _runner_of(request: pytest.FixtureRequest) -> asyncio.Runner | None:
@@ -141,7 +130,4 @@ def no_leaked_tasks(request: pytest.FixtureRequest) -> Iterator[None]:
         names = sorted(f"{t.get_name()} ({t.get_coro()!r})" for t in leaked)
         runner.run(_cancel(leaked))
         message = f"{len(leaked)} asyncio task(s) still pending when the test ended: {'; '.join(names)}"
-        if item.nodeid in KNOWN_LEAKS:
-            warnings.warn(pytest.PytestWarning(f"known leak ({KNOWN_LEAKS[item.nodeid]}): {message}"), stacklevel=1)
-        else:
-            pytest.fail(message)
+        pytest.fail(message)

@@ -1,8 +1,9 @@
-"""Prometheus metrics with Karpenter's names (``karpenter_*``), served on ``METRICS_PORT`` by prometheus-client."""
+"""Prometheus metrics with Karpenter's names (``karpenter_*``), in prometheus-client's default registry; served on
+``METRICS_PORT`` by karpy's aiohttp server (:mod:`karpy.health`)."""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram
 
 NODECLAIMS_CREATED = Counter(
     "karpenter_nodeclaims_created_total", "NodeClaims created, by NodePool.", ["nodepool", "reason"]
@@ -69,16 +70,6 @@ DISRUPTION_FAILED_VALIDATIONS = Counter(
 DISRUPTION_ALLOWED = Gauge(
     "karpenter_nodepools_allowed_disruptions", "Disruptions the budgets allow now.", ["nodepool", "reason"]
 )
-
-
-def serve(port: int) -> None:
-    """Start the metrics endpoint in a background thread (port 0 disables it).
-
-    Raises:
-        OSError: the port cannot be bound (already in use, not permitted).
-    """
-    if port:
-        start_http_server(port)
 
 
 # Interruption queue health (karpy's): 0 while the queue cannot be read, so an outage or a

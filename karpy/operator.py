@@ -1,6 +1,10 @@
 """The composition root: builds clients, cluster state, the cloud provider and every reconciler, and runs them.
 
-Nothing registers itself on import; tests build the same graph with their own pieces.
+:class:`Operator` knows the cloud only through the cloud-provider protocols (``CloudProvider``, the EC2NodeClass
+resolver, ``InterruptionQueue``, the launch-template janitor); the AWS pieces are built in one place,
+:func:`aws_operator`, which ``karpy run`` and the integration harness both use. Nothing registers itself on
+import or in a constructor: :meth:`Operator.wire` subscribes the plan owner and the routing to cluster state,
+and the provisioner's triggers to its loop.
 """
 
 from __future__ import annotations
@@ -19,24 +23,27 @@ from karpy.apis.conditions import condition_true
 from karpy.aws.cloudprovider import AWSCloudProvider
 from karpy.aws.session import AWSClients
 from karpy.aws.sqs import SQSInterruptionQueue
-from karpy.cloudprovider.types import CloudProviderError, InterruptionQueue
+from karpy.cloudprovider.types import CloudProvider, CloudProviderError, InterruptionQueue
 from karpy.controllers.binder import Binder
 from karpy.controllers.disruption.controller import Disruption
 from karpy.controllers.disruption.controls import from_settings as disruption_settings
-from karpy.controllers.garbagecollection import GarbageCollection
-from karpy.controllers.interruption import Interruption
+from karpy.controllers.garbagecollection import FAST_INTERVAL as GC_FAST_INTERVAL
+from karpy.controllers.garbagecollection import INTERVAL as GC_INTERVAL
+from karpy.controllers.garbagecollection import GarbageCollection, LaunchTemplateJanitor
+from karpy.controllers.interruption import RECEIVE_BACKOFF, Interruption
 from karpy.controllers.nodeclaim_disruption import NodeClaimDisruption, affected_nodeclaims
 from karpy.controllers.nodeclaim_expiration import NodeClaimExpiration
 from karpy.controllers.nodeclaim_lifecycle import NodeClaimLifecycle
-from karpy.controllers.nodeclass_status import NodeClassStatusReconciler
+from karpy.controllers.nodeclass_status import NodeClassResolver, NodeClassStatusReconciler
 from karpy.controllers.nodepool_status import NodePoolStatusReconciler
-from karpy.controllers.provisioner import Provisioner
-from karpy.health import start_probe_server
+from karpy.controllers.provisioner import RECHECK_SECONDS, Provisioner
+from karpy.controllers.terminator import NodeTermination, Terminator
+from karpy.health import listen, start_server
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
 from karpy.kube.events import EventRecorder
 from karpy.kube.watch import Informer
-from karpy.metrics import CLUSTER_STATE_NODE_COUNT, CLUSTER_STATE_SYNCED, INTERRUPTION_QUEUE_HEALTHY, serve
+from karpy.metrics import CLUSTER_STATE_NODE_COUNT, CLUSTER_STATE_SYNCED, INTERRUPTION_QUEUE_HEALTHY
 from karpy.runtime.controller import Controller
 from karpy.runtime.singleton import SingletonController
 from karpy.runtime.supervisor import supervise
@@ -54,22 +61,34 @@ VOLUME_KINDS = frozenset({"PersistentVolume", "PersistentVolumeClaim", "StorageC
 
 
 class Operator:
-    """Everything karpy runs, wired together."""
+    """Everything karpy runs, wired together, on the cloud-provider protocols only.
+
+    Args:
+        cloud: the :class:`~karpy.cloudprovider.types.CloudProvider` (instance types, launch, delete, list).
+        nodeclasses: resolves EC2NodeClasses for their status (the AWS cloud provider; Karpenter's AWS
+            operator wires its EC2NodeClass status controller the same way, outside the core).
+        interruption_queue: the interruption queue (None: no interruption handling).
+        launch_templates: deletes unused launch templates during garbage collection (None: no cleanup).
+
+    Build, then :meth:`wire` (the one place anything subscribes to cluster state or plans), then :meth:`run`
+    (which wires first if that was not done).
+    """
 
     def __init__(
         self,
         settings: Settings,
         client: KubeClient,
-        cloud: AWSCloudProvider,
+        cloud: CloudProvider,
         *,
+        nodeclasses: NodeClassResolver,
         interruption_queue: InterruptionQueue | None = None,
+        launch_templates: LaunchTemplateJanitor | None = None,
     ) -> None:
         self.settings = settings
         self.client = client
         self.cloud = cloud
         self.state = ClusterState()
-        # The plan owner first: its index must be current when the routing below (and every reconciler) runs.
-        self.plans = Plans(self.state)
+        self.plans = Plans(self.state, follow=False)
         self.events = EventRecorder(client)
         self.informers = [Informer(client, res, self.state) for res in WATCHED]
         self.provisioner = Provisioner(
@@ -83,42 +102,54 @@ class Operator:
             min_values_policy=settings.min_values_policy,
             plans=self.plans,
         )
+        # The provisioner's error retry starts at its old 1 s and grows to the 10 s recheck cadence.
+        self.provisioning = SingletonController(self.provisioner, base_delay=1.0, max_delay=RECHECK_SECONDS)
         self.lifecycle = Controller(
             NodeClaimLifecycle(
                 client, self.state, cloud, self.events, backoff=self.provisioner.launch_backoff, plans=self.plans
             ),
             workers=8,
+            key_name="nodeclaim",
         )
-        self.binder = Controller(Binder(client, self.state, self.plans, events=self.events), workers=4)
-        from karpy.controllers.terminator import Terminator
-
-        self.terminator = Controller(Terminator(client, self.state, cloud, self.events), workers=8)
+        self.binder = Controller(
+            Binder(client, self.state, self.plans, events=self.events), workers=4, key_name="nodeclaim"
+        )
+        self.terminator = Controller(
+            Terminator(client, self.state, cloud, self.events), workers=8, key_name="nodeclaim"
+        )
+        self.node_termination = Controller(NodeTermination(client, self.state), workers=2, key_name="node")
         self.nodepool_status = Controller(
-            NodePoolStatusReconciler(client, self.state, self.events, cloud=cloud), workers=2
+            NodePoolStatusReconciler(client, self.state, self.events, cloud=cloud), workers=2, key_name="nodepool"
         )
         self.nodeclass_status = Controller(
             NodeClassStatusReconciler(
-                client, self.state, cloud, self.events, refresh_interval=settings.subnet_refresh_interval
+                client, self.state, nodeclasses, self.events, refresh_interval=settings.subnet_refresh_interval
             ),
             workers=2,
+            key_name="ec2nodeclass",
         )
         self.disruption = Disruption(client, self.state, self.provisioner, self.events, disruption_settings(settings))
+        # A failed pass is retried no later than the next poll, as before the loop became a singleton.
+        self.disruption_loop = SingletonController(self.disruption, max_delay=self.disruption.settings.poll)
         self.nodeclaim_disruption = Controller(
-            NodeClaimDisruption(client, self.state, cloud, self.disruption.settings), workers=2
+            NodeClaimDisruption(client, self.state, cloud, self.disruption.settings), workers=2, key_name="nodeclaim"
         )
         self.nodeclaim_expiration = Controller(
             NodeClaimExpiration(
                 client, self.state, self.events, self.disruption.settings, in_flight=self.disruption.queue.in_flight
             ),
             workers=2,
+            key_name="nodeclaim",
         )
         self.garbage_collection = GarbageCollection(
-            client, self.state, cloud, cluster_name=settings.cluster_name, templates=cloud
+            client, self.state, cloud, cluster_name=settings.cluster_name, templates=launch_templates
+        )
+        self.garbage_collection_loop = SingletonController(
+            self.garbage_collection, base_delay=GC_FAST_INTERVAL, max_delay=GC_INTERVAL
         )
         # Interruption handling runs only with a queue (INTERRUPTION_QUEUE, or one injected by tests).
-        if interruption_queue is None and settings.interruption_queue:
-            interruption_queue = SQSInterruptionQueue(cloud.clients.sqs, settings.interruption_queue)
         self.interruption: Interruption | None = None
+        self.interruption_loop: SingletonController | None = None
         if interruption_queue is not None:
             self.interruption = Interruption(
                 client,
@@ -129,8 +160,22 @@ class Operator:
                 on_disrupted=self.provisioner.trigger,
                 rebalance_replacement=settings.interruption_rebalance_replacement,
             )
+            self.interruption_loop = SingletonController(
+                self.interruption, base_delay=RECEIVE_BACKOFF[0], max_delay=RECEIVE_BACKOFF[1]
+            )
+        self._wired = False
+
+    def wire(self) -> None:
+        """Subscribe everything once: Plans follows cluster state first (its index must be current when the
+        routing below, and every reconciler, runs), then state and plan changes are routed to the reconcilers,
+        and the provisioner's triggers wake its loop."""
+        if self._wired:
+            return
+        self._wired = True
+        self.plans.follow()
         self.state.subscribe(self._route)
         self.plans.subscribe(self._route_plan)
+        self.provisioner.wake = self.provisioning.trigger
 
     def _route_plan(self, nodeclaim: str) -> None:
         """The pods planned onto ``nodeclaim`` or its registration changed: its binder may bind them, and the
@@ -193,29 +238,31 @@ class Operator:
             self.binder.enqueue(name)
             self.terminator.enqueue(name)
         if node.deleting:
-            self.terminator.enqueue(f"node/{key}")
+            self.node_termination.enqueue(key)
 
     async def run(self) -> None:
-        """Run every informer, reconciler and loop until cancelled."""
+        """Wire (if not done yet), then run every informer, reconciler and loop until cancelled."""
+        self.wire()
         tasks: list[tuple[str, Callable[[], Awaitable[None]]]] = [
             (f"informer/{i.resource.kind}", i.run) for i in self.informers
         ]
         tasks += [
-            ("provisioner", self.provisioner.run),
+            ("provisioner", self.provisioning.run),
             ("nodeclaim.lifecycle", self._after_sync(self.lifecycle.run)),
             ("binder", self._after_sync(self.binder.run)),
             ("terminator", self._after_sync(self.terminator.run)),
+            ("node.termination", self._after_sync(self.node_termination.run)),
             ("nodepool.status", self._after_sync(self.nodepool_status.run)),
             ("ec2nodeclass.status", self._after_sync(self.nodeclass_status.run)),
-            ("disruption", SingletonController(self.disruption, max_delay=self.disruption.settings.poll).run),
+            ("disruption", self.disruption_loop.run),
             ("disruption.queue", self.disruption.queue.run),
             ("nodeclaim.disruption", self._after_sync(self.nodeclaim_disruption.run)),
             ("nodeclaim.expiration", self._after_sync(self.nodeclaim_expiration.run)),
-            ("garbagecollection", self.garbage_collection.run),
+            ("garbagecollection", self.garbage_collection_loop.run),
             ("observability", self._observe),
         ]
-        if self.interruption is not None:
-            tasks.append(("interruption", self.interruption.run))
+        if self.interruption_loop is not None:
+            tasks.append(("interruption", self.interruption_loop.run))
         async with asyncio.TaskGroup() as group:
             for name, factory in tasks:
                 group.create_task(supervise(name, factory), name=name)
@@ -270,16 +317,25 @@ async def run(settings: Settings) -> None:
     """Start karpy and run until SIGTERM/SIGINT.
 
     Startup checks come first and fail with :class:`StartupError` (one line naming the variable, exit 2) instead
-    of a traceback: the metrics and probe ports can be bound, the kubeconfig loads and the apiserver answers,
-    and ``INTERRUPTION_QUEUE`` names a queue that exists (GetQueueUrl).
+    of a traceback: the metrics and probe ports can be bound (one aiohttp server serves both,
+    :mod:`karpy.health`), the kubeconfig loads and the apiserver answers, and ``INTERRUPTION_QUEUE`` names a
+    queue that exists (GetQueueUrl).
+
+    Then the operator is built (:func:`aws_operator`), wired (:meth:`Operator.wire`) and run.
 
     Raises:
         StartupError: one of the checks above failed.
     """
     try:
-        serve(settings.metrics_port)
+        metrics_socket = listen(settings.metrics_port) if settings.metrics_port else None
     except OSError as err:
         raise _cannot_listen("METRICS_PORT", settings.metrics_port, err) from None
+    try:
+        probe_socket = listen(settings.health_probe_port)
+    except OSError as err:
+        if metrics_socket is not None:
+            metrics_socket.close()
+        raise _cannot_listen("HEALTH_PROBE_PORT", settings.health_probe_port, err) from None
     operator: Operator | None = None
 
     def not_ready() -> str:
@@ -290,12 +346,9 @@ async def run(settings: Settings) -> None:
             return f"interruption queue {settings.interruption_queue!r} unreadable: {operator.interruption.queue_error}"
         return ""
 
+    probes = await start_server(not_ready, probes=probe_socket, metrics=metrics_socket)
     try:
-        probes = await start_probe_server(settings.health_probe_port, not_ready)
-    except OSError as err:
-        raise _cannot_listen("HEALTH_PROBE_PORT", settings.health_probe_port, err) from None
-    try:
-        client = await _connect()
+        client = await _connect(settings)
         try:
             version = await kubernetes_version(client)
             endpoint = settings.cluster_endpoint or client.host
@@ -305,17 +358,6 @@ async def run(settings: Settings) -> None:
                 with contextlib.suppress(NotImplementedError):
                     loop.add_signal_handler(sig, stop.set)
             async with AWSClients.create(settings.aws_region, settings.aws_endpoint_url or None) as clients:
-                cloud = AWSCloudProvider(
-                    clients,
-                    cluster_name=settings.cluster_name,
-                    cluster_endpoint=endpoint,
-                    cluster_ca_bundle=settings.cluster_ca_bundle,
-                    region=settings.aws_region,
-                    k8s_version=version,
-                    vm_memory_overhead_percent=settings.vm_memory_overhead_percent,
-                    reserved_enis=settings.reserved_enis,
-                    isolated_vpc=settings.isolated_vpc,
-                )
                 queue = await _interruption_queue(settings, clients.sqs)
                 # Logged once every startup check passed: a failed check prints its one line and nothing else.
                 log.info(
@@ -327,7 +369,10 @@ async def run(settings: Settings) -> None:
                     aws_endpoint=settings.aws_endpoint_url or None,
                     interruption_queue=settings.interruption_queue or None,
                 )
-                operator = Operator(settings, client, cloud, interruption_queue=queue)
+                operator = aws_operator(
+                    settings, client, clients, cluster_endpoint=endpoint, k8s_version=version, interruption_queue=queue
+                )
+                operator.wire()
                 main = asyncio.create_task(operator.run())
                 await asyncio.wait([main, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
                 main.cancel()
@@ -338,6 +383,39 @@ async def run(settings: Settings) -> None:
     finally:
         await probes.cleanup()
     log.info("karpy stopped")
+
+
+def aws_operator(
+    settings: Settings,
+    client: KubeClient,
+    clients: AWSClients,
+    *,
+    cluster_endpoint: str,
+    k8s_version: str,
+    interruption_queue: InterruptionQueue | None,
+) -> Operator:
+    """The :class:`Operator` on AWS, as ``karpy run`` builds it (the integration harness builds it here too):
+    one :class:`AWSCloudProvider` over ``clients`` serves as the cloud provider, the EC2NodeClass resolver
+    and the launch-template janitor. Not wired yet."""
+    cloud = AWSCloudProvider(
+        clients,
+        cluster_name=settings.cluster_name,
+        cluster_endpoint=cluster_endpoint,
+        cluster_ca_bundle=settings.cluster_ca_bundle,
+        region=settings.aws_region,
+        k8s_version=k8s_version,
+        vm_memory_overhead_percent=settings.vm_memory_overhead_percent,
+        reserved_enis=settings.reserved_enis,
+        isolated_vpc=settings.isolated_vpc,
+    )
+    return Operator(
+        settings,
+        client,
+        cloud,
+        nodeclasses=cloud,
+        interruption_queue=interruption_queue,
+        launch_templates=cloud,
+    )
 
 
 async def _interruption_queue(settings: Settings, sqs: Any) -> SQSInterruptionQueue | None:
@@ -358,15 +436,16 @@ async def _interruption_queue(settings: Settings, sqs: Any) -> SQSInterruptionQu
     return queue
 
 
-async def _connect() -> KubeClient:
-    """A client from the kubeconfig (or in-cluster config), checked against the apiserver's ``/version``.
+async def _connect(settings: Settings) -> KubeClient:
+    """A client from the kubeconfig (or in-cluster config), rate limited by ``KUBE_CLIENT_QPS``/``KUBE_CLIENT_BURST``
+    as client-go limits Karpenter's, checked against the apiserver's ``/version``.
 
     Raises:
         StartupError: no usable kubeconfig, or the apiserver did not answer.
     """
     where = _kubeconfig_source()
     try:
-        client = await KubeClient.from_environment()
+        client = await KubeClient.from_environment(qps=settings.kube_client_qps, burst=settings.kube_client_burst)
     except Exception as err:
         raise StartupError(f"{where}: cannot load: {_one_line(err)}") from None
     try:
@@ -407,4 +486,4 @@ def _one_line(err: BaseException) -> str:
     return text[:300]
 
 
-__all__ = ["Operator", "run"]
+__all__ = ["Operator", "aws_operator", "run"]

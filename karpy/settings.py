@@ -13,11 +13,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import attrs
+import durationpy
 
 T = TypeVar("T")
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 class SettingsError(ValueError):
@@ -30,23 +29,23 @@ class StartupError(SettingsError):
 
 
 def parse_duration(text: str) -> float:
-    """A Go duration (``1s``, ``1m30s``, ``720h``, ``500ms``) in seconds.
+    """A Go duration (``1s``, ``1m30s``, ``720h``, ``500ms``; Go's ``time.ParseDuration`` syntax, parsed by
+    durationpy) in seconds. Negative durations are refused: no karpy setting or NodePool field takes one.
 
     Raises:
-        ValueError: not a Go duration.
+        ValueError: not a Go duration, or negative (the message quotes the text).
     """
     text = text.strip()
-    if text == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    for match in _DURATION_PART.finditer(text):
-        if match.start() != pos:
-            raise ValueError(f"invalid duration {text!r}")
-        total += float(match.group(1)) * _UNITS[match.group(2)]
-        pos = match.end()
-    if pos != len(text) or pos == 0:
-        raise ValueError(f"invalid duration {text!r}")
-    return total
+    try:
+        seconds = durationpy.from_str(text).total_seconds()
+    except ValueError as err:  # durationpy.DurationError: "Invalid duration …", "Unknown unit x in duration …"
+        unit = f" ({str(err).split(' in duration')[0].lower()})" if str(err).startswith("Unknown unit") else ""
+        raise ValueError(
+            f"invalid duration {text!r}{unit}: want a Go duration such as 500ms, 10s, 1m30s or 720h"
+        ) from None
+    if seconds < 0:
+        raise ValueError(f"invalid duration {text!r}: must not be negative")
+    return seconds
 
 
 def _bool(text: str) -> bool:
@@ -109,7 +108,6 @@ class Settings:
     leader_election_namespace: str = ""
     ami_refresh_interval: float = 60.0
     subnet_refresh_interval: float = 60.0
-    kubernetes_version: str = "1.34"
     # karpy's disruption knobs (see karpy.controllers.disruption.controls); Karpenter's fixed values as defaults
     # where Karpenter has one (10 s poll, 15 s validation, 10 m replacement timeout).
     disruption_poll_interval: float = 10.0
@@ -220,7 +218,6 @@ def from_environment(env: Mapping[str, str] | None = None) -> Settings:
         leader_election_namespace=env.get("LEADER_ELECTION_NAMESPACE", ""),
         ami_refresh_interval=_get(env, "AMI_REFRESH_INTERVAL", _at_least_minute, 60.0),
         subnet_refresh_interval=_get(env, "SUBNET_REFRESH_INTERVAL", _at_least_minute, 60.0),
-        kubernetes_version=env.get("KUBERNETES_VERSION", "1.34"),
         disruption_poll_interval=_get(env, "DISRUPTION_POLL_INTERVAL", _positive_duration, 10.0),
         disruption_validation_delay=_get(env, "DISRUPTION_VALIDATION_DELAY", _non_negative(parse_duration), 15.0),
         disruption_replacement_timeout=_get(env, "DISRUPTION_REPLACEMENT_TIMEOUT", _positive_duration, 600.0),

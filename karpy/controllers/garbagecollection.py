@@ -1,9 +1,11 @@
-"""Garbage collection: leaked instances, NodeClaims whose instance is gone, unused launch templates
-(Karpenter AWS ``controllers/nodeclaim/garbagecollection`` G1, core ``nodeclaim/garbagecollection`` G2, launch
-template cleanup G3).
+"""Garbage collection: leaked instances (Karpenter AWS ``pkg/controllers/nodeclaim/garbagecollection/
+controller.go``), NodeClaims whose instance is gone (core ``pkg/controllers/nodeclaim/garbagecollection/
+controller.go``) and unused launch templates (AWS ``pkg/providers/launchtemplate/launchtemplate.go`` deletes them
+on cache eviction and NodeClass deletion).
 
-Singleton loop once cluster state is synced: every 10 s for the first 20 passes (Karpenter's start-up
-cadence, so a leak left by a crash is found quickly), then every 30 s (Karpenter: 2 minutes).
+An unkeyed reconciler run by the runtime's singleton loop once every kind is listed: a pass every 10 s for the
+first 20 passes (Karpenter's start-up cadence, so a leak left by a crash is found quickly), then every 30 s
+(Karpenter: 2 minutes); a failed pass is retried after 10 s doubling to 30 s.
 
 * **Leaked instances** (:func:`leaked_instances`): an instance carrying karpy's ownership tags — the cluster
   tag ``kubernetes.io/cluster/<cluster>=owned`` AND ``karpenter.sh/nodepool`` — that no NodeClaim owns, neither
@@ -24,7 +26,6 @@ for karpy) and otherwise only deletes NodeClaims.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
@@ -34,12 +35,13 @@ import structlog
 from karpy.apis import labels as wk
 from karpy.apis.conditions import condition, condition_true
 from karpy.apis.times import parse_time
-from karpy.cloudprovider.types import CloudInstance, CloudProvider, CloudProviderError, NodeClaimNotFoundError
+from karpy.cloudprovider.types import CloudInstance, CloudProvider, NodeClaimNotFoundError
 from karpy.controllers.interruption import instance_id_of
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.resources import NODECLAIMS, NODES
 from karpy.metrics import GC_INSTANCES_TERMINATED, GC_LAUNCH_TEMPLATES_DELETED, NODECLAIMS_DISRUPTED
+from karpy.runtime.controller import Result
 from karpy.state.cluster import ClusterState, deleting, provider_id
 
 log = structlog.get_logger("karpy.garbagecollection")
@@ -131,7 +133,8 @@ def orphan_candidates(
 
 
 class GarbageCollection:
-    """Singleton loop; see the module docstring. ``templates`` is optional (no launch-template cleanup)."""
+    """Unkeyed reconciler (:class:`~karpy.runtime.singleton.Singleton`); see the module docstring.
+    ``templates`` is optional (no launch-template cleanup)."""
 
     name = "garbagecollection"
 
@@ -154,16 +157,18 @@ class GarbageCollection:
         self.passes = 0
         self._templates_at: float | None = None
 
-    async def run(self) -> None:
-        """Collect once every kind is listed, then on Karpenter's cadence (see the module docstring)."""
+    async def reconcile(self) -> Result:
+        """One pass once every kind is listed; the next one on Karpenter's cadence (see the module docstring).
+
+        Raises:
+            ApiError, CloudProviderError: the pass failed; the loop retries it with backoff (10 s doubling to 30 s).
+        """
         await self.state.wait_listed()
-        while True:
-            try:
-                await self.collect_once()
-            except (ApiError, CloudProviderError) as err:
-                log.warning("garbage collection pass failed", error=str(err)[:300])
+        try:
+            await self.collect_once()
+        finally:
             self.passes += 1
-            await asyncio.sleep(FAST_INTERVAL if self.passes < FAST_PASSES else INTERVAL)
+        return Result(requeue_after=FAST_INTERVAL if self.passes < FAST_PASSES else INTERVAL)
 
     async def collect_once(self) -> dict[str, list[str]]:
         """One pass; what was collected: ``{"instances": [ids], "nodeclaims": [names], "launch_templates": […]}``.
@@ -217,7 +222,9 @@ class GarbageCollection:
         for claim in orphan_candidates(list(self.state.nodeclaims.values()), live, now=now):
             node = self.state.node_for_nodeclaim(claim)
             if node is not None and node.ready and not node.deleting:
-                continue  # a Ready Node means a heartbeating kubelet: trust it over a listing (Karpenter G2)
+                # A Ready Node means a heartbeating kubelet: trust it over a listing (Karpenter lets the NodeClaim go
+                # only when its Node is absent or not Ready).
+                continue
             pid = provider_id(claim)
             try:
                 instance = await self.cloud.get(pid)

@@ -1,7 +1,10 @@
 """Interruption: act on the cloud's interruption events before the instance goes away (Karpenter AWS
-``pkg/controllers/interruption``, behaviour reference F1–F3, F5 and §2).
+``pkg/controllers/interruption/controller.go`` for the poller, ``utils.go`` (``actionForMessage``) for the actions,
+``metrics.go`` and ``events/events.go`` for what it reports; the EventBridge shapes are parsed in
+:mod:`karpy.aws.messages` after ``parser.go`` and ``messages/*``).
 
-Singleton loop, started only when ``INTERRUPTION_QUEUE`` is set. It long-polls the
+An unkeyed reconciler run by the runtime's singleton loop, started only when ``INTERRUPTION_QUEUE`` is set: each
+pass is one receive and its handling, and the next pass follows at once. It long-polls the
 :class:`~karpy.cloudprovider.types.InterruptionQueue` (SQS: up to 10 messages, 20 s wait) and handles a batch's
 messages concurrently. For each instance id in a message it finds the NodeClaim whose ``status.providerID``
 ends in that id (cluster state) and acts:
@@ -26,7 +29,8 @@ leaves it in the queue, to be delivered again after its visibility timeout. Metr
 ``karpenter_interruption_received_messages_total``, ``…_deleted_messages_total`` (by ``message_type``),
 ``…_message_queue_duration_seconds`` (now − the event's ``time``).
 
-A queue that cannot be read (deleted, unreachable) is retried with backoff and surfaced: ``queue_error`` (the
+A queue that cannot be read (deleted, unreachable) fails the pass, which the loop retries with backoff (1 s
+doubling to 30 s), and is surfaced: ``queue_error`` (the
 operator's ``/readyz`` answers 503 with it), ``karpy_interruption_queue_healthy`` 0 and
 ``karpy_interruption_queue_receive_errors_total``, until a read succeeds again. At start the operator checks the
 queue exists (GetQueueUrl) and refuses to start otherwise.
@@ -68,12 +72,13 @@ from karpy.metrics import (
     INTERRUPTION_RECEIVED,
     NODECLAIMS_DISRUPTED,
 )
+from karpy.runtime.controller import Result
 from karpy.state.cluster import ClusterState, deleting, provider_id
 from karpy.state.views import NodeInfo
 
 log = structlog.get_logger("karpy.interruption")
 JSON = dict[str, Any]
-RECEIVE_BACKOFF: Final = (1.0, 30.0)  # first and longest wait after the queue could not be read
+RECEIVE_BACKOFF: Final = (1.0, 30.0)  # the loop's first and longest wait after the queue could not be read
 REASON_MAX: Final = 300  # characters of an ignored message's reason in the log (a body can be 256 KB)
 
 # kind → (event reason, event type, message) published on the Node and NodeClaim (Karpenter events.go).
@@ -106,7 +111,8 @@ def should_drain(kind: str, rebalance_replacement: bool) -> bool:
 
 
 class Interruption:
-    """Singleton loop over an :class:`InterruptionQueue`; see the module docstring.
+    """Unkeyed reconciler (:class:`~karpy.runtime.singleton.Singleton`) over an :class:`InterruptionQueue`; see
+    the module docstring.
 
     Args:
         on_disrupted: called after a NodeClaim was deleted (the operator passes the provisioner's trigger).
@@ -139,27 +145,30 @@ class Interruption:
         # Why the last read of the queue failed; "" while it is readable (readiness reports it).
         self.queue_error = ""
 
-    async def run(self) -> None:
-        """Receive and handle batches forever, once every kind is listed (NodeClaims must be known)."""
+    async def reconcile(self) -> Result:
+        """One receive (a long poll) and the handling of its messages, once every kind is listed (NodeClaims
+        must be known); the next receive at once.
+
+        Raises:
+            CloudProviderError: the queue could not be read (``queue_error`` set, gauge 0, error counted); the
+                loop retries with backoff (1 s doubling to 30 s) until a read succeeds.
+        """
         await self.state.wait_listed()
-        backoff = RECEIVE_BACKOFF[0]
-        while True:
-            try:
-                batch = await self.queue.receive()
-            except CloudProviderError as err:
-                self.queue_error = str(err)[:300]
-                INTERRUPTION_QUEUE_HEALTHY.set(0)
-                INTERRUPTION_QUEUE_ERRORS.inc()
-                log.warning("interruption queue unreadable, retrying", error=self.queue_error, retry_in=backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, RECEIVE_BACKOFF[1])
-                continue
-            if self.queue_error:
-                log.info("interruption queue readable again")
-                self.queue_error = ""
-            INTERRUPTION_QUEUE_HEALTHY.set(1)
-            backoff = RECEIVE_BACKOFF[0]
-            await self.handle_batch(batch)
+        try:
+            batch = await self.queue.receive()
+        except CloudProviderError as err:
+            if not self.queue_error:
+                log.warning("interruption queue unreadable", error=str(err)[:300])
+            self.queue_error = str(err)[:300]
+            INTERRUPTION_QUEUE_HEALTHY.set(0)
+            INTERRUPTION_QUEUE_ERRORS.inc()
+            raise
+        if self.queue_error:
+            log.info("interruption queue readable again")
+            self.queue_error = ""
+        INTERRUPTION_QUEUE_HEALTHY.set(1)
+        await self.handle_batch(batch)
+        return Result(requeue_after=0)
 
     async def handle_batch(self, batch: list[QueuedMessage]) -> list[bool]:
         """Handle messages concurrently (Karpenter: up to 10 in parallel); per message, whether it was deleted."""

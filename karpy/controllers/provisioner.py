@@ -1,9 +1,11 @@
 """The provisioner: batches unschedulable pods, runs the scheduling simulation, creates NodeClaims.
 
-Karpenter core ``provisioning/provisioner.go`` (C1–C3): pods that kube-scheduler marked
-``PodScheduled=False/Unschedulable`` open a batch window (``BATCH_IDLE_DURATION``/``BATCH_MAX_DURATION``);
-once the window closes and cluster state is synced, the simulation places them on existing and in-flight
-capacity first, then on new NodeClaims from Ready NodePools in weight order.
+Karpenter core ``pkg/controllers/provisioning/provisioner.go`` (with ``batcher.go`` for the window,
+``controller.go`` for the triggers and ``scheduling/scheduler.go`` for the NodePool order): pods that
+kube-scheduler marked ``PodScheduled=False/Unschedulable`` open a batch window
+(``BATCH_IDLE_DURATION``/``BATCH_MAX_DURATION``); once the window closes and cluster state is synced, the
+simulation places them on existing and in-flight capacity first, then on new NodeClaims from Ready NodePools in
+weight order.
 The simulation gets the ``PREFERENCE_POLICY`` setting, namespace labels (for ``namespaceSelector``) and,
 per pending pod with PVCs, the node requirements of its volumes (:meth:`Provisioner.scheduling_pods`).
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -44,6 +46,8 @@ from karpy.kube.events import NORMAL, WARNING, EventRecorder
 from karpy.kube.resources import NODECLAIMS
 from karpy.metrics import NODECLAIMS_CREATED, UNSCHEDULABLE_PODS
 from karpy.runtime.batcher import Batcher
+from karpy.runtime.clock import Clock, LoopClock, Timer
+from karpy.runtime.controller import Result
 from karpy.scheduling import model
 from karpy.scheduling.daemons import with_live_pods
 from karpy.scheduling.scheduler import solve
@@ -84,7 +88,8 @@ def nodeclaim_usage(nodeclaims: Sequence[JSON]) -> dict[str, int]:
 
 
 class Provisioner:
-    """Singleton loop (not keyed): ``run`` forever; ``trigger`` on relevant changes."""
+    """Unkeyed reconciler (:class:`~karpy.runtime.singleton.Singleton`): ``reconcile`` passes run by a
+    :class:`~karpy.runtime.singleton.SingletonController`; ``trigger`` on relevant changes."""
 
     name = "provisioner"
 
@@ -101,6 +106,7 @@ class Provisioner:
         min_values_policy: str = "Strict",
         plans: Plans | None = None,
         launch_backoff: LaunchBackoff | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.client = client
         self.plans = plans if plans is not None else Plans(state)
@@ -109,7 +115,9 @@ class Provisioner:
         self.state = state
         self.cloud = cloud
         self.events = events
-        self.batcher = Batcher(batch_idle, batch_max)
+        self._clock = clock or LoopClock()
+        self.batcher = Batcher(batch_idle, batch_max, self._clock)
+        self._last_pass = -RECHECK_SECONDS  # monotonic time of the last window or recheck
         # Node name → time the last decision planned pods onto it: such nodes are "nominated" and not
         # disruption candidates for a while (Karpenter nomination window).
         self.nominated: dict[str, float] = {}
@@ -118,34 +126,43 @@ class Provisioner:
         self._started = int(state.clock())
         # Per-pod back-off after failed launches; the NodeClaim lifecycle records failures into the same one.
         self.launch_backoff = launch_backoff or LaunchBackoff()
-        self._retry: asyncio.TimerHandle | None = None
+        self._retry: Timer | None = None
+        self._retry_at = 0.0
+        # Wakes the loop that runs :meth:`reconcile` (set by the operator's wiring; a no-op otherwise).
+        self.wake: Callable[[], None] = lambda: None
 
     def trigger(self) -> None:
-        """A pod may need capacity: open or extend the batch window."""
+        """A pod may need capacity: open or extend the batch window, and wake the provisioning loop."""
         self.batcher.trigger()
+        self.wake()
 
-    async def run(self) -> None:
-        """Batch, then provision; re-check every 10 s while pods stay pending (Karpenter C1)."""
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self._recheck())
-            group.create_task(self._loop())
+    async def reconcile(self) -> Result:
+        """One provisioning pass (Karpenter core ``provisioning/provisioner.go`` ``Reconcile``): when triggered,
+        wait for the batch window to close and for cluster state to sync, then provision; come back in 10 s,
+        when provisionable pods still pending re-open a window (Karpenter's provisioning pod controller
+        re-triggers each such pod every 10 s, ``provisioning/controller.go``).
 
-    async def _loop(self) -> None:
-        while True:
-            await self.batcher.wait()
-            await self.state.wait_synced()
-            try:
-                await self.provision_once()
-            except (ApiError, CloudProviderError) as err:
-                log.warning("provisioning failed, will retry", error=str(err))
-                await asyncio.sleep(1.0)
-                self.trigger()
-
-    async def _recheck(self) -> None:
-        while True:
-            await asyncio.sleep(RECHECK_SECONDS)
-            if self.state.synced and self.pending_pods():
-                self.trigger()
+        Raises:
+            ApiError, CloudProviderError: the pass failed; the next one (after the loop's backoff) provisions again.
+        """
+        if not self.batcher.triggered:
+            # Woken by a trigger that the last window already took: the recheck stays on its 10 s cadence.
+            due = self._last_pass + RECHECK_SECONDS - self._clock.now()
+            if due > 0:
+                return Result(requeue_after=due)
+            self._last_pass = self._clock.now()
+            if not (self.state.synced and self.pending_pods()):
+                return Result(requeue_after=RECHECK_SECONDS)
+            self.batcher.trigger()
+        await self.batcher.wait()
+        self._last_pass = self._clock.now()
+        await self.state.wait_synced()
+        try:
+            await self.provision_once()
+        except (ApiError, CloudProviderError):
+            self.batcher.trigger()  # the retry is a batch of its own, whatever triggers arrive meanwhile
+            raise
+        return Result(requeue_after=RECHECK_SECONDS)
 
     def pending_pods(self) -> list[PodInfo]:
         """Provisionable pods (Karpenter ``IsProvisionable``) not planned onto a live NodeClaim."""
@@ -192,13 +209,18 @@ class Provisioner:
 
     def _trigger_in(self, seconds: float) -> None:
         """Open a batch once the first held NodeClaim's pods are out of back-off (one timer, the earliest)."""
-        loop = asyncio.get_running_loop()
-        when = loop.time() + seconds
-        if self._retry is not None and not self._retry.cancelled() and loop.time() < self._retry.when() <= when:
+        now = self._clock.now()
+        when = now + seconds
+        if self._retry is not None and now < self._retry_at <= when:
             return
         if self._retry is not None:
             self._retry.cancel()
-        self._retry = loop.call_at(when, self.trigger)
+        self._retry_at = when
+        self._retry = self._clock.call_at(when, self._retry_due)
+
+    def _retry_due(self) -> None:
+        self._retry = None
+        self.trigger()
 
     async def _explain_incompatible(
         self,
@@ -308,7 +330,9 @@ class Provisioner:
         return pools, objs
 
     def _existing_capacity(self) -> list[model.ExistingNode]:
-        """Registered nodes and in-flight NodeClaims, with what is bound or planned on each (Karpenter B15)."""
+        """Registered nodes and in-flight NodeClaims, with what is bound or planned on each (Karpenter core
+        ``pkg/controllers/state/cluster.go`` and ``scheduling/existingnode.go``: in-flight NodeClaims count with their
+        own capacity, labels and taints until they register)."""
         out: list[model.ExistingNode] = []
         planned_by_claim: dict[str, list[str]] = {}
         self._vacating = self._vacating_nodes()
@@ -537,7 +561,8 @@ def _pod_ref(pod: model.Pod) -> JSON:
 def nodeclaim_from_plan(
     plan: model.NewNodeClaim, nodepool: JSON, nodeclass: JSON | None = None, *, batch: str = ""
 ) -> JSON:
-    """The NodeClaim JSON Karpenter would create for a plan (C3): generateName, labels, annotations,
+    """The NodeClaim JSON Karpenter would create for a plan (core ``provisioning/scheduling/nodeclaim.go``
+    ``ToNodeClaim`` and ``provisioner.go`` ``Create``): generateName, labels, annotations,
     NodePool ownerReference, termination finalizer, requirements, requests, nodeClassRef.
 
     The plan's pods are recorded as karpy's plan annotations (:mod:`karpy.state.plans`), with ``batch`` (the

@@ -1,4 +1,6 @@
-"""The terminator: the one path that drains a node and terminates its instance (Karpenter E1–E3, E6).
+"""The terminator: the one path that drains a node and terminates its instance (Karpenter core
+``pkg/controllers/nodeclaim/lifecycle/controller.go`` ``finalize``, ``pkg/controllers/node/termination/
+controller.go`` and ``terminator/terminator.go``).
 
 Runs for a NodeClaim with a deletionTimestamp and the ``karpenter.sh/termination`` finalizer:
 
@@ -9,12 +11,13 @@ Runs for a NodeClaim with a deletionTimestamp and the ``karpenter.sh/termination
 3. terminate the instance, every 5 s until the cloud says it is gone (``NodeClaimNotFoundError``);
 4. release the Node's finalizer and delete the Node, then release the NodeClaim's finalizer.
 
-**terminationGracePeriod** (Karpenter E4): when the NodeClaim has ``spec.terminationGracePeriod``, deletion
+**terminationGracePeriod** (Karpenter core ``node/termination/terminator/eviction.go``, ``needsForceDelete`` and
+``forceDelete``): when the NodeClaim has ``spec.terminationGracePeriod``, deletion
 stamps ``karpenter.sh/nodeclaim-termination-timestamp`` = deletionTimestamp + grace period. Each pod is then
 deleted outright — bypassing PDBs and ``karpenter.sh/do-not-disrupt`` — at ``deadline − the pod's
 terminationGracePeriodSeconds``, with its grace clamped to the time left (at least 1 s), so the drain ends by
 the deadline (core#1776, core#2802). Without a deadline, ``do-not-disrupt`` pods are never evicted: the drain
-waits for them (Karpenter E3).
+waits for them (Karpenter's drain, ``terminator/terminator.go``, leaves them to the deadline).
 
 Pods stuck terminating (Karpenter ``IsStuckTerminating``: more than a minute past their ``deletionTimestamp``,
 which the apiserver sets to deletion time + grace period — e.g. on a dead kubelet) no longer hold the drain;
@@ -24,7 +27,8 @@ counts nothing).
 
 A NodeClaim deleted before its launch was recorded may still own an instance (the launch raced the delete):
 the instance is found by its ``karpenter.sh/nodeclaim`` tag and terminated too, so nothing leaks.
-A Node deleted by a user makes the terminator delete its NodeClaim (Karpenter node termination entry point).
+A Node deleted by a user is :class:`NodeTermination`'s (keyed by Node name): it deletes the Node's NodeClaim, or
+releases the finalizer of a Node without one.
 """
 
 from __future__ import annotations
@@ -102,13 +106,14 @@ def stuck_terminating(info: PodInfo, now: float) -> bool:
 
 
 def drainable(info: PodInfo) -> bool:
-    """Pods the drain must evict (Karpenter E3): not terminal, not DaemonSet, not mirror, not tolerating
-    the disrupted taint."""
+    """Pods the drain must evict (Karpenter core ``node/termination/terminator/terminator.go``): not terminal, not
+    DaemonSet, not mirror, not tolerating the disrupted taint."""
     return not (info.terminal or info.daemonset or info.mirror or tolerates(info.pod.tolerations, DISRUPTED))
 
 
 class Terminator:
-    """Keyed by NodeClaim name; Node deletions are mapped to their NodeClaim (``node/<name>`` keys)."""
+    """NodeClaim termination, keyed by NodeClaim name (see the module docstring; Node deletions are
+    :class:`NodeTermination`'s)."""
 
     name = "terminator"
 
@@ -132,9 +137,7 @@ class Terminator:
         self._forced: set[str] = set()
 
     async def reconcile(self, key: str) -> Result:
-        """Advance termination of NodeClaim ``key`` (or handle a Node deletion for ``node/<name>``)."""
-        if key.startswith("node/"):
-            return await self._node_deleted(key.removeprefix("node/"))
+        """Advance termination of NodeClaim ``key``."""
         claim = self.state.nodeclaims.get(key)
         if claim is None or not deleting(claim):
             return Result()
@@ -169,23 +172,6 @@ class Terminator:
             log.info("instance gone under a NotReady node, skipping drain", node=node.name, provider_id=pid)
             return True
         return False
-
-    async def _node_deleted(self, node_name: str) -> Result:
-        node = self.state.nodes.get(node_name)
-        if node is None or not node.deleting or wk.FINALIZER_TERMINATION not in node.finalizers:
-            return Result()
-        claim = self.state.nodeclaim_for_node(node)
-        if claim is None:
-            await self._remove_node(node)
-            return Result()
-        if not deleting(claim):
-            log.info("node deleted, deleting its nodeclaim", node=node_name, nodeclaim=claim["metadata"]["name"])
-            try:
-                await self.client.delete(NODECLAIMS, claim["metadata"]["name"])
-            except ApiError as err:
-                if not err.not_found:
-                    raise
-        return Result()
 
     async def _cordon(self, node: NodeInfo) -> None:
         if (
@@ -239,7 +225,7 @@ class Terminator:
             if info.deleting:
                 continue  # already evicted, waiting for its containers to stop
             if info.do_not_disrupt:
-                continue  # Karpenter E3: never evicted; only the TGP deadline removes it
+                continue  # do-not-disrupt: never evicted; only the TGP deadline removes it
             await self._evict(info)
         return len(remaining)
 
@@ -352,34 +338,7 @@ class Terminator:
 
     async def _remove_node(self, node: NodeInfo) -> bool:
         """Release the Node's finalizer and delete it; True while it still exists."""
-        current = self.state.nodes.get(node.name)
-        if current is None:
-            return False
-        if wk.FINALIZER_TERMINATION in current.finalizers:
-            finalizers = [f for f in current.finalizers if f != wk.FINALIZER_TERMINATION]
-            try:
-                updated = await self.client.merge_patch(
-                    NODES,
-                    node.name,
-                    {
-                        "metadata": {
-                            "finalizers": finalizers or None,
-                            "resourceVersion": current.resource_version,
-                        }
-                    },
-                )
-                self.state.apply("Node", "MODIFIED", updated)
-            except ApiError as err:
-                if err.not_found:
-                    return False
-                raise
-        if not current.deleting:
-            try:
-                await self.client.delete(NODES, node.name)
-            except ApiError as err:
-                if not err.not_found:
-                    raise
-        return node.name in self.state.nodes
+        return await remove_node(self.client, self.state, node)
 
     async def _release(self, claim: JSON) -> None:
         name = claim["metadata"]["name"]
@@ -400,6 +359,74 @@ class Terminator:
             raise
         NODECLAIMS_TERMINATED.labels(nodepool=(claim["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL, "")).inc()
         log.info("terminated nodeclaim", nodeclaim=name)
+
+
+async def remove_node(client: KubeClient, state: ClusterState, node: NodeInfo) -> bool:
+    """Release ``node``'s ``karpenter.sh/termination`` finalizer and delete it; True while it still exists (in
+    ``state``).
+
+    Raises:
+        ApiError: the apiserver refused (other than NotFound).
+    """
+    current = state.nodes.get(node.name)
+    if current is None:
+        return False
+    if wk.FINALIZER_TERMINATION in current.finalizers:
+        finalizers = [f for f in current.finalizers if f != wk.FINALIZER_TERMINATION]
+        try:
+            updated = await client.merge_patch(
+                NODES,
+                node.name,
+                {
+                    "metadata": {
+                        "finalizers": finalizers or None,
+                        "resourceVersion": current.resource_version,
+                    }
+                },
+            )
+            state.apply("Node", "MODIFIED", updated)
+        except ApiError as err:
+            if err.not_found:
+                return False
+            raise
+    if not current.deleting:
+        try:
+            await client.delete(NODES, node.name)
+        except ApiError as err:
+            if not err.not_found:
+                raise
+    return node.name in state.nodes
+
+
+class NodeTermination:
+    """The Node finalizer, keyed by Node name (Karpenter core ``pkg/controllers/node/termination/controller.go``):
+    a Node deleted by a user, holding karpy's ``karpenter.sh/termination`` finalizer, makes its NodeClaim be
+    deleted (the :class:`Terminator` then drains and terminates it and releases the Node); a Node without a
+    NodeClaim has the finalizer released and is deleted."""
+
+    name = "node.termination"
+
+    def __init__(self, client: KubeClient, state: ClusterState) -> None:
+        self.client = client
+        self.state = state
+
+    async def reconcile(self, key: str) -> Result:
+        """Handle the deletion of Node ``key`` (nothing unless it is deleting and holds the finalizer)."""
+        node = self.state.nodes.get(key)
+        if node is None or not node.deleting or wk.FINALIZER_TERMINATION not in node.finalizers:
+            return Result()
+        claim = self.state.nodeclaim_for_node(node)
+        if claim is None:
+            await remove_node(self.client, self.state, node)
+            return Result()
+        if not deleting(claim):
+            log.info("node deleted, deleting its nodeclaim", node=key, nodeclaim=claim["metadata"]["name"])
+            try:
+                await self.client.delete(NODECLAIMS, claim["metadata"]["name"])
+            except ApiError as err:
+                if not err.not_found:
+                    raise
+        return Result()
 
 
 def _pod_ref(info: PodInfo) -> JSON:

@@ -17,6 +17,7 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
 from karpy.kube.errors import ApiError
+from karpy.kube.ratelimit import TokenBucket, client_rate_limiter
 from karpy.kube.resources import Resource
 
 JSON = dict[str, Any]
@@ -28,23 +29,34 @@ class KubeClient:
     """Raw JSON access to kube-apiserver.
 
     Build with :meth:`from_environment`; close with :meth:`close`. Every method raises :class:`ApiError` on a
-    non-2xx answer.
+    non-2xx answer. With a ``rate_limiter`` every request but a watch first takes a token from it (client-go's
+    client-side throttling, :mod:`karpy.kube.ratelimit`).
     """
 
-    def __init__(self, api: k8s_client.ApiClient, *, user_agent: str = "karpy") -> None:
+    def __init__(
+        self, api: k8s_client.ApiClient, *, user_agent: str = "karpy", rate_limiter: TokenBucket | None = None
+    ) -> None:
         self._api = api
         self._api.user_agent = user_agent
+        self.rate_limiter = rate_limiter
 
     @classmethod
-    async def from_environment(cls, kubeconfig: str | None = None) -> KubeClient:
-        """In-cluster config when running in a pod, else ``kubeconfig`` / ``$KUBECONFIG`` / ``~/.kube/config``."""
+    async def from_environment(
+        cls, kubeconfig: str | None = None, *, qps: float | None = None, burst: int = 0
+    ) -> KubeClient:
+        """In-cluster config when running in a pod, else ``kubeconfig`` / ``$KUBECONFIG`` / ``~/.kube/config``.
+
+        ``qps``/``burst``: client-side rate limit as client-go applies ``KUBE_CLIENT_QPS``/``KUBE_CLIENT_BURST``
+        (None: not limited, e.g. a test's admin client).
+        """
         configuration = k8s_client.Configuration()
         path = kubeconfig or os.environ.get("KUBECONFIG")
         if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
             k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
             await k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
-        return cls(k8s_client.ApiClient(configuration=configuration))
+        limiter = None if qps is None else client_rate_limiter(qps, burst)
+        return cls(k8s_client.ApiClient(configuration=configuration), rate_limiter=limiter)
 
     @property
     def host(self) -> str:
@@ -87,11 +99,13 @@ class KubeClient:
         content_type: str = "application/json",
         timeout: float | None = 60.0,
     ) -> JSON:
-        """One request; returns the decoded JSON body ({} when empty).
+        """One request (throttled by the rate limiter); returns the decoded JSON body ({} when empty).
 
         Raises:
             ApiError: a non-2xx status.
         """
+        if self.rate_limiter is not None:
+            await self.rate_limiter.wait()
         response = await self._call(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
         try:
             text = await response.text()
@@ -102,7 +116,8 @@ class KubeClient:
         return json.loads(text) if text else {}
 
     async def stream_lines(self, path: str, query: Mapping[str, Any], *, read_timeout: float) -> AsyncIterator[bytes]:
-        """A streaming GET (watch); yields one JSON line at a time.
+        """A streaming GET (watch); yields one JSON line at a time. Not rate limited (client-go never throttles
+        a watch).
 
         ``read_timeout`` bounds the silence between two lines (bookmarks arrive about every minute), so a
         dead connection is noticed instead of hanging forever.

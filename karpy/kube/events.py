@@ -47,6 +47,11 @@ class EventRecorder:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def flush(self) -> None:
+        """Wait until every Event published so far has been posted (or failed): shutdown and tests."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
     async def _create(self, obj: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
         meta = obj.get("metadata") or {}
         namespace = meta.get("namespace") or "default"

@@ -1,4 +1,4 @@
-"""The provisioning batch window (Karpenter ``provisioning/batcher.go``).
+"""The provisioning batch window (Karpenter core ``pkg/controllers/provisioning/batcher.go``).
 
 Triggers (a pod became provisionable) open a window; it closes ``idle`` seconds after the last trigger or
 ``maximum`` seconds after the first, whichever is sooner (``BATCH_IDLE_DURATION`` 1 s,
@@ -8,36 +8,40 @@ Triggers (a pod became provisionable) open a window; it closes ``idle`` seconds 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+
+from karpy.runtime.clock import Clock, LoopClock
 
 
 class Batcher:
-    """Call :meth:`trigger` on every relevant change; ``await wait()`` returns when a batch is complete."""
+    """Call :meth:`trigger` on every relevant change; ``await wait()`` returns when a batch is complete.
 
-    def __init__(self, idle: float, maximum: float, clock: Callable[[], float] | None = None) -> None:
+    ``idle`` and ``maximum`` are seconds on ``clock`` (the event loop's by default; tests pass a fake one).
+    """
+
+    def __init__(self, idle: float, maximum: float, clock: Clock | None = None) -> None:
         self.idle = idle
         self.maximum = maximum
         self._event = asyncio.Event()
-        self._clock = clock
+        self._clock = clock or LoopClock()
 
     def trigger(self) -> None:
         """Something happened that the next batch should include."""
         self._event.set()
 
-    def _now(self) -> float:
-        return self._clock() if self._clock else asyncio.get_running_loop().time()
+    @property
+    def triggered(self) -> bool:
+        """A trigger arrived that no window has taken yet."""
+        return self._event.is_set()
 
     async def wait(self) -> None:
         """Wait for a first trigger, then until the window closes."""
         await self._event.wait()
         self._event.clear()
-        start = self._now()
+        start = self._clock.now()
         while True:
-            remaining = self.maximum - (self._now() - start)
+            remaining = self.maximum - (self._clock.now() - start)
             if remaining <= 0:
                 return
-            try:
-                await asyncio.wait_for(self._event.wait(), timeout=min(self.idle, remaining))
-            except TimeoutError:
+            if not await self._clock.wait_event(self._event, min(self.idle, remaining)):
                 return
             self._event.clear()

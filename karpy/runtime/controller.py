@@ -3,6 +3,9 @@
 A reconciler is ``async def reconcile(key) -> Result``. It reads cluster state, makes at most a few API calls
 and returns; it never loops or sleeps. ``Result(requeue_after=s)`` asks to be called again; an exception is
 logged and the key retried with per-key backoff. This mirrors controller-runtime's Reconciler.
+
+Every log line of a reconcile carries ``controller=<name>``, ``key=<key>`` and, when the key names an object
+(``key_name``, e.g. ``nodeclaim`` or ``nodepool``), that field too (structlog contextvars, bound per reconcile).
 """
 
 from __future__ import annotations
@@ -38,11 +41,19 @@ class Reconciler(Protocol):
 class Controller:
     """Runs ``workers`` concurrent reconcile loops over one queue."""
 
-    def __init__(self, reconciler: Reconciler, *, workers: int = 4, queue: WorkQueue | None = None) -> None:
+    def __init__(
+        self,
+        reconciler: Reconciler,
+        *,
+        workers: int = 4,
+        queue: WorkQueue | None = None,
+        key_name: str | None = None,
+    ) -> None:
         self.reconciler = reconciler
-        self.queue = queue or WorkQueue()
+        self.name = reconciler.name
+        self.queue = queue if queue is not None else WorkQueue()  # an empty queue is falsy (__len__)
         self.workers = workers
-        self._log = log.bind(controller=reconciler.name)
+        self.key_name = key_name
 
     def enqueue(self, key: str) -> None:
         """Ask for ``key`` to be reconciled."""
@@ -55,19 +66,29 @@ class Controller:
     async def _worker(self) -> None:
         while True:
             key = await self.queue.get()
-            try:
-                result = await self.reconciler.reconcile(key)
-            except asyncio.CancelledError:
-                self.queue.done(key)
-                raise
-            except Exception as err:
-                delay = self.queue.add_rate_limited(key)
-                self._log.warning("reconcile failed", key=key, error=repr(err), retry_in=round(delay, 2))
-                # A change seen while failing (often the reconciler's own status write) must not bypass the
-                # backoff: the delayed retry reads the latest state anyway.
-                self.queue.done(key, requeue_if_dirty=False)
-                continue
-            self.queue.forget(key)
+            with structlog.contextvars.bound_contextvars(**self._context(key)):
+                await self._reconcile(key)
+
+    def _context(self, key: str) -> dict[str, str]:
+        context = {"controller": self.name, "key": key}
+        if self.key_name:
+            context[self.key_name] = key
+        return context
+
+    async def _reconcile(self, key: str) -> None:
+        try:
+            result = await self.reconciler.reconcile(key)
+        except asyncio.CancelledError:
             self.queue.done(key)
-            if result.requeue_after is not None:
-                self.queue.add_after(key, result.requeue_after)
+            raise
+        except Exception as err:
+            delay = self.queue.add_rate_limited(key)
+            log.warning("reconcile failed", error=repr(err), retry_in=round(delay, 2))
+            # A change seen while failing (often the reconciler's own status write) must not bypass the
+            # backoff: the delayed retry reads the latest state anyway.
+            self.queue.done(key, requeue_if_dirty=False)
+            return
+        self.queue.forget(key)
+        self.queue.done(key)
+        if result.requeue_after is not None:
+            self.queue.add_after(key, result.requeue_after)

@@ -11,17 +11,22 @@ for the backoff and jitter instead of a hand-written sleep loop per controller:
 * an exception is logged and the pass retried after an exponential backoff (``base_delay`` doubling to
   ``max_delay`` seconds, ±``jitter`` fraction), reset by the next success.
 * :meth:`SingletonController.trigger` wakes a waiting loop at once (a change the reconciler cares about).
+* every log line of a pass carries ``controller=<name>`` (structlog contextvars).
+
+Waits run on a :class:`~karpy.runtime.clock.Clock` (the event loop's by default) and the jitter on a
+``random.Random`` (seeded in tests), so the loop is testable without waiting.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 from typing import Protocol
 
 import structlog
 
+from karpy.runtime.backoff import Backoff
+from karpy.runtime.clock import Clock, LoopClock
 from karpy.runtime.controller import Result
 
 log = structlog.get_logger("karpy.controller")
@@ -37,36 +42,15 @@ class Singleton(Protocol):
         ...
 
 
-class Backoff:
-    """Exponential backoff with jitter: ``base`` doubling to ``cap`` seconds, each delay scaled by a random
-    factor in ``[1 - jitter, 1 + jitter]`` (so replicas and controllers do not retry in lockstep)."""
-
-    def __init__(self, base: float, cap: float, *, jitter: float = 0.1, rng: random.Random | None = None) -> None:
-        self.base = base
-        self.cap = cap
-        self.jitter = jitter
-        self.failures = 0
-        self._rng = rng or random.Random()
-
-    def next(self) -> float:
-        """The delay (seconds) before the next attempt after one more failure."""
-        delay = min(self.base * 2**self.failures, self.cap)
-        self.failures += 1
-        return self.jittered(delay)
-
-    def reset(self) -> None:
-        """A success: the next failure starts from ``base`` again."""
-        self.failures = 0
-
-    def jittered(self, delay: float) -> float:
-        """``delay`` scaled by the jitter factor (0 stays 0)."""
-        if delay <= 0 or self.jitter <= 0:
-            return max(delay, 0.0)
-        return delay * self._rng.uniform(1 - self.jitter, 1 + self.jitter)
-
-
 class SingletonController:
-    """Runs one :class:`Singleton` forever (see the module docstring)."""
+    """Runs one :class:`Singleton` forever (see the module docstring).
+
+    Args:
+        base_delay: seconds before the first retry after a failed pass (doubling per consecutive failure).
+        max_delay: the longest retry delay, seconds.
+        jitter: each delay (retry and ``requeue_after``) is scaled by a random factor in ``[1 - jitter, 1 + jitter]``.
+        clock: time source for the waits; rng: jitter source.
+    """
 
     def __init__(
         self,
@@ -75,12 +59,15 @@ class SingletonController:
         base_delay: float = 1.0,
         max_delay: float = 60.0,
         jitter: float = 0.1,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.reconciler = reconciler
         self.name = reconciler.name
-        self.backoff = Backoff(base_delay, max_delay, jitter=jitter)
+        self.backoff = Backoff(base_delay, max_delay, jitter=jitter, rng=rng)
+        self.passes = 0
+        self._clock = clock or LoopClock()
         self._wake = asyncio.Event()
-        self._log = log.bind(controller=reconciler.name)
 
     def trigger(self) -> None:
         """Run the next pass now (or right after the running one)."""
@@ -95,14 +82,16 @@ class SingletonController:
 
     async def once(self) -> float | None:
         """One pass; the seconds to wait before the next (None: until triggered)."""
-        try:
-            result = await self.reconciler.reconcile()
-        except asyncio.CancelledError:
-            raise
-        except Exception as err:
-            delay = self.backoff.next()
-            self._log.warning("reconcile failed", error=repr(err), retry_in=round(delay, 2))
-            return delay
+        self.passes += 1
+        with structlog.contextvars.bound_contextvars(controller=self.name):
+            try:
+                result = await self.reconciler.reconcile()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                delay = self.backoff.next()
+                log.warning("reconcile failed", error=repr(err)[:500], retry_in=round(delay, 2))
+                return delay
         self.backoff.reset()
         if result.requeue_after is None:
             return None
@@ -110,6 +99,9 @@ class SingletonController:
 
     async def _wait(self, delay: float | None) -> None:
         if delay is not None and delay <= 0:
+            await asyncio.sleep(0)  # let the rest of the loop run between back-to-back passes
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout=delay)
+        await self._clock.wait_event(self._wake, delay)
+
+
+__all__ = ["Backoff", "Singleton", "SingletonController"]

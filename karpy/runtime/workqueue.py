@@ -2,7 +2,8 @@
 
 The client-go workqueue contract: a key is processed by at most one worker at a time; adding a key that is
 queued is a no-op; adding a key that is being processed re-queues it after the current run; failures back
-off per key (``base`` doubling up to ``cap`` seconds) until a success forgets the key.
+off per key (``base`` doubling up to ``cap`` seconds) until a success forgets the key. Delayed adds run on a
+:class:`~karpy.runtime.clock.Clock` (the event loop's by default; tests pass a fake one).
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import heapq
 import itertools
 from collections import deque
 
+from karpy.runtime.clock import Clock, LoopClock, Timer
+
 
 class WorkQueue:
     """See the module docstring. All methods must be called from the event loop thread."""
 
-    def __init__(self, *, base_delay: float = 0.1, max_delay: float = 60.0) -> None:
+    def __init__(self, *, base_delay: float = 0.1, max_delay: float = 60.0, clock: Clock | None = None) -> None:
         self._queue: deque[str] = deque()
         self._queued: set[str] = set()
         self._processing: set[str] = set()
@@ -25,7 +28,8 @@ class WorkQueue:
         self._delayed: list[tuple[float, int, str]] = []
         self._seq = itertools.count()
         self._ready = asyncio.Condition()
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Timer | None = None
+        self._clock = clock or LoopClock()
         self.base_delay = base_delay
         self.max_delay = max_delay
 
@@ -48,8 +52,7 @@ class WorkQueue:
         if delay <= 0:
             self.add(key)
             return
-        loop = asyncio.get_running_loop()
-        heapq.heappush(self._delayed, (loop.time() + delay, next(self._seq), key))
+        heapq.heappush(self._delayed, (self._clock.now() + delay, next(self._seq), key))
         self._arm_timer()
 
     def add_rate_limited(self, key: str) -> float:
@@ -91,15 +94,15 @@ class WorkQueue:
         asyncio.get_running_loop().create_task(notify())
 
     def _arm_timer(self) -> None:
-        loop = asyncio.get_running_loop()
         if self._timer is not None:
             self._timer.cancel()
+            self._timer = None
         if self._delayed:
-            self._timer = loop.call_at(self._delayed[0][0], self._fire)
+            self._timer = self._clock.call_at(self._delayed[0][0], self._fire)
 
     def _fire(self) -> None:
         self._timer = None
-        now = asyncio.get_running_loop().time()
+        now = self._clock.now()
         while self._delayed and self._delayed[0][0] <= now + 1e-3:
             _, _, key = heapq.heappop(self._delayed)
             self.add(key)

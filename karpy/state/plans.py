@@ -91,7 +91,7 @@ class Plans:
     """See the module docstring. Build it before anything else subscribes to ``state`` so that its index is
     up to date when other listeners run; it starts from what ``state`` already holds."""
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterState, *, follow: bool = True) -> None:
         self.state = state
         self._owner: dict[str, str] = {}  # pod uid → NodeClaim name
         self._pods: dict[str, dict[str, str]] = {}  # NodeClaim name → {pod uid: pod key} it owns
@@ -107,7 +107,12 @@ class Plans:
         self._listeners: list[PlanListener] = []
         for name, claim in state.nodeclaim_views.items():
             self._on_nodeclaim(name, claim)
-        state.subscribe(self._on_change)
+        if follow:  # the operator passes False and calls follow() in its wiring step
+            self.follow()
+
+    def follow(self) -> None:
+        """Subscribe to ``state``'s changes (once)."""
+        self.state.subscribe(self._on_change)
 
     # Subscriptions ------------------------------------------------------------------------------------
 

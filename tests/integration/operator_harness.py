@@ -7,11 +7,21 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from karpy.aws.cloudprovider import AWSCloudProvider
+import attrs
+
 from karpy.aws.session import AWSClients
 from karpy.kube.client import KubeClient
-from karpy.operator import Operator, kubernetes_version
+from karpy.operator import Operator, aws_operator, kubernetes_version
 from karpy.settings import from_environment
+
+
+@attrs.frozen
+class RunningOperator:
+    """The running operator and the harness's own handle on the AWS clients it was built on (tests patch a
+    client's method, e.g. CreateFleet, without reaching into the cloud provider)."""
+
+    operator: Operator
+    clients: AWSClients
 
 
 @contextlib.asynccontextmanager
@@ -21,7 +31,21 @@ async def running_operator(
     queue: Callable[[AWSClients], Any] | None = None,
     **settings: str,
 ) -> AsyncIterator[Operator]:
-    """An :class:`Operator` wired as ``karpy run`` wires it, synced and running until the block exits.
+    """An :class:`Operator` wired as ``karpy run`` wires it, synced and running until the block exits (see
+    :func:`running_operator_with_clients`)."""
+    async with running_operator_with_clients(cluster, kube, queue, **settings) as running:
+        yield running.operator
+
+
+@contextlib.asynccontextmanager
+async def running_operator_with_clients(
+    cluster: Any,
+    kube: KubeClient,
+    queue: Callable[[AWSClients], Any] | None = None,
+    **settings: str,
+) -> AsyncIterator[RunningOperator]:
+    """The operator built by :func:`karpy.operator.aws_operator` (as ``karpy run`` builds it), wired and
+    running, synced, until the block exits.
 
     ``settings`` are karpy's environment variables on top of the cluster's AWS ones (fast 200 ms / 2 s batch
     windows by default); ``queue`` builds an interruption queue from the AWS clients.
@@ -35,19 +59,19 @@ async def running_operator(
     }
     config = from_environment(env)
     async with AWSClients.create(config.aws_region, config.aws_endpoint_url) as clients:
-        cloud = AWSCloudProvider(
+        op = aws_operator(
+            config,
+            kube,
             clients,
-            cluster_name=config.cluster_name,
             cluster_endpoint=cluster.server,
-            cluster_ca_bundle="",
-            region=config.aws_region,
             k8s_version=await kubernetes_version(kube),
+            interruption_queue=queue(clients) if queue else None,
         )
-        op = Operator(config, kube, cloud, interruption_queue=queue(clients) if queue else None)
+        op.wire()
         task = asyncio.create_task(op.run())
         await asyncio.wait_for(op.state.wait_synced(), 30)
         try:
-            yield op
+            yield RunningOperator(op, clients)
         finally:
             task.cancel()
             with contextlib.suppress(BaseException):

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from operator_harness import running_operator
+from operator_harness import RunningOperator, running_operator_with_clients
 
 from e2e.helpers import apply, delete_nodeclaims, ec2nodeclass, nodeclaims_of, wait_for
 from e2e.helpers import nodepool as shared_nodepool
@@ -60,12 +60,17 @@ def pod() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-async def operator(local_cluster: Any, kube: KubeClient) -> AsyncIterator[Operator]:
-    async with running_operator(local_cluster, kube) as op:
+async def running(local_cluster: Any, kube: KubeClient) -> AsyncIterator[RunningOperator]:
+    async with running_operator_with_clients(local_cluster, kube) as handle:
         try:
-            yield op
+            yield handle
         finally:
             await _cleanup(kube)
+
+
+@pytest.fixture(scope="module")
+def operator(running: RunningOperator) -> Operator:
+    return running.operator
 
 
 async def _claims(kube: KubeClient) -> list[dict[str, Any]]:
@@ -88,9 +93,9 @@ async def _ready(kube: KubeClient, res: r.Resource, name: str) -> bool:
 
 
 async def test_failed_launches_back_off_tell_the_pod_and_reset_on_success(
-    operator: Operator, kube: KubeClient, local_cluster: Any, monkeypatch: pytest.MonkeyPatch
+    operator: Operator, running: RunningOperator, kube: KubeClient, local_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ec2 = operator.cloud.clients.ec2
+    ec2 = running.clients.ec2
     fleets = 0
 
     async def no_capacity(**kwargs: Any) -> dict[str, Any]:

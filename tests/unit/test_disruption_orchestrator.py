@@ -65,7 +65,7 @@ class Harness:
         self.cloud = FakeCloudProvider(CATALOGUE)
         for instance in (instances or {}).values():
             self.cloud.add_instance(instance)
-        events = EventRecorder(self.kube)
+        self.events = events = EventRecorder(self.kube)
         self.provisioner = Provisioner(self.kube, self.state, self.cloud, events)
         self.disruption = Disruption(
             self.kube, self.state, self.provisioner, events, settings, clock=self.clock, sleep=self.clock.sleep
@@ -76,6 +76,14 @@ class Harness:
         self.expiration = NodeClaimExpiration(
             self.kube, self.state, events, settings, in_flight=self.queue.in_flight, clock=self.clock
         )
+
+    async def close(self) -> None:
+        """Cancel the commands still running and wait for them and for the Events they published."""
+        running = list(self.queue.tasks)
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        await self.events.flush()
 
     async def mark_conditions(self) -> None:
         """The NodeClaim conditions reconciler over every NodeClaim."""
@@ -88,7 +96,9 @@ class Harness:
         await self.mark_conditions()
         for name in list(self.state.nodeclaims):
             await self.expiration.reconcile(name)
-        return await self.clock.run(self.disruption.evaluate())
+        command = await self.clock.run(self.disruption.evaluate())
+        await self.events.flush()
+        return command
 
     def replacements(self) -> list[str]:
         return sorted(set(self.kube.names(NODECLAIMS)) - self.original)
@@ -272,6 +282,8 @@ async def test_pause_switches() -> None:
     assert await h3.disruption.evaluate() is None
     h4 = Harness(two_nodes(), DisruptionSettings(validation_delay=0.0, cooldown=0.0, pause_namespace="absent"))
     assert await h4.disruption.evaluate() is not None, "no pause namespace: not paused"
+    for harness in (h, h2, h3, h4):
+        await harness.close()
 
 
 async def test_expiration_is_forceful_unless_budgeted() -> None:

@@ -21,6 +21,7 @@ from karpy.cloudprovider.types import CloudProviderError, QueuedMessage
 from karpy.controllers import interruption as interruption_mod
 from karpy.controllers.interruption import Interruption
 from karpy.metrics import INTERRUPTION_QUEUE_ERRORS, INTERRUPTION_QUEUE_HEALTHY
+from karpy.runtime.singleton import SingletonController
 from karpy.state.cluster import KINDS, ClusterState
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,12 +107,9 @@ class FlakyQueue:
         return None
 
 
-async def test_unreadable_queue_shows_in_readiness_and_metric_until_it_recovers(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_unreadable_queue_shows_in_readiness_and_metric_until_it_recovers() -> None:
     """A failed read sets ``queue_error`` (what /readyz reports), the gauge to 0 and counts an error; the next
-    successful read clears both."""
-    monkeypatch.setattr(interruption_mod, "RECEIVE_BACKOFF", (0.0, 0.0))
+    successful read (after the loop's backoff, 0 here) clears both."""
     state = ClusterState()
     for kind in KINDS:
         state.replace(kind, [])
@@ -121,7 +119,7 @@ async def test_unreadable_queue_shows_in_readiness_and_metric_until_it_recovers(
     holder.append(ctl)
     errors = INTERRUPTION_QUEUE_ERRORS._value.get()
     with pytest.raises(asyncio.CancelledError):
-        await ctl.run()
+        await SingletonController(ctl, base_delay=0.0, max_delay=0.0).run()
     assert queue.seen[0][0].startswith("ReceiveMessage 'q'") and queue.seen[0][1] == 0
     assert queue.seen[1] == ("", 1)
     assert INTERRUPTION_QUEUE_ERRORS._value.get() == errors + 1
@@ -169,5 +167,32 @@ async def test_readyz_reports_why_it_is_not_ready() -> None:
             why[0] = ""
             async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
                 assert response.status == 200
+    finally:
+        await runner.cleanup()
+
+
+async def test_metrics_and_probes_share_one_server_each_on_its_own_port() -> None:
+    """``/metrics`` (Prometheus text) answers on the metrics socket and the probes on theirs, from one aiohttp
+    server; neither path answers on the other's port."""
+    import aiohttp
+
+    from karpy.health import listen, start_server
+
+    probes, metrics = listen(0, "127.0.0.1"), listen(0, "127.0.0.1")
+    probe_port, metrics_port = probes.getsockname()[1], metrics.getsockname()[1]
+    runner = await start_server(lambda: "", probes=probes, metrics=metrics)
+    try:
+        async with aiohttp.ClientSession() as session:
+
+            async def get(port: int, path: str) -> tuple[int, str]:
+                async with session.get(f"http://127.0.0.1:{port}{path}") as response:
+                    return response.status, await response.text()
+
+            status, text = await get(metrics_port, "/metrics")
+            assert status == 200 and "# TYPE karpenter_cluster_state_synced gauge" in text
+            assert await get(probe_port, "/healthz") == (200, "ok")
+            assert await get(probe_port, "/readyz") == (200, "ok")
+            assert (await get(probe_port, "/metrics"))[0] == 404
+            assert (await get(metrics_port, "/readyz"))[0] == 404
     finally:
         await runner.cleanup()

@@ -1,5 +1,6 @@
-"""terminationGracePeriod in the terminator (Karpenter E3/E4): do-not-disrupt pods wait, PDBs hold, and at the
-deadline every pod is deleted outright with its grace clamped to the time left."""
+"""terminationGracePeriod in the terminator (Karpenter core ``node/termination/terminator/eviction.go``):
+do-not-disrupt pods wait, PDBs hold, and at the deadline every pod is deleted outright with its grace clamped
+to the time left."""
 
 from __future__ import annotations
 

@@ -1,0 +1,78 @@
+"""Client-side rate limiting of apiserver requests, as client-go does it (``KUBE_CLIENT_QPS``/``KUBE_CLIENT_BURST``).
+
+client-go's REST client (``k8s.io/client-go/rest/config.go`` ``RESTClientFor``) throttles every request through
+``flowcontrol.NewTokenBucketRateLimiter(qps, burst)`` (``golang.org/x/time/rate``): a bucket of ``burst``
+tokens, full at start, refilled at ``qps`` tokens per second; each request takes one token or waits for it
+(``Request.tryThrottle`` in ``rest/request.go``, called by ``Do``/``DoRaw``/``Stream``, so every page of a LIST
+counts). Watches are not throttled ("We specifically don't want to rate limit watches", ``Request.Watch``): a
+watch is one long-lived request and throttling it would delay the stream controllers depend on. A QPS of 0
+means client-go's defaults (5 QPS, burst 10); a negative QPS disables the limiter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+DEFAULT_QPS = 5.0  # client-go rest.DefaultQPS
+DEFAULT_BURST = 10  # client-go rest.DefaultBurst
+
+
+class TokenBucket:
+    """``golang.org/x/time/rate.Limiter`` semantics for one token per request: callers reserve a token in
+    arrival order (the bucket may go negative: each later caller waits one more ``1/qps`` seconds), then sleep
+    until it is theirs.
+
+    Args:
+        qps: tokens added per second (> 0).
+        burst: bucket capacity, and the tokens available at start (≥ 1).
+        now: monotonic clock, seconds; sleep: waits that many seconds (both injectable for tests).
+    """
+
+    def __init__(
+        self,
+        qps: float,
+        burst: int,
+        *,
+        now: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        if qps <= 0 or burst < 1:
+            raise ValueError(f"token bucket needs qps > 0 and burst >= 1, got qps={qps} burst={burst}")
+        self.qps = qps
+        self.burst = burst
+        self._now = now
+        self._sleep = sleep
+        self._tokens = float(burst)
+        self._last: float | None = None
+
+    def reserve(self) -> float:
+        """Take a token; the seconds to wait before using it (0: at once)."""
+        now = self._now()
+        if self._last is not None:
+            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
+        self._last = now
+        self._tokens -= 1.0
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+    async def wait(self) -> None:
+        """Wait for a token (client-go ``Request.tryThrottle``)."""
+        delay = self.reserve()
+        if delay > 0:
+            await self._sleep(delay)
+
+
+def client_rate_limiter(
+    qps: float,
+    burst: int,
+    *,
+    now: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> TokenBucket | None:
+    """The limiter client-go builds for ``QPS``/``Burst`` (0 → its defaults 5/10; QPS < 0 → None, unlimited)."""
+    qps = DEFAULT_QPS if qps == 0 else qps
+    burst = DEFAULT_BURST if burst == 0 else burst
+    if qps < 0:
+        return None
+    return TokenBucket(qps, burst, now=now, sleep=sleep)
