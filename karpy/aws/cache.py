@@ -74,8 +74,7 @@ LAUNCH_TEMPLATES: Final = CacheTTL(
     "launch templates ensured",
     60.0,
     "pkg/cache/cache.go DefaultTTL (1 m), pkg/providers/launchtemplate/launchtemplate.go",
-    "spares a DescribeLaunchTemplates per launch in a burst, short enough to notice a template deleted behind "
-    "our back",
+    "spares a DescribeLaunchTemplates per launch in a burst, short enough to notice a template deleted behind our back",
 )
 LAUNCH_TEMPLATE_UNUSED: Final = CacheTTL(
     "launch template unused before garbage collection",

@@ -98,9 +98,7 @@ async def resolve(
 
     try:
         terms = spec.get("amiSelectorTerms") or []
-        status["amis"] = await (
-            amis.resolve(terms) if amis is not None else resolve_amis(ec2, ssm, terms, k8s_version)
-        )
+        status["amis"] = await (amis.resolve(terms) if amis is not None else resolve_amis(ec2, ssm, terms, k8s_version))
         ok = bool(status["amis"])
         conditions.append(
             _condition(wk.COND_AMIS_READY, ok, "AMINotFound", "" if ok else "AMISelector did not match any AMIs")
