@@ -1,9 +1,10 @@
 """EventBridge interruption messages → :class:`~karpy.cloudprovider.types.InterruptionMessage` (pure, no I/O).
 
-Karpenter AWS ``pkg/controllers/interruption/parser.go`` and ``messages/*`` (behaviour reference §2): the
-body is an EventBridge envelope ``{"version","id","detail-type","source","account","time","region",
-"resources","detail"}``; only ``version``, ``source`` and ``detail-type`` route it and ``time`` feeds the
-latency metric. Every parser expects ``version "0"``. Routes:
+Karpenter AWS ``pkg/controllers/interruption/parser.go`` and ``messages/*``, which route on
+``(version, source, detail-type)`` and treat anything unknown as a no-op to delete. The body is an EventBridge
+envelope ``{"version","id","detail-type","source","account","time","region","resources","detail"}``; only
+``version``, ``source`` and ``detail-type`` route it and ``time`` feeds the latency metric. Every parser
+expects ``version "0"``. Routes:
 
 ====================================================  ==============  =================================
 detail-type (source)                                  detail read     kind
