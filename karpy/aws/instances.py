@@ -191,7 +191,7 @@ class InstanceProvider:
             )
         candidates = launch_candidates(types, request.requirements, subnets, capacity_type)
         configs = await self._launch_template_configs(request, candidates, subnets, capacity_type, tags)
-        response = await self._create_fleet(configs, capacity_type, tags)
+        response = await self.create_fleet(configs, capacity_type, tags)
         instance_ids = [i for entry in response.get("Instances") or [] for i in entry.get("InstanceIds") or []]
         errors = response.get("Errors") or []
         if not instance_ids:
@@ -230,7 +230,15 @@ class InstanceProvider:
             for name, overrides, _ in ordered
         ]
 
-    async def _create_fleet(self, configs: list[JSON], capacity_type: str, tags: Mapping[str, str]) -> JSON:
+    async def create_fleet(self, configs: list[JSON], capacity_type: str, tags: Mapping[str, str]) -> JSON:
+        """CreateFleet ``instant`` for one instance of ``capacity_type`` over ``configs`` (LaunchTemplateConfigs),
+        tagging instance, volume and fleet with ``tags``. A launch template that vanished is forgotten by the
+        launch-template cache and the call retried once (Karpenter ``instance.go``).
+
+        Raises:
+            InsufficientCapacityError: the call failed with an ICE code.
+            CloudProviderError: any other failure.
+        """
         tag_list = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
         kwargs: JSON = {
             "Type": "instant",
@@ -252,7 +260,7 @@ class InstanceProvider:
             for config in configs:  # re-created by the next ensure
                 self.launch_templates.invalidate(config["LaunchTemplateSpecification"]["LaunchTemplateName"])
 
-        async def create_fleet() -> JSON:  # aiobotocore's methods are not coroutine functions tenacity recognises
+        async def call() -> JSON:  # aiobotocore's methods are not coroutine functions tenacity recognises
             response: JSON = await self.ec2.create_fleet(**kwargs)
             return response
 
@@ -263,7 +271,7 @@ class InstanceProvider:
             reraise=True,
         )
         try:
-            return await retrying(create_fleet)
+            return await retrying(call)
         except Exception as err:
             code = error_code(err)
             if is_ice(code):

@@ -316,12 +316,12 @@ async def test_create_fleet_naming_a_vanished_template_forgets_it_and_retries_on
         configs = [{"LaunchTemplateSpecification": {"LaunchTemplateName": name, "Version": "$Latest"}}]
         stub.add_client_error("create_fleet", "InvalidLaunchTemplateName.NotFoundException", http_status_code=400)
         stub.add_response("create_fleet", {"Instances": [{"InstanceIds": ["i-1"]}]})
-        response = await provider._create_fleet(configs, "on-demand", {"k": "v"})
+        response = await provider.create_fleet(configs, "on-demand", {"k": "v"})
         assert response["Instances"][0]["InstanceIds"] == ["i-1"]
         stub.add_response("describe_launch_templates", {"LaunchTemplates": [{"LaunchTemplateName": name}]})
         await templates.ensure(data, {})  # forgotten: looked up again
         for _ in range(2):
             stub.add_client_error("create_fleet", "InvalidLaunchTemplateName.NotFoundException", http_status_code=400)
         with pytest.raises(CloudProviderError, match="NotFoundException"):
-            await provider._create_fleet(configs, "on-demand", {"k": "v"})
+            await provider.create_fleet(configs, "on-demand", {"k": "v"})
         stub.assert_no_pending_responses()
