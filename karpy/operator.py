@@ -407,6 +407,7 @@ def aws_operator(
         vm_memory_overhead_percent=settings.vm_memory_overhead_percent,
         reserved_enis=settings.reserved_enis,
         isolated_vpc=settings.isolated_vpc,
+        ami_refresh_interval=settings.ami_refresh_interval,
     )
     return Operator(
         settings,

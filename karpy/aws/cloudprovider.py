@@ -1,56 +1,42 @@
-"""The AWS cloud provider: karpy's :class:`~karpy.cloudprovider.types.CloudProvider` on EC2 (Karpenter AWS
-``pkg/cloudprovider`` + ``pkg/providers/instance``).
+"""The AWS cloud provider: karpy's :class:`~karpy.cloudprovider.types.CloudProvider` on EC2, a facade over one
+provider per AWS noun (Karpenter AWS ``pkg/cloudprovider/cloudprovider.go``).
 
 ``create`` is idempotent by NodeClaim name: it first adopts a live instance tagged
 ``karpenter.sh/nodeclaim=<name>`` for this cluster (a restart between launch and the NodeClaim status write
-must not launch twice); otherwise it narrows the candidate types by the NodeClaim requirements, picks the
-capacity type, ensures one launch template per (AMI, kubelet resources) group with AL2023 nodeadm user data,
-and calls CreateFleet ``instant`` for one instance with instance type × subnet overrides (one subnet per
-zone, the one with most free IPs), ``lowest-price`` for on-demand and ``price-capacity-optimized`` for spot.
-ICE fleet errors mark the offerings unavailable for 3 minutes and raise ``InsufficientCapacityError``.
-Anything failing after an instance exists terminates it.
+must not launch twice); otherwise it refuses a NodeClass whose status is not resolved, launches through
+:class:`~karpy.aws.instances.InstanceProvider` with Karpenter's tags, reads the instance back and turns it into
+a :class:`~karpy.cloudprovider.types.LaunchResult` (Karpenter ``instanceToNodeClaim``). Anything failing after
+an instance exists terminates it.
 
-moto notes (checked in moto 5.2's ``ec2/models/fleets.py``): instant fleets honour the fleet's instance
-TagSpecifications, the launch template's UserData and the override's SubnetId; they ignore the launch
-template's SecurityGroupIds and IamInstanceProfile and the fleet's volume tags, and pick the first override
-(karpy orders overrides cheapest first, so that is the cheapest). Nothing here works around those gaps.
+The providers: :mod:`karpy.aws.instancetypes` (catalogue), :mod:`karpy.aws.pricing`, :mod:`karpy.aws.instances`
+(CreateFleet, Describe/TerminateInstances), :mod:`karpy.aws.launchtemplates`, :mod:`karpy.aws.nodeclass`
+(subnets, security groups, AMIs, instance profile), with their caches in :mod:`karpy.aws.cache`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
 import structlog
 
 from karpy.apis import labels as wk
 from karpy.aws import nodeclass as nodeclass_resolution
-from karpy.aws.errors import error_code, is_ice, is_launch_template_not_found, is_not_found
-from karpy.aws.instances import (
-    LIVE_STATES,
-    ami_for,
-    ami_requirements_text,
-    choose_capacity_type,
-    ice_offerings,
-    labels_allow,
-    launch_candidates,
-    parse_provider_id,
-    to_cloud_instance,
-)
-from karpy.aws.instancetypes import InstanceTypeProvider, UnavailableOfferings, format_reserved, kubelet_resources
-from karpy.aws.launchtemplates import LaunchTemplateProvider, template_data, unused_templates
+from karpy.aws.amis import AMIProvider, no_ami_reason
+from karpy.aws.cache import AMIS, Timer, UnavailableOfferings
+from karpy.aws.instances import InstanceProvider, parse_provider_id
+from karpy.aws.instancetypes import InstanceTypeProvider
+from karpy.aws.launchtemplates import LaunchTemplateProvider, unused_templates
 from karpy.aws.nodeclass import NodeClassResolution
 from karpy.aws.pricing import PricingProvider
 from karpy.aws.session import AWSClients
-from karpy.aws.userdata import DEFAULT_CLUSTER_DNS, DEFAULT_SERVICE_CIDR, NodeAdmInput, render
+from karpy.aws.userdata import DEFAULT_CLUSTER_DNS, DEFAULT_SERVICE_CIDR
 from karpy.cloudprovider.types import (
     CloudInstance,
     CloudProviderError,
     IncompatibleInstanceTypes,
     InstanceType,
-    InsufficientCapacityError,
     LaunchRequest,
     LaunchResult,
     NodeClaimNotFoundError,
@@ -58,9 +44,6 @@ from karpy.cloudprovider.types import (
 )
 
 log = structlog.get_logger("karpy.aws.cloudprovider")
-JSON = dict[str, Any]
-# DescribeInstances retries after CreateFleet (0.2 s doubling: about 6 s in all) before a launch counts as lost.
-DESCRIBE_AFTER_LAUNCH_ATTEMPTS: Final = 5
 RESTRICTED_TAG_PREFIXES: Final = ("kubernetes.io/cluster/",)
 RESTRICTED_TAGS: Final = frozenset({wk.TAG_EKS_CLUSTER_NAME, wk.TAG_NODEPOOL, wk.TAG_NODECLAIM, wk.TAG_NODECLASS})
 
@@ -76,6 +59,7 @@ class AWSCloudProvider:
         k8s_version: ``major.minor``; selects the EKS AMI alias SSM path.
         vm_memory_overhead_percent / reserved_enis / isolated_vpc: Karpenter's settings of the same names.
         cluster_cidr / cluster_dns: the service CIDR and DNS IPs for the NodeConfig.
+        ami_refresh_interval: ``AMI_REFRESH_INTERVAL`` seconds, how long resolved AMIs are cached.
         clock: monotonic seconds, for the caches (tests inject one).
     """
 
@@ -93,7 +77,8 @@ class AWSCloudProvider:
         isolated_vpc: bool = False,
         cluster_cidr: str = DEFAULT_SERVICE_CIDR,
         cluster_dns: Sequence[str] = DEFAULT_CLUSTER_DNS,
-        clock: Callable[[], float] = time.monotonic,
+        ami_refresh_interval: float = AMIS.seconds,
+        clock: Timer = time.monotonic,
     ) -> None:
         self.clients = clients
         self.cluster_name = cluster_name
@@ -101,8 +86,6 @@ class AWSCloudProvider:
         self.cluster_ca_bundle = cluster_ca_bundle
         self.region = region
         self.k8s_version = k8s_version
-        self.cluster_cidr = cluster_cidr
-        self.cluster_dns = tuple(cluster_dns)
         self.unavailable = UnavailableOfferings(clock)
         self.pricing = PricingProvider(clients.ec2, clients.pricing, region, isolated_vpc=isolated_vpc, clock=clock)
         self.instance_types = InstanceTypeProvider(
@@ -114,7 +97,19 @@ class AWSCloudProvider:
             unavailable=self.unavailable,
             clock=clock,
         )
-        self.launch_templates = LaunchTemplateProvider(clients.ec2, cluster_name, clock)
+        self.launch_templates = LaunchTemplateProvider(
+            clients.ec2,
+            cluster_name,
+            clock,
+            cluster_endpoint=cluster_endpoint,
+            cluster_ca_bundle=cluster_ca_bundle,
+            cluster_cidr=cluster_cidr,
+            cluster_dns=cluster_dns,
+        )
+        self.instances = InstanceProvider(
+            clients.ec2, cluster_name, unavailable=self.unavailable, launch_templates=self.launch_templates
+        )
+        self.amis = AMIProvider(clients.ec2, clients.ssm, k8s_version, ttl=ami_refresh_interval, clock=clock)
 
     # NodeClass --------------------------------------------------------------------------------------------
 
@@ -128,6 +123,7 @@ class AWSCloudProvider:
             cluster_name=self.cluster_name,
             region=self.region,
             k8s_version=self.k8s_version,
+            amis=self.amis,
         )
 
     # Catalogue --------------------------------------------------------------------------------------------
@@ -174,7 +170,7 @@ class AWSCloudProvider:
             NodeClassNotReadyError: the NodeClass status lacks subnets, security groups, AMIs or a profile.
             CloudProviderError: any other failure; no instance is left behind.
         """
-        existing = await self._find_by_nodeclaim(request.nodeclaim_name)
+        existing = await self.instances.find_by_nodeclaim(request.nodeclaim_name)
         if existing is not None:
             log.info("adopting instance", nodeclaim=request.nodeclaim_name, instance_id=existing.instance_id)
             return await self._result(request, existing)
@@ -184,149 +180,19 @@ class AWSCloudProvider:
             name = (request.nodeclass.get("metadata") or {}).get("name", "")
             raise NodeClassNotReadyError(f"EC2NodeClass {name!r} has no resolved {', '.join(missing)}")
         try:
-            instance_id = await self._launch(request, status)
+            instance_id = await self.instances.launch(request, self._resource_tags(request))
         except CloudProviderError:
             raise
         except Exception as err:  # launch templates, IAM, … : the protocol's generic, retryable error
             raise CloudProviderError(f"launching {request.nodeclaim_name}: {err}") from err
         try:
-            instance = await self._describe_launched(instance_id)
+            instance = await self.instances.describe_launched(instance_id)
             return await self._result(request, instance)
         except BaseException as err:
-            await self._terminate_quietly(instance_id)  # never leak an instance the NodeClaim cannot record
+            await self.instances.terminate_quietly(instance_id)  # never leak an instance the NodeClaim cannot record
             if isinstance(err, Exception) and not isinstance(err, CloudProviderError):
                 raise CloudProviderError(f"recording instance {instance_id}: {err}") from err
             raise
-
-    async def _launch(self, request: LaunchRequest, status: Mapping[str, Any]) -> str:
-        subnets = _subnet_per_zone(status.get("subnets") or [])
-        amis = list(status.get("amis") or [])
-        allowed = [it for it in request.instance_types if labels_allow(request.requirements, it.labels)]
-        types = [it for it in allowed if _ami_for(amis, it) is not None]
-        if allowed and not types:
-            # The AMIs changed since the plan (get_instance_types leaves such types out): keep their offerings
-            # away from the next plans for the ICE TTL too, so the re-plan does not pick them again.
-            self._mark_types_unavailable(allowed)
-            raise InsufficientCapacityError(
-                f"no AMI for any of {len(allowed)} instance types ({_names(allowed)}): "
-                f"{no_ami_reason(request.nodeclass)}"
-            )
-        capacity_type = choose_capacity_type(types, request.requirements, subnets)
-        if capacity_type is None:
-            raise InsufficientCapacityError(
-                f"no available offering for {len(request.instance_types)} instance types in zones {sorted(subnets)}"
-            )
-        candidates = launch_candidates(types, request.requirements, subnets, capacity_type)
-        configs = await self._launch_template_configs(request, candidates, subnets, capacity_type, amis)
-        response = await self._create_fleet(request, configs, capacity_type)
-        instance_ids = [i for entry in response.get("Instances") or [] for i in entry.get("InstanceIds") or []]
-        errors = response.get("Errors") or []
-        if not instance_ids:
-            self._mark_unavailable(errors, status, capacity_type)
-            codes = sorted({str(e.get("ErrorCode")) for e in errors})
-            if not errors or any(is_ice(c) for c in codes):
-                raise InsufficientCapacityError(f"CreateFleet launched nothing ({', '.join(codes) or 'no error'})")
-            raise CloudProviderError(f"CreateFleet failed: {errors[0].get('ErrorMessage') or codes}")
-        for extra in instance_ids[1:]:  # TotalTargetCapacity=1: never keep more than one
-            await self._terminate_quietly(extra)
-        return str(instance_ids[0])
-
-    async def _launch_template_configs(
-        self,
-        request: LaunchRequest,
-        candidates: Sequence[tuple[InstanceType, Sequence[Any]]],
-        subnets: Mapping[str, str],
-        capacity_type: str,
-        amis: Sequence[Mapping[str, Any]],
-    ) -> list[JSON]:
-        """One LaunchTemplateConfig per (AMI, kubelet resources) group; overrides type × zone, cheapest first."""
-        groups: dict[str, tuple[str, list[JSON], float]] = {}
-        tags = self._resource_tags(request)
-        for it, offerings in candidates:
-            ami = _ami_for(amis, it)
-            assert ami is not None  # filtered in _launch
-            reserved = kubelet_resources(it.capacity, request.kubelet)
-            user_data = render(
-                NodeAdmInput(
-                    cluster_name=self.cluster_name,
-                    endpoint=self.cluster_endpoint,
-                    ca_bundle=self.cluster_ca_bundle,
-                    max_pods=reserved.max_pods,
-                    kube_reserved=format_reserved(reserved.kube_reserved),
-                    system_reserved=format_reserved(reserved.system_reserved),
-                    eviction_hard=reserved.eviction_hard,
-                    labels=self._node_labels(request, capacity_type),
-                    taints=request.taints,
-                    kubelet=request.kubelet,
-                    cidr=self.cluster_cidr,
-                    cluster_dns=self.cluster_dns,
-                    custom_user_data=str((request.nodeclass.get("spec") or {}).get("userData") or ""),
-                )
-            )
-            lt_tags = {k: v for k, v in tags.items() if k != wk.TAG_NODECLAIM}
-            data = template_data(request.nodeclass, image_id=str(ami["id"]), user_data=user_data, tags=lt_tags)
-            name = await self.launch_templates.ensure(data, lt_tags)
-            price = min(o.price for o in offerings)
-            entry = groups.setdefault(name, (name, [], price))
-            for offering in sorted(offerings, key=lambda o: (o.price, o.zone)):
-                entry[1].append({"InstanceType": it.name, "SubnetId": subnets[offering.zone]})
-        ordered = sorted(groups.values(), key=lambda g: g[2])
-        return [
-            {"LaunchTemplateSpecification": {"LaunchTemplateName": name, "Version": "$Latest"}, "Overrides": overrides}
-            for name, overrides, _ in ordered
-        ]
-
-    async def _create_fleet(self, request: LaunchRequest, configs: list[JSON], capacity_type: str) -> JSON:
-        tags = [{"Key": k, "Value": v} for k, v in sorted(self._resource_tags(request).items())]
-        kwargs: JSON = {
-            "Type": "instant",
-            "LaunchTemplateConfigs": configs,
-            "TargetCapacitySpecification": {
-                "TotalTargetCapacity": 1,
-                "DefaultTargetCapacityType": "spot" if capacity_type == wk.CAPACITY_TYPE_SPOT else "on-demand",
-            },
-            "TagSpecifications": [
-                {"ResourceType": resource, "Tags": tags} for resource in ("instance", "volume", "fleet")
-            ],
-        }
-        if capacity_type == wk.CAPACITY_TYPE_SPOT:
-            kwargs["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized"}
-        else:
-            kwargs["OnDemandOptions"] = {"AllocationStrategy": "lowest-price"}
-        for attempt in (1, 2):
-            try:
-                response: JSON = await self.clients.ec2.create_fleet(**kwargs)
-                return response
-            except Exception as err:
-                if attempt == 1 and is_launch_template_not_found(err):
-                    for config in configs:  # re-created by the next ensure; retry once as Karpenter does
-                        self.launch_templates.invalidate(config["LaunchTemplateSpecification"]["LaunchTemplateName"])
-                    continue
-                code = error_code(err)
-                if is_ice(code):
-                    raise InsufficientCapacityError(f"CreateFleet: {code}") from err
-                raise CloudProviderError(f"CreateFleet: {err}") from err
-        raise CloudProviderError("CreateFleet: launch template vanished twice")  # pragma: no cover
-
-    def _mark_types_unavailable(self, types: Sequence[InstanceType]) -> None:
-        """Every available offering of ``types`` into the unavailable-offerings cache (3 minutes)."""
-        for it in types:
-            for offering in it.offerings:
-                if offering.available:
-                    self.unavailable.mark(offering.capacity_type, it.name, offering.zone)
-        log.info("offerings unavailable", instance_types=_names(types))
-
-    def _mark_unavailable(
-        self, errors: Sequence[Mapping[str, Any]], status: Mapping[str, Any], capacity_type: str
-    ) -> None:
-        subnet_zones = {str(s["id"]): str(s["zone"]) for s in status.get("subnets") or []}
-        marked, spot_blocked = ice_offerings(errors, subnet_zones, capacity_type)
-        for ct, instance_type, zone in marked:
-            self.unavailable.mark(ct, instance_type, zone)
-        if spot_blocked:
-            self.unavailable.mark_capacity_type(wk.CAPACITY_TYPE_SPOT)
-        if marked:
-            log.info("offerings unavailable", offerings=[f"{ct}/{it}/{z}" for ct, it, z in marked][:20])
 
     def _resource_tags(self, request: LaunchRequest) -> dict[str, str]:
         """Karpenter's launch tags over the NodeClass ``spec.tags`` (restricted keys cannot be overridden)."""
@@ -342,15 +208,6 @@ class AWSCloudProvider:
             wk.TAG_NODEPOOL: request.nodepool_name,
             wk.TAG_NODECLAIM: request.nodeclaim_name,
             wk.TAG_NODECLASS: str((request.nodeclass.get("metadata") or {}).get("name", "")),
-        }
-
-    @staticmethod
-    def _node_labels(request: LaunchRequest, capacity_type: str) -> dict[str, str]:
-        """kubelet ``--node-labels``: the NodeClaim's labels + capacity type + do-not-sync-taints (Karpenter)."""
-        return {
-            **request.labels,
-            wk.LABEL_CAPACITY_TYPE: capacity_type,
-            wk.LABEL_DO_NOT_SYNC_TAINTS: "true",
         }
 
     async def _result(self, request: LaunchRequest, instance: CloudInstance) -> LaunchResult:
@@ -386,66 +243,14 @@ class AWSCloudProvider:
 
     # Read / delete ----------------------------------------------------------------------------------------
 
-    async def _describe(self, **kwargs: Any) -> list[JSON]:
-        instances: list[JSON] = []
-        paginator = self.clients.ec2.get_paginator("describe_instances")
-        async for page in paginator.paginate(**kwargs):
-            for reservation in page.get("Reservations") or []:
-                instances.extend(reservation.get("Instances") or [])
-        return instances
-
-    async def _describe_launched(self, instance_id: str) -> CloudInstance:
-        """A just-launched instance. EC2 is eventually consistent: DescribeInstances may answer NotFound for a
-        moment after CreateFleet returned the id, so NotFound is retried (about 6 s in all) rather than taken as
-        a failed launch, which would terminate a good instance.
-
-        Raises:
-            CloudProviderError: still not found, or EC2 refused.
-        """
-        for attempt in range(DESCRIBE_AFTER_LAUNCH_ATTEMPTS):
-            instance = await self._describe_one(instance_id)
-            if instance is not None:
-                return instance
-            await asyncio.sleep(0.2 * 2**attempt)
-        raise CloudProviderError(f"launched instance {instance_id} not found")
-
-    async def _describe_one(self, instance_id: str) -> CloudInstance | None:
-        try:
-            found = await self._describe(InstanceIds=[instance_id])
-        except Exception as err:
-            if is_not_found(err):
-                return None
-            raise CloudProviderError(f"DescribeInstances {instance_id}: {err}") from err
-        return to_cloud_instance(found[0]) if found else None
-
-    async def _find_by_nodeclaim(self, nodeclaim_name: str) -> CloudInstance | None:
-        try:
-            found = await self._describe(
-                Filters=[
-                    {"Name": f"tag:{wk.TAG_NODECLAIM}", "Values": [nodeclaim_name]},
-                    {"Name": f"tag:{wk.cluster_tag(self.cluster_name)}", "Values": ["owned"]},
-                    {"Name": "instance-state-name", "Values": [s for s in LIVE_STATES if s != "shutting-down"]},
-                ]
-            )
-        except Exception as err:
-            raise CloudProviderError(f"DescribeInstances: {err}") from err
-        instances = sorted((to_cloud_instance(i) for i in found), key=lambda i: (i.launch_time, i.instance_id))
-        return instances[0] if instances else None
-
     async def get(self, provider_id: str) -> CloudInstance:
         """The instance behind ``provider_id``.
 
         Raises:
             NodeClaimNotFoundError: terminated, unknown, or not an AWS providerID.
+            CloudProviderError: EC2 refused.
         """
-        try:
-            instance_id = parse_provider_id(provider_id)
-        except ValueError as err:
-            raise NodeClaimNotFoundError(str(err)) from err
-        instance = await self._describe_one(instance_id)
-        if instance is None or instance.state == "terminated":
-            raise NodeClaimNotFoundError(f"instance {instance_id} not found")
-        return instance
+        return await self.instances.get(_instance_id(provider_id))
 
     async def delete(self, provider_id: str) -> None:
         """TerminateInstances unless already shutting down (Karpenter ``instance.Delete``).
@@ -454,16 +259,7 @@ class AWSCloudProvider:
             NodeClaimNotFoundError: the instance is terminated or unknown: termination is complete.
             CloudProviderError: EC2 refused; the caller retries.
         """
-        instance = await self.get(provider_id)
-        if instance.state == "shutting-down":
-            return
-        try:
-            await self.clients.ec2.terminate_instances(InstanceIds=[instance.instance_id])
-        except Exception as err:
-            if is_not_found(err):
-                raise NodeClaimNotFoundError(f"instance {instance.instance_id} not found") from err
-            raise CloudProviderError(f"TerminateInstances {instance.instance_id}: {err}") from err
-        log.info("terminated instance", instance_id=instance.instance_id, provider_id=provider_id)
+        await self.instances.delete(_instance_id(provider_id))
 
     async def list(self) -> list[CloudInstance]:
         """Live instances tagged ``kubernetes.io/cluster/<name>=owned`` that carry a ``karpenter.sh/nodepool`` tag.
@@ -471,17 +267,7 @@ class AWSCloudProvider:
         Raises:
             CloudProviderError: EC2 could not be read.
         """
-        try:
-            found = await self._describe(
-                Filters=[
-                    {"Name": f"tag:{wk.cluster_tag(self.cluster_name)}", "Values": ["owned"]},
-                    {"Name": "tag-key", "Values": [wk.TAG_NODEPOOL]},
-                    {"Name": "instance-state-name", "Values": list(LIVE_STATES)},
-                ]
-            )
-        except Exception as err:
-            raise CloudProviderError(f"DescribeInstances: {err}") from err
-        return [to_cloud_instance(i) for i in found]
+        return await self.instances.list()
 
     # Interruption and garbage collection -------------------------------------------------------------------
 
@@ -513,35 +299,14 @@ class AWSCloudProvider:
         except Exception as err:
             raise CloudProviderError(f"launch template garbage collection: {err}") from err
 
-    async def _terminate_quietly(self, instance_id: str) -> None:
-        try:
-            await self.clients.ec2.terminate_instances(InstanceIds=[instance_id])
-            log.info("terminated instance after a failed launch", instance_id=instance_id)
-        except Exception as err:  # best effort: garbage collection catches what this misses
-            log.warning("could not terminate instance", instance_id=instance_id, error=str(err)[:200])
 
+def _instance_id(provider_id: str) -> str:
+    """The instance id of an AWS providerID.
 
-def _subnet_per_zone(subnets: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """zone → subnet id: the first listed per zone (status lists subnets most-free-IPs first)."""
-    chosen: dict[str, str] = {}
-    for subnet in subnets:
-        chosen.setdefault(str(subnet["zone"]), str(subnet["id"]))
-    return chosen
-
-
-def _ami_for(amis: Sequence[Mapping[str, Any]], it: InstanceType) -> Mapping[str, Any] | None:
-    """The first resolved AMI whose requirements the instance type satisfies (Karpenter's AMI mapping)."""
-    return ami_for(amis, it.labels)
-
-
-def no_ami_reason(nodeclass: Mapping[str, Any]) -> str:
-    """Why a type has no AMI: ``EC2NodeClass "<name>" resolves AMIs only for (<requirements>) or (…)``."""
-    name = (nodeclass.get("metadata") or {}).get("name", "")
-    amis = (nodeclass.get("status") or {}).get("amis") or []
-    return f'EC2NodeClass "{name}" resolves AMIs only for {ami_requirements_text(amis) or "no instance type"}'
-
-
-def _names(types: Sequence[InstanceType], limit: int = 5) -> str:
-    """``a, b, c`` of the first ``limit`` type names, ``, …`` when there are more."""
-    names = ", ".join(it.name for it in types[:limit])
-    return names + (", …" if len(types) > limit else "")
+    Raises:
+        NodeClaimNotFoundError: not an AWS providerID (no instance can be behind it).
+    """
+    try:
+        return parse_provider_id(provider_id)
+    except ValueError as err:
+        raise NodeClaimNotFoundError(str(err)) from err

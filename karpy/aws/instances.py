@@ -1,184 +1,67 @@
-"""Launch-time choices and EC2 instance plumbing (Karpenter AWS ``pkg/providers/instance``).
+"""EC2 instances: launch with CreateFleet, read, list and terminate (Karpenter AWS
+``pkg/providers/instance/{instance.go,types.go}``).
 
-Pure helpers (no I/O): requirement matching against instance types and offerings, the capacity-type choice
-(reserved > spot > on-demand among allowed types with an available compatible offering), Karpenter's launch
-filters (exotic types dropped when others remain; spot types dearer than the cheapest on-demand dropped),
-cheapest-first truncation to 60 types, fleet-error → ICE offering classification, and instance → model
-conversion. The I/O (CreateFleet, DescribeInstances, TerminateInstances) lives in
-:mod:`karpy.aws.cloudprovider`.
+:meth:`InstanceProvider.launch` narrows the candidate types by the NodeClaim requirements and the resolved AMIs,
+picks the capacity type and the launch candidates (:mod:`karpy.aws.instancefilters`), ensures one launch
+template per (AMI, kubelet resources) group (:mod:`karpy.aws.launchtemplates`) and calls CreateFleet ``instant``
+for one instance with instance type × subnet overrides (one subnet per zone, the one with most free IPs),
+``lowest-price`` for on-demand and ``price-capacity-optimized`` for spot. ICE fleet errors mark the offerings
+unavailable for 3 minutes (:class:`karpy.aws.cache.UnavailableOfferings`) and raise
+``InsufficientCapacityError``. A launch template that vanished is forgotten and CreateFleet retried once, as
+Karpenter does.
+
+Retries use ``tenacity`` (the AWS SDK's own throttling/5xx retries are botocore's, see :mod:`karpy.aws.session`):
+both loops here are short, bounded and inside one call, so they need no jitter and no runtime supervision,
+which is what :class:`karpy.runtime.singleton.Backoff` is for.
+
+moto notes (checked in moto 5.2's ``ec2/models/fleets.py``): instant fleets honour the fleet's instance
+TagSpecifications, the launch template's UserData and the override's SubnetId; they ignore the launch
+template's SecurityGroupIds and IamInstanceProfile and the fleet's volume tags, and pick the first override
+(karpy orders overrides cheapest first, so that is the cheapest). Nothing here works around those gaps.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from karpy.apis import labels as wk
-from karpy.aws.errors import SPOT_ROLE_CODES, is_ice
-from karpy.cloudprovider.types import CloudInstance, InstanceType, Offering
-
-JSON = dict[str, Any]
-MAX_INSTANCE_TYPES: Final = 60
-CAPACITY_TYPE_ORDER: Final = (wk.CAPACITY_TYPE_RESERVED, wk.CAPACITY_TYPE_SPOT, wk.CAPACITY_TYPE_ON_DEMAND)
-OFFERING_KEYS: Final = frozenset({wk.LABEL_ZONE, wk.LABEL_CAPACITY_TYPE, wk.LABEL_ZONE_ID})
-# Keys that describe the NodeClaim, not the instance type: never used to filter types.
-IGNORED_KEYS: Final = frozenset(
-    {wk.LABEL_NODEPOOL, wk.LABEL_EC2NODECLASS, wk.LABEL_HOSTNAME, wk.LABEL_REGION, wk.LABEL_WINDOWS_BUILD}
+import structlog
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    retry_if_result,
+    stop_after_attempt,
+    wait_exponential,
 )
+
+from karpy.apis import labels as wk
+from karpy.aws.amis import ami_for, no_ami_reason
+from karpy.aws.cache import UnavailableOfferings
+from karpy.aws.errors import SPOT_ROLE_CODES, error_code, is_ice, is_launch_template_not_found, is_not_found
+from karpy.aws.instancefilters import choose_capacity_type, launch_candidates
+from karpy.aws.launchtemplates import LaunchTemplateProvider
+from karpy.aws.requirements import labels_allow
+from karpy.aws.subnets import subnet_per_zone
+from karpy.cloudprovider.types import (
+    CloudInstance,
+    CloudProviderError,
+    InstanceType,
+    InsufficientCapacityError,
+    LaunchRequest,
+    NodeClaimNotFoundError,
+    Offering,
+)
+
+log = structlog.get_logger("karpy.aws.instances")
+JSON = dict[str, Any]
 LIVE_STATES: Final = ("pending", "running", "stopping", "stopped", "shutting-down")
-EXOTIC_LABELS: Final = (wk.LABEL_INSTANCE_GPU_COUNT, wk.LABEL_INSTANCE_ACCELERATOR_COUNT)
-
-
-def _normalized(key: str) -> str:
-    return wk.NORMALIZED_LABELS.get(key, key)
-
-
-def requirement_allows(requirement: Mapping[str, Any], value: str | None) -> bool:
-    """Whether ``value`` (None = label absent) satisfies one requirement (In, NotIn, Exists, DoesNotExist,
-    Gt, Lt, Gte, Lte; Kubernetes node-selector semantics)."""
-    op = requirement.get("operator")
-    values = [str(v) for v in requirement.get("values") or []]
-    if op == "In":
-        return value is not None and value in values
-    if op == "NotIn":
-        return value is None or value not in values
-    if op == "Exists":
-        return value is not None
-    if op == "DoesNotExist":
-        return value is None
-    if op in ("Gt", "Lt", "Gte", "Lte"):
-        try:
-            have, bound = int(value or ""), int(values[0])
-        except (ValueError, IndexError):
-            return False
-        return {"Gt": have > bound, "Lt": have < bound, "Gte": have >= bound, "Lte": have <= bound}[op]
-    return False
-
-
-def labels_allow(requirements: Iterable[Mapping[str, Any]], labels: Mapping[str, str]) -> bool:
-    """Instance-type level compatibility: every requirement on a key the type defines, or on a well-known key
-    it lacks (treated as DoesNotExist), must hold; custom and NodeClaim-level keys are ignored."""
-    for req in requirements:
-        key = _normalized(str(req.get("key", "")))
-        if key in OFFERING_KEYS or key in IGNORED_KEYS:
-            continue
-        if key in labels:
-            if not requirement_allows(req, labels[key]):
-                return False
-        elif key in wk.WELL_KNOWN_LABELS and not requirement_allows(req, None):
-            return False
-    return True
-
-
-def ami_for(amis: Sequence[Mapping[str, Any]], labels: Mapping[str, str]) -> Mapping[str, Any] | None:
-    """The first resolved AMI (``status.amis`` entry) whose requirements an instance type with ``labels``
-    satisfies, None when there is none (Karpenter's AMI → instance type mapping, ``MapToInstanceTypes``)."""
-    for ami in amis:
-        reqs = ami.get("requirements") or []
-        if all(requirement_allows(r, labels.get(str(r.get("key")))) for r in reqs):
-            return ami
-    return None
-
-
-def format_requirement(req: Mapping[str, Any]) -> str:
-    """``key Op [v1 v2]`` (``key Op`` for Exists/DoesNotExist), for messages."""
-    values = [str(v) for v in req.get("values") or []]
-    text = f"{req.get('key', '')} {req.get('operator', '')}"
-    return f"{text} [{' '.join(values)}]" if values else text
-
-
-def ami_requirements_text(amis: Sequence[Mapping[str, Any]]) -> str:
-    """The distinct requirement sets of ``amis`` as ``(a, b) or (c)``, in status order ("" when none)."""
-    sets: list[str] = []
-    for ami in amis:
-        text = ", ".join(format_requirement(r) for r in ami.get("requirements") or []) or "any instance type"
-        if f"({text})" not in sets:
-            sets.append(f"({text})")
-    return " or ".join(sets)
-
-
-def offering_allowed(requirements: Iterable[Mapping[str, Any]], offering: Offering) -> bool:
-    """Zone, zone-id and capacity-type requirements against one offering."""
-    values = {
-        wk.LABEL_ZONE: offering.zone,
-        wk.LABEL_CAPACITY_TYPE: offering.capacity_type,
-        wk.LABEL_ZONE_ID: offering.zone_id or None,
-    }
-    for req in requirements:
-        key = _normalized(str(req.get("key", "")))
-        if key in values and not requirement_allows(req, values[key]):
-            return False
-    return True
-
-
-def usable_offerings(
-    it: InstanceType, requirements: Sequence[Mapping[str, Any]], zones: Iterable[str], capacity_type: str | None = None
-) -> list[Offering]:
-    """Available offerings of ``it`` compatible with ``requirements`` in ``zones`` (and ``capacity_type``)."""
-    zone_set = set(zones)
-    return [
-        o
-        for o in it.offerings
-        if o.available
-        and o.zone in zone_set
-        and (capacity_type is None or o.capacity_type == capacity_type)
-        and offering_allowed(requirements, o)
-    ]
-
-
-def choose_capacity_type(
-    types: Sequence[InstanceType], requirements: Sequence[Mapping[str, Any]], zones: Iterable[str]
-) -> str | None:
-    """reserved > spot > on-demand: the first with an available compatible offering (Karpenter
-    ``getCapacityType``); None when nothing can be launched."""
-    zone_list = list(zones)
-    for capacity_type in CAPACITY_TYPE_ORDER:
-        if any(usable_offerings(it, requirements, zone_list, capacity_type) for it in types):
-            return capacity_type
-    return None
-
-
-def cheapest(it: InstanceType, offerings: Sequence[Offering]) -> float:
-    """The lowest price among ``offerings`` (USD/hour); +inf when empty."""
-    return min((o.price for o in offerings), default=float("inf"))
-
-
-def _exotic(it: InstanceType) -> bool:
-    return any(it.labels.get(k) for k in EXOTIC_LABELS) or it.labels.get(wk.LABEL_INSTANCE_SIZE, "").endswith("metal")
-
-
-def launch_candidates(
-    types: Sequence[InstanceType],
-    requirements: Sequence[Mapping[str, Any]],
-    zones: Iterable[str],
-    capacity_type: str,
-    *,
-    limit: int = MAX_INSTANCE_TYPES,
-) -> list[tuple[InstanceType, list[Offering]]]:
-    """(type, usable offerings of ``capacity_type``) cheapest first, after Karpenter's launch filters, at
-    most ``limit`` types.
-
-    Filters: exotic types (GPU, accelerator, metal) are dropped when ordinary ones remain; for spot, types
-    whose cheapest spot price exceeds the cheapest on-demand price among the candidates are dropped (when
-    on-demand is allowed), as Karpenter's ``SpotOfferingFilter`` does.
-    """
-    zone_list = list(zones)
-    pairs = [(it, usable_offerings(it, requirements, zone_list, capacity_type)) for it in types]
-    pairs = [(it, offs) for it, offs in pairs if offs]
-    ordinary = [(it, offs) for it, offs in pairs if not _exotic(it)]
-    if ordinary:
-        pairs = ordinary
-    if capacity_type == wk.CAPACITY_TYPE_SPOT:
-        on_demand = [
-            cheapest(it, usable_offerings(it, requirements, zone_list, wk.CAPACITY_TYPE_ON_DEMAND)) for it, _ in pairs
-        ]
-        ceiling = min(on_demand, default=float("inf"))
-        if ceiling != float("inf"):
-            kept = [(it, offs) for it, offs in pairs if cheapest(it, offs) <= ceiling]
-            pairs = kept or pairs
-    pairs.sort(key=lambda p: (cheapest(p[0], p[1]), p[0].name))
-    return pairs[:limit]
+# DescribeInstances after CreateFleet: 6 reads 0.2 s doubling apart (about 6 s in all) before a launch counts as
+# lost (EC2 is eventually consistent: a just-launched id may be NotFound for a moment).
+DESCRIBE_AFTER_LAUNCH_ATTEMPTS: Final = 6
+DESCRIBE_AFTER_LAUNCH_FIRST_WAIT: Final = 0.2
 
 
 def ice_offerings(
@@ -244,3 +127,294 @@ def to_cloud_instance(instance: Mapping[str, Any]) -> CloudInstance:
         subnet_id=str(instance.get("SubnetId") or ""),
         security_group_ids=tuple(str(g["GroupId"]) for g in instance.get("SecurityGroups") or []),
     )
+
+
+def names(types: Sequence[InstanceType], limit: int = 5) -> str:
+    """``a, b, c`` of the first ``limit`` type names, ``, …`` when there are more."""
+    text = ", ".join(it.name for it in types[:limit])
+    return text + (", …" if len(types) > limit else "")
+
+
+class InstanceProvider:
+    """CreateFleet, DescribeInstances and TerminateInstances for this cluster's instances.
+
+    Args:
+        ec2: an open aiobotocore EC2 client.
+        cluster_name: instances are found by the tag ``kubernetes.io/cluster/<name>=owned``.
+        unavailable: the ICE cache launches mark and read.
+        launch_templates: ensures the templates a fleet names.
+        sleep: awaited between DescribeInstances reads after a launch (tests inject one that returns at once).
+    """
+
+    def __init__(
+        self,
+        ec2: Any,
+        cluster_name: str,
+        *,
+        unavailable: UnavailableOfferings,
+        launch_templates: LaunchTemplateProvider,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.ec2 = ec2
+        self.cluster_name = cluster_name
+        self.unavailable = unavailable
+        self.launch_templates = launch_templates
+        self.sleep = sleep
+
+    # Launch -----------------------------------------------------------------------------------------------
+
+    async def launch(self, request: LaunchRequest, tags: Mapping[str, str]) -> str:
+        """Launch one instance for ``request`` (its NodeClass status resolved), tagged with ``tags``; returns its id.
+
+        Raises:
+            InsufficientCapacityError: no type has a compatible AMI or available offering, or EC2 had no capacity.
+            CloudProviderError: CreateFleet failed otherwise.
+            Exception: launch templates could not be ensured (the caller wraps it).
+        """
+        status = request.nodeclass.get("status") or {}
+        subnets = subnet_per_zone(status.get("subnets") or [])
+        amis = list(status.get("amis") or [])
+        allowed = [it for it in request.instance_types if labels_allow(request.requirements, it.labels)]
+        types = [it for it in allowed if ami_for(amis, it.labels) is not None]
+        if allowed and not types:
+            # The AMIs changed since the plan (get_instance_types leaves such types out): keep their offerings
+            # away from the next plans for the ICE TTL too, so the re-plan does not pick them again.
+            self._mark_types_unavailable(allowed)
+            raise InsufficientCapacityError(
+                f"no AMI for any of {len(allowed)} instance types ({names(allowed)}): "
+                f"{no_ami_reason(request.nodeclass)}"
+            )
+        capacity_type = choose_capacity_type(types, request.requirements, subnets)
+        if capacity_type is None:
+            raise InsufficientCapacityError(
+                f"no available offering for {len(request.instance_types)} instance types in zones {sorted(subnets)}"
+            )
+        candidates = launch_candidates(types, request.requirements, subnets, capacity_type)
+        configs = await self._launch_template_configs(request, candidates, subnets, capacity_type, tags)
+        response = await self.create_fleet(configs, capacity_type, tags)
+        instance_ids = [i for entry in response.get("Instances") or [] for i in entry.get("InstanceIds") or []]
+        errors = response.get("Errors") or []
+        if not instance_ids:
+            self._mark_unavailable(errors, status, capacity_type)
+            codes = sorted({str(e.get("ErrorCode")) for e in errors})
+            if not errors or any(is_ice(c) for c in codes):
+                raise InsufficientCapacityError(f"CreateFleet launched nothing ({', '.join(codes) or 'no error'})")
+            raise CloudProviderError(f"CreateFleet failed: {errors[0].get('ErrorMessage') or codes}")
+        for extra in instance_ids[1:]:  # TotalTargetCapacity=1: never keep more than one
+            await self.terminate_quietly(extra)
+        return str(instance_ids[0])
+
+    async def _launch_template_configs(
+        self,
+        request: LaunchRequest,
+        candidates: Sequence[tuple[InstanceType, Sequence[Offering]]],
+        subnets: Mapping[str, str],
+        capacity_type: str,
+        tags: Mapping[str, str],
+    ) -> list[JSON]:
+        """One LaunchTemplateConfig per (AMI, kubelet resources) group; overrides type × zone, cheapest first."""
+        amis = list((request.nodeclass.get("status") or {}).get("amis") or [])
+        lt_tags = {k: v for k, v in tags.items() if k != wk.TAG_NODECLAIM}
+        groups: dict[str, tuple[str, list[JSON], float]] = {}
+        for it, offerings in candidates:
+            ami = ami_for(amis, it.labels)
+            assert ami is not None  # filtered in launch
+            name = await self.launch_templates.ensure_for(request, it, str(ami["id"]), capacity_type, lt_tags)
+            price = min(o.price for o in offerings)
+            entry = groups.setdefault(name, (name, [], price))
+            for offering in sorted(offerings, key=lambda o: (o.price, o.zone)):
+                entry[1].append({"InstanceType": it.name, "SubnetId": subnets[offering.zone]})
+        ordered = sorted(groups.values(), key=lambda g: g[2])
+        return [
+            {"LaunchTemplateSpecification": {"LaunchTemplateName": name, "Version": "$Latest"}, "Overrides": overrides}
+            for name, overrides, _ in ordered
+        ]
+
+    async def create_fleet(self, configs: list[JSON], capacity_type: str, tags: Mapping[str, str]) -> JSON:
+        """CreateFleet ``instant`` for one instance of ``capacity_type`` over ``configs`` (LaunchTemplateConfigs),
+        tagging instance, volume and fleet with ``tags``. A launch template that vanished is forgotten by the
+        launch-template cache and the call retried once (Karpenter ``instance.go``).
+
+        Raises:
+            InsufficientCapacityError: the call failed with an ICE code.
+            CloudProviderError: any other failure.
+        """
+        tag_list = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+        kwargs: JSON = {
+            "Type": "instant",
+            "LaunchTemplateConfigs": configs,
+            "TargetCapacitySpecification": {
+                "TotalTargetCapacity": 1,
+                "DefaultTargetCapacityType": "spot" if capacity_type == wk.CAPACITY_TYPE_SPOT else "on-demand",
+            },
+            "TagSpecifications": [
+                {"ResourceType": resource, "Tags": tag_list} for resource in ("instance", "volume", "fleet")
+            ],
+        }
+        if capacity_type == wk.CAPACITY_TYPE_SPOT:
+            kwargs["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized"}
+        else:
+            kwargs["OnDemandOptions"] = {"AllocationStrategy": "lowest-price"}
+
+        def forget_templates(_state: RetryCallState) -> None:
+            for config in configs:  # re-created by the next ensure
+                self.launch_templates.invalidate(config["LaunchTemplateSpecification"]["LaunchTemplateName"])
+
+        async def call() -> JSON:  # aiobotocore's methods are not coroutine functions tenacity recognises
+            response: JSON = await self.ec2.create_fleet(**kwargs)
+            return response
+
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(is_launch_template_not_found),
+            stop=stop_after_attempt(2),
+            before_sleep=forget_templates,
+            reraise=True,
+        )
+        try:
+            return await retrying(call)
+        except Exception as err:
+            code = error_code(err)
+            if is_ice(code):
+                raise InsufficientCapacityError(f"CreateFleet: {code}") from err
+            raise CloudProviderError(f"CreateFleet: {err}") from err
+
+    def _mark_types_unavailable(self, types: Sequence[InstanceType]) -> None:
+        """Every available offering of ``types`` into the unavailable-offerings cache (3 minutes)."""
+        for it in types:
+            for offering in it.offerings:
+                if offering.available:
+                    self.unavailable.mark(offering.capacity_type, it.name, offering.zone)
+        log.info("offerings unavailable", instance_types=names(types))
+
+    def _mark_unavailable(
+        self, errors: Sequence[Mapping[str, Any]], status: Mapping[str, Any], capacity_type: str
+    ) -> None:
+        subnet_zones = {str(s["id"]): str(s["zone"]) for s in status.get("subnets") or []}
+        marked, spot_blocked = ice_offerings(errors, subnet_zones, capacity_type)
+        for ct, instance_type, zone in marked:
+            self.unavailable.mark(ct, instance_type, zone)
+        if spot_blocked:
+            self.unavailable.mark_capacity_type(wk.CAPACITY_TYPE_SPOT)
+        if marked:
+            log.info("offerings unavailable", offerings=[f"{ct}/{it}/{z}" for ct, it, z in marked][:20])
+
+    # Read -------------------------------------------------------------------------------------------------
+
+    async def _describe(self, **kwargs: Any) -> list[JSON]:
+        instances: list[JSON] = []
+        paginator = self.ec2.get_paginator("describe_instances")
+        async for page in paginator.paginate(**kwargs):
+            for reservation in page.get("Reservations") or []:
+                instances.extend(reservation.get("Instances") or [])
+        return instances
+
+    async def describe_launched(self, instance_id: str) -> CloudInstance:
+        """A just-launched instance. EC2 is eventually consistent: DescribeInstances may answer NotFound for a
+        moment after CreateFleet returned the id, so NotFound is read again (about 6 s in all) rather than taken
+        as a failed launch, which would terminate a good instance.
+
+        Raises:
+            CloudProviderError: still not found, or EC2 refused.
+        """
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(DESCRIBE_AFTER_LAUNCH_ATTEMPTS),
+            wait=wait_exponential(multiplier=DESCRIBE_AFTER_LAUNCH_FIRST_WAIT),
+            retry=retry_if_result(lambda found: found is None),
+            retry_error_callback=lambda _state: None,
+            sleep=self.sleep,
+        )
+        instance: CloudInstance | None = await retrying(self.describe_one, instance_id)
+        if instance is None:
+            raise CloudProviderError(f"launched instance {instance_id} not found")
+        return instance
+
+    async def describe_one(self, instance_id: str) -> CloudInstance | None:
+        """The instance ``instance_id`` in any state; None when EC2 does not know it.
+
+        Raises:
+            CloudProviderError: EC2 refused.
+        """
+        try:
+            found = await self._describe(InstanceIds=[instance_id])
+        except Exception as err:
+            if is_not_found(err):
+                return None
+            raise CloudProviderError(f"DescribeInstances {instance_id}: {err}") from err
+        return to_cloud_instance(found[0]) if found else None
+
+    async def find_by_nodeclaim(self, nodeclaim_name: str) -> CloudInstance | None:
+        """The oldest live (not shutting-down) instance of this cluster tagged ``karpenter.sh/nodeclaim=<name>``.
+
+        Raises:
+            CloudProviderError: EC2 could not be read.
+        """
+        try:
+            found = await self._describe(
+                Filters=[
+                    {"Name": f"tag:{wk.TAG_NODECLAIM}", "Values": [nodeclaim_name]},
+                    {"Name": f"tag:{wk.cluster_tag(self.cluster_name)}", "Values": ["owned"]},
+                    {"Name": "instance-state-name", "Values": [s for s in LIVE_STATES if s != "shutting-down"]},
+                ]
+            )
+        except Exception as err:
+            raise CloudProviderError(f"DescribeInstances: {err}") from err
+        instances = sorted((to_cloud_instance(i) for i in found), key=lambda i: (i.launch_time, i.instance_id))
+        return instances[0] if instances else None
+
+    async def get(self, instance_id: str) -> CloudInstance:
+        """The instance ``instance_id`` unless terminated.
+
+        Raises:
+            NodeClaimNotFoundError: terminated or unknown.
+            CloudProviderError: EC2 refused.
+        """
+        instance = await self.describe_one(instance_id)
+        if instance is None or instance.state == "terminated":
+            raise NodeClaimNotFoundError(f"instance {instance_id} not found")
+        return instance
+
+    async def list(self) -> list[CloudInstance]:
+        """Live instances tagged ``kubernetes.io/cluster/<name>=owned`` that carry a ``karpenter.sh/nodepool`` tag.
+
+        Raises:
+            CloudProviderError: EC2 could not be read.
+        """
+        try:
+            found = await self._describe(
+                Filters=[
+                    {"Name": f"tag:{wk.cluster_tag(self.cluster_name)}", "Values": ["owned"]},
+                    {"Name": "tag-key", "Values": [wk.TAG_NODEPOOL]},
+                    {"Name": "instance-state-name", "Values": list(LIVE_STATES)},
+                ]
+            )
+        except Exception as err:
+            raise CloudProviderError(f"DescribeInstances: {err}") from err
+        return [to_cloud_instance(i) for i in found]
+
+    # Terminate --------------------------------------------------------------------------------------------
+
+    async def delete(self, instance_id: str) -> None:
+        """TerminateInstances unless already shutting down (Karpenter ``instance.Delete``).
+
+        Raises:
+            NodeClaimNotFoundError: the instance is terminated or unknown: termination is complete.
+            CloudProviderError: EC2 refused; the caller retries.
+        """
+        instance = await self.get(instance_id)
+        if instance.state == "shutting-down":
+            return
+        try:
+            await self.ec2.terminate_instances(InstanceIds=[instance.instance_id])
+        except Exception as err:
+            if is_not_found(err):
+                raise NodeClaimNotFoundError(f"instance {instance.instance_id} not found") from err
+            raise CloudProviderError(f"TerminateInstances {instance.instance_id}: {err}") from err
+        log.info("terminated instance", instance_id=instance.instance_id, provider_id=instance.provider_id)
+
+    async def terminate_quietly(self, instance_id: str) -> None:
+        """TerminateInstances, logging instead of raising (garbage collection catches what this misses)."""
+        try:
+            await self.ec2.terminate_instances(InstanceIds=[instance_id])
+            log.info("terminated instance after a failed launch", instance_id=instance_id)
+        except Exception as err:  # best effort: garbage collection catches what this misses
+            log.warning("could not terminate instance", instance_id=instance_id, error=str(err)[:200])

@@ -12,8 +12,9 @@ entry, following Karpenter's ``types.go``:
   nodefs.available 10 %; the larger of hard and soft per signal).
 
 I/O part: :class:`InstanceTypeProvider` reads DescribeInstanceTypes and DescribeInstanceTypeOfferings (both
-cached 12 h, Karpenter's catalogue refresh), prices (:mod:`karpy.aws.pricing`) and the ICE cache
-(:class:`UnavailableOfferings`), and caches the per-NodeClass result for 5 minutes (Karpenter's resolved
+cached :data:`karpy.aws.cache.INSTANCE_TYPE_INFO`, 12 h, Karpenter's catalogue refresh), prices
+(:mod:`karpy.aws.pricing`) and the ICE cache (:class:`karpy.aws.cache.UnavailableOfferings`), and caches the
+per-NodeClass result for :data:`karpy.aws.cache.RESOLVED_INSTANCE_TYPES` (5 minutes, Karpenter's resolved
 instance-type cache) keyed on everything it depends on, so a provisioning batch costs no AWS call.
 Types that no AMI of the NodeClass (``status.amis`` requirements) can boot are left out, as Karpenter leaves
 them out of the NodeClass's instance types: the scheduler never plans a NodeClaim that cannot launch (a GPU
@@ -36,15 +37,13 @@ import attrs
 
 from karpy.apis import labels as wk
 from karpy.apis.quantity import QuantityError, format_canonical, parse_quantity, to_canonical
-from karpy.aws.instances import ami_for
+from karpy.aws.amis import ami_for
+from karpy.aws.cache import INSTANCE_TYPE_INFO, RESOLVED_INSTANCE_TYPES, Timer, UnavailableOfferings, ttl_cache
 from karpy.aws.pricing import PricingProvider
 from karpy.cloudprovider.types import InstanceType, NodeClassNotReadyError, Offering
 
 MiB: Final = 2**20
 GiB: Final = 2**30
-CATALOGUE_TTL: Final = 12 * 3600.0
-RESOLVED_TTL: Final = 300.0
-ICE_TTL: Final = 180.0
 DEFAULT_ROOT_VOLUME: Final = 20 * GiB
 DEFAULT_EVICTION_HARD: Final = {"memory.available": "100Mi", "nodefs.available": "10%"}
 EVICTION_SIGNALS: Final = {"memory.available": wk.RESOURCE_MEMORY, "nodefs.available": wk.RESOURCE_EPHEMERAL_STORAGE}
@@ -356,46 +355,6 @@ def build_instance_type(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# ICE cache
-
-
-class UnavailableOfferings:
-    """Offerings that recently failed with an insufficient-capacity error (Karpenter ``UnavailableOfferings``).
-
-    Keyed by (capacity type, instance type, zone); an entry expires after 3 minutes (Karpenter's ICE TTL:
-    long enough to stop retrying a dry pool, short enough to come back once capacity returns). ``seq``
-    changes on every mark so dependent caches can key on it.
-    """
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic, ttl: float = ICE_TTL) -> None:
-        self.clock = clock
-        self.ttl = ttl
-        self._until: dict[tuple[str, str, str], float] = {}
-        self.seq = 0
-
-    def mark(self, capacity_type: str, instance_type: str, zone: str) -> None:
-        """Make the offering unavailable for ``ttl`` seconds."""
-        self._until[(capacity_type, instance_type, zone)] = self.clock() + self.ttl
-        self.seq += 1
-
-    def mark_capacity_type(self, capacity_type: str) -> None:
-        """Every offering of ``capacity_type`` (e.g. spot without its service-linked role)."""
-        self.mark(capacity_type, "*", "*")
-
-    def is_unavailable(self, capacity_type: str, instance_type: str, zone: str) -> bool:
-        """True while a mark for this offering (or its whole capacity type) has not expired."""
-        now = self.clock()
-        for key in ((capacity_type, instance_type, zone), (capacity_type, "*", "*")):
-            until = self._until.get(key)
-            if until is not None:
-                if until > now:
-                    return True
-                del self._until[key]
-                self.seq += 1
-        return False
-
-
-# ---------------------------------------------------------------------------------------------------------
 # I/O: catalogue
 
 
@@ -411,7 +370,7 @@ class InstanceTypeProvider:
         vm_memory_overhead_percent: float,
         reserved_enis: int,
         unavailable: UnavailableOfferings,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Timer = time.monotonic,
     ) -> None:
         self.ec2 = ec2
         self.pricing = pricing
@@ -420,37 +379,41 @@ class InstanceTypeProvider:
         self.reserved_enis = reserved_enis
         self.unavailable = unavailable
         self.clock = clock
-        self._infos: list[dict[str, Any]] = []
-        self._infos_until = -1.0
-        self._zones: dict[str, frozenset[str]] = {}
-        self._zones_until = -1.0
-        # NodeClass name → (inputs key, expiry, launchable types, types no AMI of the NodeClass can boot).
-        self._resolved: dict[str, tuple[str, float, list[InstanceType], list[InstanceType]]] = {}
+        # "infos" → supported DescribeInstanceTypes entries; "zones" → instance type → zones that offer it.
+        self._catalogue = ttl_cache(INSTANCE_TYPE_INFO, clock)
+        # Bumped on every catalogue read, so the resolved cache can key on it.
+        self.catalogue_version = 0
+        # NodeClass name → (inputs key, launchable types, types no AMI of the NodeClass can boot).
+        self._resolved = ttl_cache(RESOLVED_INSTANCE_TYPES, clock)
 
     async def infos(self) -> list[dict[str, Any]]:
         """Every supported DescribeInstanceTypes entry (cached 12 h)."""
-        if self.clock() < self._infos_until:
-            return self._infos
+        cached: list[dict[str, Any]] | None = self._catalogue.get("infos")
+        if cached is not None:
+            return cached
         infos: list[dict[str, Any]] = []
         paginator = self.ec2.get_paginator("describe_instance_types")
         async for page in paginator.paginate(PaginationConfig={"PageSize": 100}):
             infos.extend(i for i in page.get("InstanceTypes") or [] if supported(i))
-        self._infos = sorted(infos, key=lambda i: str(i["InstanceType"]))
-        self._infos_until = self.clock() + CATALOGUE_TTL
-        return self._infos
+        ordered = sorted(infos, key=lambda i: str(i["InstanceType"]))
+        self._catalogue["infos"] = ordered
+        self.catalogue_version += 1
+        return ordered
 
     async def zones(self) -> dict[str, frozenset[str]]:
         """Instance type → the availability zones that offer it (cached 12 h)."""
-        if self.clock() < self._zones_until:
-            return self._zones
+        cached: dict[str, frozenset[str]] | None = self._catalogue.get("zones")
+        if cached is not None:
+            return cached
         zones: dict[str, set[str]] = {}
         paginator = self.ec2.get_paginator("describe_instance_type_offerings")
         async for page in paginator.paginate(LocationType="availability-zone"):
             for offer in page.get("InstanceTypeOfferings") or []:
                 zones.setdefault(str(offer["InstanceType"]), set()).add(str(offer["Location"]))
-        self._zones = {k: frozenset(v) for k, v in zones.items()}
-        self._zones_until = self.clock() + CATALOGUE_TTL
-        return self._zones
+        offered = {k: frozenset(v) for k, v in zones.items()}
+        self._catalogue["zones"] = offered
+        self.catalogue_version += 1
+        return offered
 
     async def list(self, nodeclass: Mapping[str, Any]) -> list[InstanceType]:
         """Instance types launchable under ``nodeclass`` (status resolved), offerings limited to its subnets' zones,
@@ -490,16 +453,15 @@ class InstanceTypeProvider:
                 spec.get("blockDeviceMappings"),
                 self.unavailable.seq,
                 self.pricing.version,
-                self._infos_until,
-                self._zones_until,
+                self.catalogue_version,
             ],
             sort_keys=True,
             default=str,
         )
         class_name = str((nodeclass.get("metadata") or {}).get("name", ""))
-        cached = self._resolved.get(class_name)
-        if cached is not None and cached[0] == key and self.clock() < cached[1]:
-            return cached[2], cached[3]
+        cached: tuple[str, Types, Types] | None = self._resolved.get(class_name)
+        if cached is not None and cached[0] == key:
+            return cached[1], cached[2]
         kubelet = spec.get("kubelet") or {}
         ephemeral = root_volume_bytes(nodeclass)
         result: list[InstanceType] = []
@@ -513,7 +475,7 @@ class InstanceTypeProvider:
             # No AMIs yet: nothing to judge against (the launch refuses a NodeClass without AMIs anyway).
             (result if not amis or ami_for(amis, it.labels) is not None else incompatible).append(it)
         # One entry per NodeClass (the newest inputs), so the map stays as small as the NodeClass count.
-        self._resolved[class_name] = (key, self.clock() + RESOLVED_TTL, result, incompatible)
+        self._resolved[class_name] = (key, result, incompatible)
         return result, incompatible
 
     def build(

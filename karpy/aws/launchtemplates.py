@@ -5,16 +5,16 @@ Named ``karpenter.k8s.aws/<hash of the template data>``, so an identical request
 change (AMI, user data, security groups, profile, block devices, tags) yields a new one. Each holds the AMI,
 the AL2023 nodeadm user data (base64), the security groups, the instance profile, block device mappings
 (default ``/dev/xvda`` 20Gi gp3 encrypted), IMDS options (Karpenter's defaults: tokens required, hop limit 1)
-and the cluster/NodeClass tags. Names already ensured are remembered for 1 minute (Karpenter's LT cache TTL):
-long enough to spare a DescribeLaunchTemplates per launch in a burst, short enough to notice a template
-deleted behind our back.
+and the cluster/NodeClass tags. :meth:`LaunchTemplateProvider.ensure_for` renders the user data of one instance
+type of a launch (its kubelet resources, the NodeClaim's labels and taints) and ensures its template. Names
+already ensured are remembered for :data:`karpy.aws.cache.LAUNCH_TEMPLATES` (1 minute, Karpenter's LT cache
+TTL).
 
 Garbage collection (Karpenter deletes a template when it leaves its cache and when its NodeClass is deleted):
 :func:`unused_templates` picks the cluster's templates whose EC2NodeClass no longer exists, or that no launch
-has used for :data:`LT_UNUSED_TTL` seconds (5 minutes, longer than Karpenter's 1-minute eviction so a burst
-after a short lull reuses its templates; after a restart the clock starts at the provider's creation, so a
-restart never deletes a template a launch is about to use). Deleting a template never affects running
-instances.
+has used for :data:`karpy.aws.cache.LAUNCH_TEMPLATE_UNUSED` (5 minutes; after a restart the clock starts at
+the provider's creation, so a restart never deletes a template a launch is about to use). Deleting a template
+never affects running instances.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 import math
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
@@ -32,12 +32,14 @@ import structlog
 from karpy.apis import labels as wk
 from karpy.apis.hashing import stable_hash
 from karpy.apis.quantity import to_canonical
+from karpy.aws.cache import LAUNCH_TEMPLATE_UNUSED, LAUNCH_TEMPLATES, Timer, ttl_cache
 from karpy.aws.errors import is_already_exists, is_not_found
+from karpy.aws.instancetypes import format_reserved, kubelet_resources
+from karpy.aws.userdata import DEFAULT_CLUSTER_DNS, DEFAULT_SERVICE_CIDR, NodeAdmInput, render
+from karpy.cloudprovider.types import InstanceType, LaunchRequest
 
 log = structlog.get_logger("karpy.aws.launchtemplates")
 JSON = dict[str, Any]
-LT_CACHE_TTL: Final = 60.0
-LT_UNUSED_TTL: Final = 300.0
 NAME_PREFIX: Final = "karpenter.k8s.aws/"
 DEFAULT_METADATA_OPTIONS: Final = {
     "HttpEndpoint": "enabled",
@@ -116,19 +118,47 @@ def template_data(
     return data
 
 
+def node_labels(request: LaunchRequest, capacity_type: str) -> dict[str, str]:
+    """kubelet ``--node-labels``: the NodeClaim's labels + capacity type + do-not-sync-taints (Karpenter
+    ``InjectDoNotSyncTaintsLabel``, ``pkg/providers/launchtemplate/launchtemplate.go``)."""
+    return {
+        **request.labels,
+        wk.LABEL_CAPACITY_TYPE: capacity_type,
+        wk.LABEL_DO_NOT_SYNC_TAINTS: "true",
+    }
+
+
 def template_name(cluster_name: str, data: Mapping[str, Any]) -> str:
     """``karpenter.k8s.aws/<hash>`` of the cluster and the template data (Karpenter's naming scheme)."""
     return NAME_PREFIX + stable_hash({"cluster": cluster_name, "data": data})
 
 
 class LaunchTemplateProvider:
-    """Ensures launch templates exist; remembers ensured names for :data:`LT_CACHE_TTL` seconds."""
+    """Ensures launch templates exist; remembers ensured names for :data:`karpy.aws.cache.LAUNCH_TEMPLATES`.
 
-    def __init__(self, ec2: Any, cluster_name: str, clock: Callable[[], float] = time.monotonic) -> None:
+    ``cluster_endpoint``/``cluster_ca_bundle``/``cluster_cidr``/``cluster_dns`` go into every nodeadm NodeConfig
+    (Karpenter's launch-template provider holds the same cluster facts).
+    """
+
+    def __init__(
+        self,
+        ec2: Any,
+        cluster_name: str,
+        clock: Timer = time.monotonic,
+        *,
+        cluster_endpoint: str = "",
+        cluster_ca_bundle: str = "",
+        cluster_cidr: str = DEFAULT_SERVICE_CIDR,
+        cluster_dns: Sequence[str] = DEFAULT_CLUSTER_DNS,
+    ) -> None:
         self.ec2 = ec2
         self.cluster_name = cluster_name
         self.clock = clock
-        self._ensured: dict[str, float] = {}
+        self.cluster_endpoint = cluster_endpoint
+        self.cluster_ca_bundle = cluster_ca_bundle
+        self.cluster_cidr = cluster_cidr
+        self.cluster_dns = tuple(cluster_dns)
+        self._ensured = ttl_cache(LAUNCH_TEMPLATES, clock)
         self.started = clock()
         self.last_used: dict[str, float] = {}
 
@@ -136,11 +166,42 @@ class LaunchTemplateProvider:
         """Forget ``name`` (CreateFleet said it does not exist)."""
         self._ensured.pop(name, None)
 
+    async def ensure_for(
+        self, request: LaunchRequest, it: InstanceType, image_id: str, capacity_type: str, tags: Mapping[str, str]
+    ) -> str:
+        """The launch template for launching ``it`` with ``image_id`` for ``request``: AL2023 nodeadm user data
+        with the type's kubelet resources, the NodeClaim's labels (+ capacity type and do-not-sync-taints) and
+        taints, the NodeClass's ``userData`` merged in; created (tagged with ``tags``) when missing.
+
+        Raises:
+            botocore ClientError: EC2 refused.
+        """
+        reserved = kubelet_resources(it.capacity, request.kubelet)
+        user_data = render(
+            NodeAdmInput(
+                cluster_name=self.cluster_name,
+                endpoint=self.cluster_endpoint,
+                ca_bundle=self.cluster_ca_bundle,
+                max_pods=reserved.max_pods,
+                kube_reserved=format_reserved(reserved.kube_reserved),
+                system_reserved=format_reserved(reserved.system_reserved),
+                eviction_hard=reserved.eviction_hard,
+                labels=node_labels(request, capacity_type),
+                taints=request.taints,
+                kubelet=request.kubelet,
+                cidr=self.cluster_cidr,
+                cluster_dns=self.cluster_dns,
+                custom_user_data=str((request.nodeclass.get("spec") or {}).get("userData") or ""),
+            )
+        )
+        data = template_data(request.nodeclass, image_id=image_id, user_data=user_data, tags=tags)
+        return await self.ensure(data, tags)
+
     async def ensure(self, data: Mapping[str, Any], tags: Mapping[str, str]) -> str:
         """The name of a launch template holding ``data``, created (tagged with ``tags``) when missing."""
         name = template_name(self.cluster_name, data)
         self.last_used[name] = self.clock()
-        if self._ensured.get(name, -1.0) > self.clock():
+        if name in self._ensured:
             return name
         try:
             await self.ec2.describe_launch_templates(LaunchTemplateNames=[name])
@@ -148,7 +209,7 @@ class LaunchTemplateProvider:
             if not is_not_found(err):
                 raise
             await self._create(name, data, tags)
-        self._ensured[name] = self.clock() + LT_CACHE_TTL
+        self._ensured[name] = True
         return name
 
     async def _create(self, name: str, data: Mapping[str, Any], tags: Mapping[str, str]) -> None:
@@ -227,7 +288,7 @@ def unused_templates(
     last_used: Mapping[str, float],
     started: float,
     now: float,
-    ttl: float = LT_UNUSED_TTL,
+    ttl: float = LAUNCH_TEMPLATE_UNUSED.seconds,
 ) -> list[OwnedTemplate]:
     """The templates no launch needs (pure): tagged for an EC2NodeClass not in ``nodeclasses`` (NodeClass
     deleted), or not ensured for ``ttl`` seconds (``last_used``: name → clock time; a name never used by this

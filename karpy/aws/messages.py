@@ -1,9 +1,10 @@
 """EventBridge interruption messages → :class:`~karpy.cloudprovider.types.InterruptionMessage` (pure, no I/O).
 
-Karpenter AWS ``pkg/controllers/interruption/parser.go`` and ``messages/*`` (behaviour reference §2): the
-body is an EventBridge envelope ``{"version","id","detail-type","source","account","time","region",
-"resources","detail"}``; only ``version``, ``source`` and ``detail-type`` route it and ``time`` feeds the
-latency metric. Every parser expects ``version "0"``. Routes:
+Karpenter AWS ``pkg/controllers/interruption/parser.go`` and ``messages/*``, which route on
+``(version, source, detail-type)`` and treat anything unknown as a no-op to delete. The body is an EventBridge
+envelope ``{"version","id","detail-type","source","account","time","region","resources","detail"}``; only
+``version``, ``source`` and ``detail-type`` route it and ``time`` feeds the latency metric. Every parser
+expects ``version "0"``. Routes:
 
 ====================================================  ==============  =================================
 detail-type (source)                                  detail read     kind
@@ -35,16 +36,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from karpy.cloudprovider.types import (
-    KIND_INSTANCE_STOPPED,
-    KIND_INSTANCE_TERMINATED,
-    KIND_INVALID,
-    KIND_NO_OP,
-    KIND_REBALANCE_RECOMMENDATION,
-    KIND_SCHEDULED_CHANGE,
-    KIND_SPOT_INTERRUPTED,
-    InterruptionMessage,
-)
+from karpy.cloudprovider.types import InterruptionKind, InterruptionMessage
 
 SOURCE_EC2: Final = "aws.ec2"
 SOURCE_HEALTH: Final = "aws.health"
@@ -60,13 +52,15 @@ CLIP: Final = 100  # characters of a message field quoted in a reason
 def parse(body: str | bytes | None) -> InterruptionMessage:
     """Parse one SQS message body (see the module docstring for the routes). Never raises."""
     if body is None or not body.strip():
-        return InterruptionMessage(kind=KIND_NO_OP, reason="empty body")
+        return InterruptionMessage(kind=InterruptionKind.NO_OP, reason="empty body")
     try:
         envelope = json.loads(body)
     except (ValueError, UnicodeDecodeError) as err:
-        return InterruptionMessage(kind=KIND_INVALID, reason=f"not JSON: {err}"[:200])
+        return InterruptionMessage(kind=InterruptionKind.INVALID, reason=f"not JSON: {err}"[:200])
     if not isinstance(envelope, dict):
-        return InterruptionMessage(kind=KIND_INVALID, reason=f"not a JSON object but {type(envelope).__name__}")
+        return InterruptionMessage(
+            kind=InterruptionKind.INVALID, reason=f"not a JSON object but {type(envelope).__name__}"
+        )
     return _route(envelope)
 
 
@@ -83,20 +77,24 @@ def _route(envelope: Mapping[str, Any]) -> InterruptionMessage:
     known = (source, detail_type) in _PARSERS
     if not known or version != "0":
         why = f"unhandled event version={_clip(version)!r} source={_clip(source)!r} detail-type={_clip(detail_type)!r}"
-        return InterruptionMessage(kind=KIND_NO_OP, reason=why, **base)
+        return InterruptionMessage(kind=InterruptionKind.NO_OP, reason=why, **base)
     if not isinstance(detail, dict):
-        return InterruptionMessage(kind=KIND_INVALID, reason=f"{detail_type}: detail is not an object", **base)
+        return InterruptionMessage(
+            kind=InterruptionKind.INVALID, reason=f"{detail_type}: detail is not an object", **base
+        )
     return _PARSERS[(source, detail_type)](detail, base)
 
 
 Parser = Callable[[Mapping[str, Any], Mapping[str, Any]], InterruptionMessage]
 
 
-def _instance_event(kind: str) -> Parser:
+def _instance_event(kind: InterruptionKind) -> Parser:
     def parse_detail(detail: Mapping[str, Any], base: Mapping[str, Any]) -> InterruptionMessage:
         instance_id = _text(detail.get("instance-id"))
         if not instance_id:
-            return InterruptionMessage(kind=KIND_INVALID, reason=f"{base['detail_type']}: no instance-id", **base)
+            return InterruptionMessage(
+                kind=InterruptionKind.INVALID, reason=f"{base['detail_type']}: no instance-id", **base
+            )
         return InterruptionMessage(kind=kind, instance_ids=(instance_id,), **base)
 
     return parse_detail
@@ -106,14 +104,16 @@ def _state_change(detail: Mapping[str, Any], base: Mapping[str, Any]) -> Interru
     instance_id = _text(detail.get("instance-id"))
     state = _text(detail.get("state")).lower()
     if not instance_id:
-        return InterruptionMessage(kind=KIND_INVALID, reason=f"{base['detail_type']}: no instance-id", **base)
+        return InterruptionMessage(
+            kind=InterruptionKind.INVALID, reason=f"{base['detail_type']}: no instance-id", **base
+        )
     if state in STOPPED_STATES:
-        kind = KIND_INSTANCE_STOPPED
+        kind = InterruptionKind.INSTANCE_STOPPED
     elif state in TERMINATED_STATES:
-        kind = KIND_INSTANCE_TERMINATED
+        kind = InterruptionKind.INSTANCE_TERMINATED
     else:
         return InterruptionMessage(
-            kind=KIND_NO_OP,
+            kind=InterruptionKind.NO_OP,
             instance_ids=(instance_id,),
             state=state,
             reason=f"state {_clip(state)!r} not acted on",
@@ -127,7 +127,7 @@ def _health(detail: Mapping[str, Any], base: Mapping[str, Any]) -> InterruptionM
     category = _text(detail.get("eventTypeCategory"))
     if service != "EC2" or category != "scheduledChange":
         why = f"health event service={_clip(service)!r} category={_clip(category)!r} not acted on"
-        return InterruptionMessage(kind=KIND_NO_OP, reason=why, **base)
+        return InterruptionMessage(kind=InterruptionKind.NO_OP, reason=why, **base)
     entities = detail.get("affectedEntities")
     ids: list[str] = []
     for entity in entities if isinstance(entities, list) else []:
@@ -135,13 +135,15 @@ def _health(detail: Mapping[str, Any], base: Mapping[str, Any]) -> InterruptionM
         if value and value not in ids:
             ids.append(value)
     if not ids:
-        return InterruptionMessage(kind=KIND_INVALID, reason="scheduled change without affected entities", **base)
-    return InterruptionMessage(kind=KIND_SCHEDULED_CHANGE, instance_ids=tuple(ids), **base)
+        return InterruptionMessage(
+            kind=InterruptionKind.INVALID, reason="scheduled change without affected entities", **base
+        )
+    return InterruptionMessage(kind=InterruptionKind.SCHEDULED_CHANGE, instance_ids=tuple(ids), **base)
 
 
 _PARSERS: Final[dict[tuple[str, str], Parser]] = {
-    (SOURCE_EC2, DETAIL_SPOT): _instance_event(KIND_SPOT_INTERRUPTED),
-    (SOURCE_EC2, DETAIL_REBALANCE): _instance_event(KIND_REBALANCE_RECOMMENDATION),
+    (SOURCE_EC2, DETAIL_SPOT): _instance_event(InterruptionKind.SPOT_INTERRUPTED),
+    (SOURCE_EC2, DETAIL_REBALANCE): _instance_event(InterruptionKind.REBALANCE_RECOMMENDATION),
     (SOURCE_HEALTH, DETAIL_HEALTH): _health,
     (SOURCE_EC2, DETAIL_STATE_CHANGE): _state_change,
 }

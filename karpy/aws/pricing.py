@@ -6,16 +6,16 @@
   API, so local runs use the static table.
 * Spot: ``DescribeSpotPriceHistory`` from now (the latest price per instance type and zone).
 
-Both are cached for 12 hours, Karpenter's pricing refresh period: prices change rarely and each refresh is
-hundreds of API pages. A failed refresh keeps the previous prices (or the static table) rather than failing
-a launch decision.
+Both are cached for :data:`karpy.aws.cache.PRICES` (12 hours, Karpenter's pricing refresh period). A failed
+refresh keeps the previous prices (or the static table) rather than failing a launch decision, and is retried
+after :data:`karpy.aws.cache.PRICING_API_RETRY` (on-demand) or :data:`karpy.aws.cache.SPOT_PRICE_RETRY` (spot).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
@@ -23,10 +23,11 @@ from typing import Any, Final
 
 import structlog
 
+from karpy.aws.cache import PRICES, PRICING_API_RETRY, SPOT_PRICE_RETRY, CacheTTL, Deadlines, Timer
+
 log = structlog.get_logger("karpy.aws.pricing")
-PRICE_TTL: Final = 12 * 3600.0
-# After a failed Pricing API call, wait this long before trying again (the static table is used meanwhile).
-PRICING_RETRY_AFTER: Final = 3600.0
+ON_DEMAND: Final = "on-demand"
+SPOT: Final = "spot"
 LINUX_PRODUCT_DESCRIPTIONS: Final = ("Linux/UNIX", "Linux/UNIX (Amazon VPC)")
 
 
@@ -96,28 +97,28 @@ class PricingProvider:
         region: str,
         *,
         isolated_vpc: bool = False,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Timer = time.monotonic,
     ) -> None:
         self.ec2 = ec2
         self.pricing = pricing
         self.region = region
         self.isolated_vpc = isolated_vpc
         self.clock = clock
+        # The last prices read (kept when a refresh fails); ``_fresh`` says which table needs no refresh yet.
         self._on_demand: dict[str, float] = {}
-        self._on_demand_until = -1.0
         self._spot: dict[tuple[str, str], float] = {}
-        self._spot_until = -1.0
+        self._fresh = Deadlines(clock)
         self._fallback_logged = False
         # Bumped whenever either price table is replaced, so catalogue caches can key on it.
         self.version = 0
 
     async def on_demand_prices(self) -> dict[str, float]:
         """Instance type → on-demand USD/hour (Pricing API, else the static table)."""
-        if self.clock() < self._on_demand_until:
+        if self._fresh.fresh(ON_DEMAND):
             return self._on_demand
         static = static_on_demand_prices(self.region)
         if self.isolated_vpc:
-            self._set_on_demand(static, PRICE_TTL)
+            self._set_on_demand(static, PRICES)
             return self._on_demand
         try:
             fetched = await self.fetch_on_demand()
@@ -125,17 +126,17 @@ class PricingProvider:
             if not self._fallback_logged:
                 self._fallback_logged = True
                 log.info("pricing api unavailable, using static on-demand prices", error=str(err)[:200])
-            self._set_on_demand(self._on_demand or static, PRICING_RETRY_AFTER)
+            self._set_on_demand(self._on_demand or static, PRICING_API_RETRY)
             return self._on_demand
         # Types the API does not list keep their static price (Karpenter starts from the static table too).
-        self._set_on_demand({**static, **fetched}, PRICE_TTL)
+        self._set_on_demand({**static, **fetched}, PRICES)
         return self._on_demand
 
-    def _set_on_demand(self, prices: dict[str, float], ttl: float) -> None:
+    def _set_on_demand(self, prices: dict[str, float], ttl: CacheTTL) -> None:
         if prices is not self._on_demand:
             self.version += 1
         self._on_demand = prices
-        self._on_demand_until = self.clock() + ttl
+        self._fresh.renew(ON_DEMAND, ttl)
 
     async def fetch_on_demand(self) -> dict[str, float]:
         """One full GetProducts scan for this region's Linux shared-tenancy on-demand prices."""
@@ -162,7 +163,7 @@ class PricingProvider:
 
     async def spot_prices(self) -> dict[tuple[str, str], float]:
         """(instance type, zone) → latest spot USD/hour; {} (and a retry later) if the call fails."""
-        if self.clock() < self._spot_until:
+        if self._fresh.fresh(SPOT):
             return self._spot
         try:
             history: list[dict[str, Any]] = []
@@ -173,9 +174,9 @@ class PricingProvider:
                 history.extend(page.get("SpotPriceHistory") or [])
         except Exception as err:
             log.warning("spot price history unavailable", error=str(err)[:200])
-            self._spot_until = self.clock() + 60.0
+            self._fresh.renew(SPOT, SPOT_PRICE_RETRY)
             return self._spot
         self._spot = latest_spot_prices(history)
         self.version += 1
-        self._spot_until = self.clock() + PRICE_TTL
+        self._fresh.renew(SPOT, PRICES)
         return self._spot

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Protocol
 
 import attrs
@@ -231,16 +232,19 @@ class CloudProvider(Protocol):
         ...
 
 
-# Interruption (Karpenter AWS ``pkg/controllers/interruption``): the message kinds the queue delivers, named
-# as Karpenter's ``message_type`` metric label.
-KIND_SPOT_INTERRUPTED = "spot_interrupted"
-KIND_REBALANCE_RECOMMENDATION = "rebalance_recommendation"
-KIND_SCHEDULED_CHANGE = "scheduled_change"
-KIND_INSTANCE_STOPPED = "instance_stopped"
-KIND_INSTANCE_TERMINATED = "instance_terminated"
-KIND_NO_OP = "no_op"
-KIND_INVALID = "invalid"
-"""Not a message at all (not JSON, not an EventBridge envelope, a known shape missing its fields)."""
+class InterruptionKind(StrEnum):
+    """What an interruption message is about (Karpenter AWS ``pkg/controllers/interruption/messages``); the value
+    is Karpenter's ``message_type`` metric label."""
+
+    SPOT_INTERRUPTED = "spot_interrupted"
+    REBALANCE_RECOMMENDATION = "rebalance_recommendation"
+    SCHEDULED_CHANGE = "scheduled_change"
+    INSTANCE_STOPPED = "instance_stopped"
+    INSTANCE_TERMINATED = "instance_terminated"
+    NO_OP = "no_op"
+    """A well-formed event karpy does not act on (unknown source/detail-type/version, filtered-out state)."""
+    INVALID = "invalid"
+    """Not a message at all (not JSON, not an EventBridge envelope, a known shape missing its fields)."""
 
 
 @attrs.frozen(slots=True)
@@ -248,9 +252,9 @@ class InterruptionMessage:
     """One interruption event, parsed.
 
     Attributes:
-        kind: one of the ``KIND_*`` constants; ``no_op`` for well-formed events karpy does not act on
-            (unknown source/detail-type/version, filtered-out states or services), ``invalid`` for bodies that
-            cannot be parsed.
+        kind: what the event is about; ``NO_OP`` for well-formed events karpy does not act on (unknown
+            source/detail-type/version, filtered-out states or services), ``INVALID`` for bodies that cannot be
+            parsed.
         instance_ids: the EC2 instance ids the event is about (``i-…``), in message order, de-duplicated.
         time: the envelope ``time`` (timezone-aware UTC), None when absent or unparsable; used for the
             queue-latency metric only.
@@ -260,7 +264,7 @@ class InterruptionMessage:
         reason: for ``no_op``/``invalid``, why (for the log line).
     """
 
-    kind: str
+    kind: InterruptionKind
     instance_ids: tuple[str, ...] = ()
     time: datetime | None = None
     detail_type: str = ""

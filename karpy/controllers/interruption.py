@@ -47,15 +47,9 @@ import structlog
 
 from karpy.apis import labels as wk
 from karpy.cloudprovider.types import (
-    KIND_INSTANCE_STOPPED,
-    KIND_INSTANCE_TERMINATED,
-    KIND_INVALID,
-    KIND_NO_OP,
-    KIND_REBALANCE_RECOMMENDATION,
-    KIND_SCHEDULED_CHANGE,
-    KIND_SPOT_INTERRUPTED,
     CloudProvider,
     CloudProviderError,
+    InterruptionKind,
     InterruptionMessage,
     InterruptionQueue,
     QueuedMessage,
@@ -83,18 +77,27 @@ REASON_MAX: Final = 300  # characters of an ignored message's reason in the log 
 
 # kind → (event reason, event type, message) published on the Node and NodeClaim (Karpenter events.go).
 EVENTS: Final[Mapping[str, tuple[str, str, str]]] = {
-    KIND_SPOT_INTERRUPTED: ("SpotInterrupted", WARNING, "Spot interruption warning was triggered"),
-    KIND_REBALANCE_RECOMMENDATION: (
+    InterruptionKind.SPOT_INTERRUPTED: ("SpotInterrupted", WARNING, "Spot interruption warning was triggered"),
+    InterruptionKind.REBALANCE_RECOMMENDATION: (
         "SpotRebalanceRecommendation",
         NORMAL,
         "Spot rebalance recommendation was triggered",
     ),
-    KIND_SCHEDULED_CHANGE: ("InstanceUnhealthy", WARNING, "An AWS Health scheduled change event was received"),
-    KIND_INSTANCE_STOPPED: ("InstanceStopping", WARNING, "Instance is stopping"),
-    KIND_INSTANCE_TERMINATED: ("InstanceTerminating", WARNING, "Instance is terminating"),
+    InterruptionKind.SCHEDULED_CHANGE: (
+        "InstanceUnhealthy",
+        WARNING,
+        "An AWS Health scheduled change event was received",
+    ),
+    InterruptionKind.INSTANCE_STOPPED: ("InstanceStopping", WARNING, "Instance is stopping"),
+    InterruptionKind.INSTANCE_TERMINATED: ("InstanceTerminating", WARNING, "Instance is terminating"),
 }
 DRAIN_KINDS: Final = frozenset(
-    {KIND_SPOT_INTERRUPTED, KIND_SCHEDULED_CHANGE, KIND_INSTANCE_STOPPED, KIND_INSTANCE_TERMINATED}
+    {
+        InterruptionKind.SPOT_INTERRUPTED,
+        InterruptionKind.SCHEDULED_CHANGE,
+        InterruptionKind.INSTANCE_STOPPED,
+        InterruptionKind.INSTANCE_TERMINATED,
+    }
 )
 
 
@@ -107,7 +110,7 @@ def should_drain(kind: str, rebalance_replacement: bool) -> bool:
     """Whether a message of ``kind`` deletes the NodeClaim (Karpenter ``actionForMessage``: CordonAndDrain for
     spot interruption, scheduled change and stop/terminate; a rebalance recommendation only with karpy's
     ``INTERRUPTION_REBALANCE_REPLACEMENT``)."""
-    return kind in DRAIN_KINDS or (kind == KIND_REBALANCE_RECOMMENDATION and rebalance_replacement)
+    return kind in DRAIN_KINDS or (kind == InterruptionKind.REBALANCE_RECOMMENDATION and rebalance_replacement)
 
 
 class Interruption:
@@ -181,8 +184,8 @@ class Interruption:
         INTERRUPTION_RECEIVED.labels(message_type=msg.kind).inc()
         if msg.time is not None:
             INTERRUPTION_QUEUE_DURATION.observe(max(0.0, (self.now() - msg.time).total_seconds()))
-        if msg.kind in (KIND_INVALID, KIND_NO_OP):
-            level = log.warning if msg.kind == KIND_INVALID else log.info
+        if msg.kind in (InterruptionKind.INVALID, InterruptionKind.NO_OP):
+            level = log.warning if msg.kind == InterruptionKind.INVALID else log.info
             reason = msg.reason if len(msg.reason) <= REASON_MAX else msg.reason[:REASON_MAX] + "…"
             level("interruption message ignored", kind=msg.kind, reason=reason, message_id=queued.message_id)
         else:
@@ -242,7 +245,7 @@ class Interruption:
         node = self.state.node_for_nodeclaim(claim)
         reason, event_type, text = EVENTS[msg.kind]
         self._publish(claim, node, event_type, reason, text)
-        if msg.kind == KIND_SPOT_INTERRUPTED:
+        if msg.kind == InterruptionKind.SPOT_INTERRUPTED:
             instance_type, zone = labels.get(wk.LABEL_INSTANCE_TYPE), labels.get(wk.LABEL_ZONE)
             if instance_type and zone:
                 self.cloud.mark_unavailable(instance_type, zone, wk.CAPACITY_TYPE_SPOT)

@@ -2,8 +2,8 @@
 
 The inputs are translated as the provisioner translates them (:mod:`karpy.scheduling.translate`) and handed to
 the same :func:`karpy.scheduling.scheduler.solve`. Each new NodeClaim
-is then "launched" as the AWS provider would launch it (:func:`karpy.aws.instances.choose_capacity_type` and
-:func:`~karpy.aws.instances.launch_candidates`: reserved > spot > on-demand, exotic types only when nothing
+is then "launched" as the AWS provider would launch it (:func:`karpy.aws.instancefilters.choose_capacity_type` and
+:func:`~karpy.aws.instancefilters.launch_candidates`: reserved > spot > on-demand, exotic types only when nothing
 else fits, cheapest candidate first) and priced at that offering.
 
 Differences from a live cluster, all deliberate: every NodePool is treated as Ready and every EC2NodeClass
@@ -24,7 +24,7 @@ from karpy.apis import labels as wk
 from karpy.apis.quantity import format_resource_list
 from karpy.apis.resources import add
 from karpy.apis.taints import taints
-from karpy.aws.instances import choose_capacity_type, launch_candidates
+from karpy.aws.instancefilters import choose_capacity_type, launch_candidates
 from karpy.scheduling import model
 from karpy.scheduling.daemons import with_live_pods
 from karpy.scheduling.instancetypes import pod_matches_labels

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from karpy.apis import labels as wk
+from karpy.aws.cache import UnavailableOfferings
 from karpy.aws.instancetypes import (
     GiB,
     MiB,
-    UnavailableOfferings,
     compute_capacity,
     default_kube_reserved,
     eni_limited_pods,

@@ -18,7 +18,7 @@ from karpy.aws.cloudprovider import AWSCloudProvider
 from karpy.aws.launchtemplates import OwnedTemplate
 from karpy.aws.session import AWSClients
 from karpy.aws.sqs import SQSInterruptionQueue
-from karpy.cloudprovider.types import KIND_INVALID, KIND_SPOT_INTERRUPTED, CloudProviderError
+from karpy.cloudprovider.types import CloudProviderError, InterruptionKind
 
 CLUSTER = "aws-test"  # tests/aws/conftest.py
 
@@ -62,14 +62,15 @@ async def test_seeded_queue_receive_delete_and_redelivery(
     queue = SQSInterruptionQueue(clients.sqs, seeded["interruption_queue"], wait_time_seconds=1, visibility_timeout=1)
     assert await queue.url() == url
     got = await queue.receive()
-    assert sorted(m.message.kind for m in got) == sorted([KIND_SPOT_INTERRUPTED, KIND_INVALID])
-    spot = next(m for m in got if m.message.kind == KIND_SPOT_INTERRUPTED)
+    assert sorted(m.message.kind for m in got) == sorted([InterruptionKind.SPOT_INTERRUPTED, InterruptionKind.INVALID])
+    spot = next(m for m in got if m.message.kind == InterruptionKind.SPOT_INTERRUPTED)
     assert spot.message.instance_ids == ("i-0aaa",) and spot.receipt_handle
-    bad = next(m for m in got if m.message.kind == KIND_INVALID)
+    bad = next(m for m in got if m.message.kind == InterruptionKind.INVALID)
     await queue.delete(bad.receipt_handle)
     await asyncio.sleep(1.2)  # the 1 s visibility timeout of the undeleted message runs out
     again = await queue.receive()
-    assert [m.message.kind for m in again] == [KIND_SPOT_INTERRUPTED], "the handled-but-undeleted one returns"
+    kinds = [m.message.kind for m in again]
+    assert kinds == [InterruptionKind.SPOT_INTERRUPTED], "the handled-but-undeleted one returns"
     await queue.delete(again[0].receipt_handle)
     start = time.monotonic()
     assert await queue.receive() == []  # long poll: waits its 1 s and returns nothing

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from karpy.apis import labels as wk
+from karpy.aws.amis import ami_for, ami_requirements_text
 from karpy.aws.cloudprovider import AWSCloudProvider
-from karpy.aws.instances import ami_for, ami_requirements_text
 from karpy.aws.session import AWSClients
 from karpy.cloudprovider.types import InsufficientCapacityError, LaunchRequest
 

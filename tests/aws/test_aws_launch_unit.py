@@ -8,14 +8,9 @@ from botocore.exceptions import ClientError
 
 from karpy.apis import labels as wk
 from karpy.aws.errors import error_code, is_ice, is_not_found, is_unauthorized
-from karpy.aws.instances import (
-    choose_capacity_type,
-    ice_offerings,
-    labels_allow,
-    launch_candidates,
-    parse_provider_id,
-    requirement_allows,
-)
+from karpy.aws.instancefilters import choose_capacity_type, launch_candidates
+from karpy.aws.instances import ice_offerings, parse_provider_id
+from karpy.aws.requirements import labels_allow, requirement_allows
 from karpy.cloudprovider.types import InstanceType, Offering
 
 ZONES = ["us-east-1a", "us-east-1b"]

@@ -244,7 +244,7 @@ async def test_failure_after_launch_terminates_the_instance(
     async def broken(instance_id: str) -> None:
         raise RuntimeError("describe failed")
 
-    monkeypatch.setattr(cloud, "_describe_one", broken)
+    monkeypatch.setattr(cloud.instances, "describe_one", broken)
     with pytest.raises(CloudProviderError, match="describe failed"):
         await cloud.create(launch_request(nodeclass, types, "nc-leak", ON_DEMAND))
     monkeypatch.undo()

@@ -12,11 +12,9 @@ from karpy.aws.launchtemplates import OwnedTemplate, unused_templates
 from karpy.aws.messages import parse
 from karpy.cloudprovider.fake import FakeCloudProvider, FakeInterruptionQueue
 from karpy.cloudprovider.types import (
-    KIND_INVALID,
-    KIND_REBALANCE_RECOMMENDATION,
-    KIND_SPOT_INTERRUPTED,
     CloudInstance,
     CloudProviderError,
+    InterruptionKind,
     InterruptionMessage,
     QueuedMessage,
 )
@@ -188,12 +186,12 @@ async def test_rebalance_replacement_setting_deletes_the_nodeclaim() -> None:
 
 
 def test_should_drain_table() -> None:
-    assert should_drain(KIND_SPOT_INTERRUPTED, False)
-    assert not should_drain(KIND_REBALANCE_RECOMMENDATION, False)
-    assert should_drain(KIND_REBALANCE_RECOMMENDATION, True)
-    assert not should_drain(KIND_INVALID, True)
+    assert should_drain(InterruptionKind.SPOT_INTERRUPTED, False)
+    assert not should_drain(InterruptionKind.REBALANCE_RECOMMENDATION, False)
+    assert should_drain(InterruptionKind.REBALANCE_RECOMMENDATION, True)
+    assert not should_drain(InterruptionKind.INVALID, True)
     assert instance_id_of("aws:///us-east-1a/i-0abc") == "i-0abc" and instance_id_of("") == ""
-    assert InterruptionMessage(kind=KIND_INVALID).instance_ids == ()
+    assert InterruptionMessage(kind=InterruptionKind.INVALID).instance_ids == ()
 
 
 # --- garbage collection decisions ------------------------------------------------------------------------------

@@ -12,15 +12,7 @@ from typing import Any
 import pytest
 
 from karpy.aws.messages import parse
-from karpy.cloudprovider.types import (
-    KIND_INSTANCE_STOPPED,
-    KIND_INSTANCE_TERMINATED,
-    KIND_INVALID,
-    KIND_NO_OP,
-    KIND_REBALANCE_RECOMMENDATION,
-    KIND_SCHEDULED_CHANGE,
-    KIND_SPOT_INTERRUPTED,
-)
+from karpy.cloudprovider.types import InterruptionKind
 
 IID = "i-0123456789abcdef0"
 
@@ -42,7 +34,7 @@ def envelope(detail_type: str, detail: Any, source: str = "aws.ec2", version: st
 def test_spot_interruption_warning() -> None:
     body = envelope("EC2 Spot Instance Interruption Warning", {"instance-id": IID, "instance-action": "terminate"})
     msg = parse(json.dumps(body))
-    assert msg.kind == KIND_SPOT_INTERRUPTED
+    assert msg.kind == InterruptionKind.SPOT_INTERRUPTED
     assert msg.instance_ids == (IID,)
     assert msg.time == datetime(2026, 1, 1, tzinfo=UTC)
     assert msg.event_id.startswith("7e2f") and msg.detail_type == "EC2 Spot Instance Interruption Warning"
@@ -50,7 +42,7 @@ def test_spot_interruption_warning() -> None:
 
 def test_rebalance_recommendation() -> None:
     msg = parse(json.dumps(envelope("EC2 Instance Rebalance Recommendation", {"instance-id": IID})))
-    assert (msg.kind, msg.instance_ids) == (KIND_REBALANCE_RECOMMENDATION, (IID,))
+    assert (msg.kind, msg.instance_ids) == (InterruptionKind.REBALANCE_RECOMMENDATION, (IID,))
 
 
 def health(**detail: Any) -> dict[str, Any]:
@@ -69,7 +61,7 @@ def health(**detail: Any) -> dict[str, Any]:
 
 def test_scheduled_change_lists_every_affected_instance_once() -> None:
     msg = parse(json.dumps(health()))
-    assert msg.kind == KIND_SCHEDULED_CHANGE
+    assert msg.kind == InterruptionKind.SCHEDULED_CHANGE
     assert msg.instance_ids == (IID, "i-0fedcba9876543210")
 
 
@@ -77,25 +69,26 @@ def test_scheduled_change_lists_every_affected_instance_once() -> None:
     "detail", [{"service": "RDS"}, {"eventTypeCategory": "issue"}, {"eventTypeCategory": "accountNotification"}]
 )
 def test_health_events_other_than_ec2_scheduled_change_are_no_ops(detail: dict[str, Any]) -> None:
-    assert parse(json.dumps(health(**detail))).kind == KIND_NO_OP
+    assert parse(json.dumps(health(**detail))).kind == InterruptionKind.NO_OP
 
 
 @pytest.mark.parametrize(
     ("state", "kind"),
     [
-        ("stopping", KIND_INSTANCE_STOPPED),
-        ("stopped", KIND_INSTANCE_STOPPED),
-        ("shutting-down", KIND_INSTANCE_TERMINATED),
-        ("terminated", KIND_INSTANCE_TERMINATED),
-        ("Stopping", KIND_INSTANCE_STOPPED),  # karpy classifies on the lower-cased state (see the module doc)
-        ("running", KIND_NO_OP),
-        ("pending", KIND_NO_OP),
+        ("stopping", InterruptionKind.INSTANCE_STOPPED),
+        ("stopped", InterruptionKind.INSTANCE_STOPPED),
+        ("shutting-down", InterruptionKind.INSTANCE_TERMINATED),
+        ("terminated", InterruptionKind.INSTANCE_TERMINATED),
+        # karpy classifies on the lower-cased state (see the module doc)
+        ("Stopping", InterruptionKind.INSTANCE_STOPPED),
+        ("running", InterruptionKind.NO_OP),
+        ("pending", InterruptionKind.NO_OP),
     ],
 )
 def test_state_change(state: str, kind: str) -> None:
     msg = parse(json.dumps(envelope("EC2 Instance State-change Notification", {"instance-id": IID, "state": state})))
     assert msg.kind == kind
-    if kind != KIND_NO_OP:
+    if kind != InterruptionKind.NO_OP:
         assert msg.instance_ids == (IID,) and msg.state == state.lower()
 
 
@@ -111,14 +104,14 @@ def test_state_change(state: str, kind: str) -> None:
 )
 def test_unknown_events_are_no_ops(body: dict[str, Any]) -> None:
     msg = parse(json.dumps(body))
-    assert msg.kind == KIND_NO_OP
+    assert msg.kind == InterruptionKind.NO_OP
     assert msg.instance_ids == ()
     assert msg.reason
 
 
 @pytest.mark.parametrize("body", [None, "", "   ", b""])
 def test_empty_body_is_a_no_op(body: str | bytes | None) -> None:
-    assert parse(body).kind == KIND_NO_OP
+    assert parse(body).kind == InterruptionKind.NO_OP
 
 
 @pytest.mark.parametrize(
@@ -138,7 +131,7 @@ def test_empty_body_is_a_no_op(body: str | bytes | None) -> None:
 )
 def test_malformed_bodies_are_invalid_never_exceptions(body: str | bytes) -> None:
     msg = parse(body)
-    assert msg.kind == KIND_INVALID
+    assert msg.kind == InterruptionKind.INVALID
     assert msg.instance_ids == ()
     assert msg.reason
 
@@ -147,4 +140,4 @@ def test_bad_time_does_not_invalidate_a_message() -> None:
     body = envelope("EC2 Spot Instance Interruption Warning", {"instance-id": IID})
     body["time"] = "yesterday"
     msg = parse(json.dumps(body))
-    assert msg.kind == KIND_SPOT_INTERRUPTED and msg.time is None
+    assert msg.kind == InterruptionKind.SPOT_INTERRUPTED and msg.time is None
