@@ -105,7 +105,9 @@ def default_requests(spec: JSON) -> None:
             resources = c.get("resources") or {}
             limits = resources.get("limits") or {}
             if limits:
-                requests = resources.setdefault("requests", {})
+                # ``requests: null`` is no requests (the apiserver drops nulls), not an error.
+                requests = resources.get("requests") or {}
+                resources["requests"] = requests
                 for k, v in limits.items():
                     requests.setdefault(k, v)
                 c["resources"] = resources

@@ -134,6 +134,15 @@ def test_api_defaulting_requests_from_limits_priority_and_namespace() -> None:
     assert model.requests["cpu"] == 2000 and model.requests["nvidia.com/gpu"] == 1
 
 
+def test_null_requests_are_no_requests_and_default_from_limits() -> None:
+    """``resources: {requests: null, limits: …}`` (kubectl apply keeps the null; the apiserver drops it) requests
+    the limits, as for absent requests — not a crash."""
+    container = {"name": "c", "resources": {"requests": None, "limits": {"cpu": "1"}}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [container]}}
+    model = scheduling_pod(_collect(pod).pods[0])
+    assert model.requests["cpu"] == 1000
+
+
 def test_unknown_kinds_are_counted_not_fatal() -> None:
     svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}
     assert _collect(svc, deployment("web", 1)).ignored == {"Service": 1}
