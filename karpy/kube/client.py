@@ -99,13 +99,27 @@ class KubeClient:
         content_type: str = "application/json",
         timeout: float | None = 60.0,
     ) -> JSON:
-        """One request (throttled by the rate limiter); returns the decoded JSON body ({} when empty).
+        """One request, throttled by the rate limiter (client-go ``Request.tryThrottle``); returns the decoded
+        JSON body ({} when empty).
 
         Raises:
             ApiError: a non-2xx status.
         """
         if self.rate_limiter is not None:
             await self.rate_limiter.wait()
+        return await self._send(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = 60.0,
+    ) -> JSON:
+        """The transport under :meth:`request`: send, decode, raise :class:`ApiError` on a non-2xx status."""
         response = await self._call(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
         try:
             text = await response.text()
@@ -115,9 +129,9 @@ class KubeClient:
             raise ApiError.from_body(response.status, text)
         return json.loads(text) if text else {}
 
-    async def stream_lines(self, path: str, query: Mapping[str, Any], *, read_timeout: float) -> AsyncIterator[bytes]:
+    def stream_lines(self, path: str, query: Mapping[str, Any], *, read_timeout: float) -> AsyncIterator[bytes]:
         """A streaming GET (watch); yields one JSON line at a time. Not rate limited (client-go never throttles
-        a watch).
+        a watch: ``Request.Watch``).
 
         ``read_timeout`` bounds the silence between two lines (bookmarks arrive about every minute), so a
         dead connection is noticed instead of hanging forever.
@@ -126,6 +140,10 @@ class KubeClient:
             ApiError: the apiserver refused the watch.
             asyncio.TimeoutError: no line for ``read_timeout`` seconds.
         """
+        return self._stream(path, query, read_timeout=read_timeout)
+
+    async def _stream(self, path: str, query: Mapping[str, Any], *, read_timeout: float) -> AsyncIterator[bytes]:
+        """The transport under :meth:`stream_lines`."""
         import aiohttp
 
         response = await self._call(
