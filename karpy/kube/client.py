@@ -10,7 +10,7 @@ from __future__ import annotations
 import builtins
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from kubernetes_asyncio import client as k8s_client
@@ -23,6 +23,9 @@ from karpy.kube.resources import Resource
 JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+
+# kubernetes-asyncio leaves its in-cluster loader unannotated (the kubeconfig loader is typed): its type, once.
+_load_incluster_config: Callable[..., None] = k8s_config.load_incluster_config
 
 
 class KubeClient:
@@ -52,7 +55,7 @@ class KubeClient:
         configuration = k8s_client.Configuration()
         path = kubeconfig or os.environ.get("KUBECONFIG")
         if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            _load_incluster_config(client_configuration=configuration)
         else:
             await k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
         limiter = None if qps is None else client_rate_limiter(qps, burst)
