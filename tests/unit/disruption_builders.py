@@ -13,6 +13,7 @@ from karpy.apis import labels as wk
 from karpy.apis.hashing import nodeclass_hash, nodepool_hash
 from karpy.cloudprovider.types import CloudInstance, InstanceType, Offering
 from karpy.state.cluster import KINDS, ClusterState
+from karpy.state.plans import Plans
 
 JSON = dict[str, Any]
 GIB = 2**30
@@ -244,6 +245,13 @@ def loaded_state(objs: list[JSON], now: float = T0) -> ClusterState:
     clock[0] = now
     state.clock = lambda: clock[0]
     return state
+
+
+def following_plans(state: ClusterState) -> Plans:
+    """Plans over ``state`` following its changes, as the operator's ``wire()`` step makes it."""
+    plans = Plans(state)
+    plans.follow()
+    return plans
 
 
 def cloud_instance(claim: JSON, subnet: str = "subnet-a", groups: tuple[str, ...] = ("sg-1",)) -> CloudInstance:

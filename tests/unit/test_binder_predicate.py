@@ -15,7 +15,7 @@ from karpy.apis import labels as wk
 from karpy.controllers.binder import Binder
 from karpy.kube.events import EventRecorder
 from karpy.kube.fake import FakeKube
-from tests.unit.disruption_builders import loaded_state, node, nodeclaim, nodepool, pod
+from tests.unit.disruption_builders import following_plans, loaded_state, node, nodeclaim, nodepool, pod
 
 JSON = dict[str, Any]
 DB_ANTI = {
@@ -75,7 +75,7 @@ def zonal_volume(pvc: str, zone: str) -> list[JSON]:
 async def run(objs: list[JSON], claim: str) -> tuple[FakeKube, Binder]:
     state = loaded_state(objs)
     kube = FakeKube(objs)
-    binder = Binder(kube, state, events=EventRecorder(kube))
+    binder = Binder(kube, state, following_plans(state), events=EventRecorder(kube))
     await binder.reconcile(claim)
     for _ in range(5):
         await asyncio.sleep(0)

@@ -35,6 +35,7 @@ from tests.unit.disruption_builders import (
     CATALOGUE,
     T0,
     cloud_instance,
+    following_plans,
     loaded_state,
     node,
     nodeclaim,
@@ -66,7 +67,7 @@ class Harness:
         for instance in (instances or {}).values():
             self.cloud.add_instance(instance)
         self.events = events = EventRecorder(self.kube)
-        self.provisioner = Provisioner(self.kube, self.state, self.cloud, events)
+        self.provisioner = Provisioner(self.kube, self.state, self.cloud, events, plans=following_plans(self.state))
         self.disruption = Disruption(
             self.kube, self.state, self.provisioner, events, settings, clock=self.clock, sleep=self.clock.sleep
         )
