@@ -196,7 +196,7 @@ def test_synced_needs_every_registered_node_joined_to_its_nodeclaim() -> None:
         assert state.listed and not state.synced
         assert "n1" in state.unsynced_reason()
         waiter = asyncio.create_task(state.wait_synced())
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one turn of the loop: the waiter runs until it blocks on the sync gate
         assert not waiter.done()
         state.apply("NodeClaim", "ADDED", nodeclaim("a", "2", pid="aws:///z/i-1"))
         await asyncio.wait_for(waiter, 1)
