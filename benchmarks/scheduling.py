@@ -477,6 +477,10 @@ def rows(sizes: Sequence[int], repeat: int, mixed_size: int) -> list[Row]:
         bound = kbi.fake_catalog_integer_lb(generic, 0)["lb"]
         out.append(measure("generic", [to_pod(p) for p in generic], runner("Respect"), repeat, bound, "Respect", None))
     pools, daemons = mixed_nodepools(), mixed_daemonsets()
+
+    def mixed_runner(policy: str) -> Callable[[list[Pod]], SchedulingResult]:
+        return lambda pods: solve(pods, pools, [], daemons, preference_policy=policy)
+
     pods = mixed_pods(mixed_size)
     bound = mixed_lower_bound(pods, pools, dict(daemons[0].pod.requests))
     for policy in POLICIES:
@@ -484,7 +488,7 @@ def rows(sizes: Sequence[int], repeat: int, mixed_size: int) -> list[Row]:
             measure(
                 "mixed",
                 pods,
-                lambda ps, pol=policy: solve(ps, pools, [], daemons, preference_policy=pol),  # type: ignore[misc]
+                mixed_runner(policy),
                 repeat,
                 bound,
                 policy,

@@ -88,7 +88,7 @@ class Operator:
         self.client = client
         self.cloud = cloud
         self.state = ClusterState()
-        self.plans = Plans(self.state, follow=False)
+        self.plans = Plans(self.state)
         self.events = EventRecorder(client)
         self.informers = [Informer(client, res, self.state) for res in WATCHED]
         self.provisioner = Provisioner(

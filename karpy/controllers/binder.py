@@ -54,13 +54,13 @@ class Binder:
         self,
         client: KubeClient,
         state: ClusterState,
-        plans: Plans | None = None,
+        plans: Plans,
         *,
         events: EventRecorder | None = None,
     ) -> None:
         self.client = client
         self.state = state
-        self.plans = plans if plans is not None else Plans(state)
+        self.plans = plans
         self.events = events
 
     async def reconcile(self, key: str) -> Result:

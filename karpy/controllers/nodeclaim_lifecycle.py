@@ -83,7 +83,7 @@ class NodeClaimLifecycle:
         events: EventRecorder,
         *,
         clock: Callable[[], float] = time.time,
-        plans: Plans | None = None,
+        plans: Plans,
         backoff: LaunchBackoff | None = None,
     ) -> None:
         self.client = client
@@ -91,7 +91,7 @@ class NodeClaimLifecycle:
         self.cloud = cloud
         self.events = events
         self.clock = clock
-        self.plans = plans if plans is not None else Plans(state)
+        self.plans = plans
         # Shared with the provisioner (which holds new NodeClaims for pods backing off).
         self.backoff = backoff or LaunchBackoff()
 

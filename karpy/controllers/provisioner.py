@@ -104,12 +104,12 @@ class Provisioner:
         batch_max: float = 10.0,
         preference_policy: str = "Respect",
         min_values_policy: str = "Strict",
-        plans: Plans | None = None,
+        plans: Plans,
         launch_backoff: LaunchBackoff | None = None,
         clock: Clock | None = None,
     ) -> None:
         self.client = client
-        self.plans = plans if plans is not None else Plans(state)
+        self.plans = plans
         self.preference_policy = preference_policy
         self.min_values_policy = min_values_policy
         self.state = state

@@ -10,7 +10,7 @@ from __future__ import annotations
 import builtins
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from kubernetes_asyncio import client as k8s_client
@@ -23,6 +23,9 @@ from karpy.kube.resources import Resource
 JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+
+# kubernetes-asyncio leaves its in-cluster loader unannotated (the kubeconfig loader is typed): its type, once.
+_load_incluster_config: Callable[..., None] = k8s_config.load_incluster_config
 
 
 class KubeClient:
@@ -52,7 +55,7 @@ class KubeClient:
         configuration = k8s_client.Configuration()
         path = kubeconfig or os.environ.get("KUBECONFIG")
         if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            _load_incluster_config(client_configuration=configuration)
         else:
             await k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
         limiter = None if qps is None else client_rate_limiter(qps, burst)
@@ -99,13 +102,27 @@ class KubeClient:
         content_type: str = "application/json",
         timeout: float | None = 60.0,
     ) -> JSON:
-        """One request (throttled by the rate limiter); returns the decoded JSON body ({} when empty).
+        """One request, throttled by the rate limiter (client-go ``Request.tryThrottle``); returns the decoded
+        JSON body ({} when empty).
 
         Raises:
             ApiError: a non-2xx status.
         """
         if self.rate_limiter is not None:
             await self.rate_limiter.wait()
+        return await self._send(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = 60.0,
+    ) -> JSON:
+        """The transport under :meth:`request`: send, decode, raise :class:`ApiError` on a non-2xx status."""
         response = await self._call(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
         try:
             text = await response.text()
@@ -115,9 +132,9 @@ class KubeClient:
             raise ApiError.from_body(response.status, text)
         return json.loads(text) if text else {}
 
-    async def stream_lines(self, path: str, query: Mapping[str, Any], *, read_timeout: float) -> AsyncIterator[bytes]:
+    def stream_lines(self, path: str, query: Mapping[str, Any], *, read_timeout: float) -> AsyncIterator[bytes]:
         """A streaming GET (watch); yields one JSON line at a time. Not rate limited (client-go never throttles
-        a watch).
+        a watch: ``Request.Watch``).
 
         ``read_timeout`` bounds the silence between two lines (bookmarks arrive about every minute), so a
         dead connection is noticed instead of hanging forever.
@@ -126,6 +143,10 @@ class KubeClient:
             ApiError: the apiserver refused the watch.
             asyncio.TimeoutError: no line for ``read_timeout`` seconds.
         """
+        return self._stream(path, query, read_timeout=read_timeout)
+
+    async def _stream(self, path: str, query: Mapping[str, Any], *, read_timeout: float) -> AsyncIterator[bytes]:
+        """The transport under :meth:`stream_lines`."""
         import aiohttp
 
         response = await self._call(

@@ -1,9 +1,10 @@
 """An in-memory apiserver behind :class:`~karpy.kube.client.KubeClient`'s transport, for unit tests.
 
 :class:`FakeKube` *is* a ``KubeClient`` (every convenience verb — ``get``, ``list``, ``create``,
-``merge_patch``, ``json_patch``, ``replace``, ``delete``, ``create_subresource`` — runs unchanged); only
-``request`` and ``stream_lines`` are replaced, so it is a test double at the HTTP boundary, not a second
-apiserver. It follows the apiserver where karpy depends on it:
+``merge_patch``, ``json_patch``, ``replace``, ``delete``, ``create_subresource`` — and ``request``'s and
+``stream_lines``' client-side rate limiting run unchanged); only the transport under them (``_send`` and
+``_stream``) is replaced, so it is a test double at the HTTP boundary, not a second apiserver. It follows the
+apiserver where karpy depends on it:
 
 * objects are stored per collection path (``/api/v1/pods``, ``/apis/karpenter.sh/v1/nodeclaims``), namespace
   and name; every write takes the next cluster-wide ``resourceVersion``;
@@ -19,13 +20,14 @@ apiserver. It follows the apiserver where karpy depends on it:
   missing objects are 404 NotFound;
 * LIST honours ``labelSelector`` and ``fieldSelector`` (equality and set-based), ``limit``/``continue``;
   items of built-in kinds come without ``kind``/``apiVersion``, as the apiserver sends them;
-* WATCH (``stream_lines``) replays the changes after ``resourceVersion`` and then follows new ones until
-  cancelled (``timeoutSeconds`` is not enforced); from before :meth:`FakeKube.compact` it answers an ERROR
-  event with code 410 Gone.
+* WATCH (``stream_lines``, never rate limited) replays the changes after ``resourceVersion`` and then follows
+  new ones until cancelled (``timeoutSeconds`` is not enforced); from before :meth:`FakeKube.compact` it
+  answers an ERROR event with code 410 Gone.
 
-Every request is recorded in ``requests``; Events posted by :class:`~karpy.kube.events.EventRecorder` land in the
-store (``events()``); ``fail()`` injects an :class:`ApiError` into the next matching calls; an optional
-``sink`` (the cluster state) receives every change as a watch event, synchronously.
+Every request is recorded in ``requests`` (as sent: after its rate-limiter token); Events posted by
+:class:`~karpy.kube.events.EventRecorder` land in the store (``events()``); ``fail()`` injects an
+:class:`ApiError` into the next matching calls; an optional ``sink`` (the cluster state) receives every change
+as a watch event, synchronously.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import attrs
 from karpy.kube import resources
 from karpy.kube.client import JSON, JSON_PATCH, KubeClient
 from karpy.kube.errors import ApiError
+from karpy.kube.ratelimit import TokenBucket
 from karpy.kube.resources import EVENTS, PDBS, Resource
 from karpy.kube.watch import WatchSink
 
@@ -237,6 +240,7 @@ class FakeKube(KubeClient):
         sink: receives every change as a watch event (``sink.apply(kind, "ADDED"|"MODIFIED"|"DELETED", obj)``),
             e.g. the :class:`~karpy.state.cluster.ClusterState` under test.
         clock: the apiserver's time for ``creationTimestamp``/``deletionTimestamp`` (timezone-aware UTC).
+        rate_limiter: client-side throttling of every request but watches, as on a real client.
     """
 
     def __init__(
@@ -245,8 +249,10 @@ class FakeKube(KubeClient):
         *,
         sink: WatchSink | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        rate_limiter: TokenBucket | None = None,
     ) -> None:
         # No transport: KubeClient.__init__ would build a kubernetes-asyncio ApiClient.
+        self.rate_limiter = rate_limiter
         self.sink = sink
         self.clock = clock
         self.store: dict[tuple[str, str, str], JSON] = {}
@@ -361,9 +367,9 @@ class FakeKube(KubeClient):
     # --- transport ---------------------------------------------------------------------------------------
 
     async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        raise AssertionError("FakeKube has no transport: request() and stream_lines() serve everything")
+        raise AssertionError("FakeKube has no transport: _send() and _stream() serve everything")
 
-    async def request(
+    async def _send(
         self,
         method: str,
         path: str,
@@ -403,7 +409,7 @@ class FakeKube(KubeClient):
             return self._delete(where, body or {})
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported")
 
-    async def stream_lines(self, path: str, query: Mapping[str, Any], *, read_timeout: float) -> AsyncIterator[bytes]:
+    async def _stream(self, path: str, query: Mapping[str, Any], *, read_timeout: float) -> AsyncIterator[bytes]:
         """A watch on a collection: the changes after ``query["resourceVersion"]``, then new ones as they come."""
         self.requests.append(Request("GET", path, dict(query), None, "application/json"))
         where = _parse(path)

@@ -22,7 +22,8 @@ DEFAULT_BURST = 10  # client-go rest.DefaultBurst
 class TokenBucket:
     """``golang.org/x/time/rate.Limiter`` semantics for one token per request: callers reserve a token in
     arrival order (the bucket may go negative: each later caller waits one more ``1/qps`` seconds), then sleep
-    until it is theirs.
+    until it is theirs. A waiter cancelled before its turn gives its token back, less the tokens reserved after
+    it (``Reservation.CancelAt``, which ``Limiter.Wait`` calls when its context ends first).
 
     Args:
         qps: tokens added per second (> 0).
@@ -46,21 +47,50 @@ class TokenBucket:
         self._sleep = sleep
         self._tokens = float(burst)
         self._last: float | None = None
+        self._last_event = float("-inf")  # the time the latest reservation may act (x/time/rate lastEvent)
+
+    def _advance(self, now: float) -> None:
+        """Refill for the time since the last update, up to ``burst``."""
+        if self._last is not None:
+            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
+        self._last = now
 
     def reserve(self) -> float:
         """Take a token; the seconds to wait before using it (0: at once)."""
         now = self._now()
-        if self._last is not None:
-            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
-        self._last = now
+        self._advance(now)
         self._tokens -= 1.0
-        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+        delay = 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+        self._last_event = now + delay
+        return delay
+
+    def cancel(self, time_to_act: float) -> None:
+        """Give back the token of a reservation that will not be used (``Reservation.CancelAt``): nothing once
+        its time came; otherwise one token less those reserved after it (their waits stay as they are)."""
+        now = self._now()
+        if time_to_act < now:
+            return
+        restore = 1.0 - (self._last_event - time_to_act) * self.qps
+        if restore <= 0:
+            return
+        self._advance(now)
+        self._tokens = min(float(self.burst), self._tokens + restore)
+        if time_to_act == self._last_event:
+            previous = time_to_act - 1.0 / self.qps
+            if previous >= now:
+                self._last_event = previous
 
     async def wait(self) -> None:
-        """Wait for a token (client-go ``Request.tryThrottle``)."""
+        """Wait for a token (client-go ``Request.tryThrottle``); cancelled while waiting, give it back."""
         delay = self.reserve()
-        if delay > 0:
+        if delay <= 0:
+            return
+        time_to_act = self._last_event
+        try:
             await self._sleep(delay)
+        except asyncio.CancelledError:
+            self.cancel(time_to_act)
+            raise
 
 
 def client_rate_limiter(

@@ -3,7 +3,8 @@
 For one resource: LIST (paginated) → hand the whole set to the sink (``replace``) → WATCH from the list's
 resourceVersion with bookmarks → hand each event to the sink (``apply``). A 410 Gone (our resourceVersion was
 compacted away) triggers a fresh LIST; a dropped or silent connection reconnects from the last seen
-resourceVersion with exponential backoff. Source of the rules: client-go ``tools/cache/reflector.go``
+resourceVersion after the runtime's exponential backoff (:class:`~karpy.runtime.backoff.Backoff`: 0.2 s
+doubling to 30 s, reset by a watch that ends normally). Source of the rules: client-go ``tools/cache/reflector.go``
 and the Kubernetes API concepts page ("Efficient detection of changes", "Watch bookmarks").
 """
 
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 from typing import Any, Protocol
 
 import structlog
@@ -19,6 +19,8 @@ import structlog
 from karpy.kube.client import JSON, KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.resources import Resource
+from karpy.runtime.backoff import Backoff
+from karpy.runtime.clock import Clock, LoopClock
 
 log = structlog.get_logger("karpy.watch")
 
@@ -43,6 +45,8 @@ class Informer:
         watch_timeout: server-side ``timeoutSeconds`` of one watch call (seconds); the watch is then resumed.
         read_timeout: seconds of silence after which the connection is considered dead (bookmarks and
             the server timeout keep a healthy stream talking well within it).
+        backoff: the delay before the next watch (0.2 s doubling to 30 s, ±25 % jitter by default).
+        clock: where that delay is waited (the event loop's by default; a fake one in tests).
     """
 
     def __init__(
@@ -54,6 +58,8 @@ class Informer:
         watch_timeout: int = 300,
         read_timeout: float = 330.0,
         label_selector: str | None = None,
+        backoff: Backoff | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -61,13 +67,14 @@ class Informer:
         self.watch_timeout = watch_timeout
         self.read_timeout = read_timeout
         self.label_selector = label_selector
+        self.backoff = backoff or Backoff(0.2, 30.0, jitter=0.25)
+        self.clock = clock or LoopClock()
         self.synced = asyncio.Event()
         self.resource_version = ""
         self._log = log.bind(kind=resource.kind)
 
     async def run(self) -> None:
         """Run until cancelled."""
-        backoff = 0.2
         need_list = True
         while True:
             try:
@@ -75,7 +82,8 @@ class Informer:
                     await self._list()
                     need_list = False
                 await self._watch()
-                backoff = 0.2
+                # The server ended the watch (timeoutSeconds): resume after the shortest delay.
+                self.backoff.reset()
             except asyncio.CancelledError:
                 raise
             except ApiError as err:
@@ -86,8 +94,7 @@ class Informer:
                 self._log.warning("watch failed", error=str(err))
             except Exception as err:  # connection resets, timeouts, malformed lines
                 self._log.warning("watch interrupted", error=repr(err))
-            await asyncio.sleep(backoff * (1 + random.random() / 2))
-            backoff = min(backoff * 2, 30.0)
+            await self.clock.sleep(self.backoff.next())
 
     def _query(self) -> dict[str, Any]:
         return {"labelSelector": self.label_selector} if self.label_selector else {}

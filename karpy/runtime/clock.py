@@ -14,8 +14,10 @@ import asyncio
 import heapq
 import itertools
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
+
+R = TypeVar("R")
 
 
 class Timer(Protocol):
@@ -107,7 +109,12 @@ class _FakeTimer:
 
 class FakeClock(Clock):
     """A clock that moves only when told (``k8s.io/utils/clock/testing.FakeClock``): :meth:`advance` fires the
-    timers that come due, in time order, letting the event loop run between them."""
+    timers that come due, in time order, letting the event loop run between them; :meth:`run` lets time jump to
+    the next timer whenever everything waits on one.
+
+    ``start`` may be any scale: code that reads wall-clock time (``clock: Callable[[], float]`` of epoch
+    seconds) takes the clock itself, which is callable (``clock()`` is :meth:`now`).
+    """
 
     def __init__(self, start: float = 1000.0) -> None:
         self._now = start
@@ -115,6 +122,10 @@ class FakeClock(Clock):
         self._seq = itertools.count()
 
     def now(self) -> float:
+        return self._now
+
+    def __call__(self) -> float:
+        """:meth:`now`, for code that takes a ``clock`` callable."""
         return self._now
 
     def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
@@ -141,6 +152,45 @@ class FakeClock(Clock):
             await settle()
         self._now = target
         await settle()
+
+    async def settle(self) -> None:
+        """Let every ready coroutine run (no time passes): :func:`settle`."""
+        await settle()
+
+    async def run(self, work: Awaitable[R], *, limit: float = 3600.0) -> R:
+        """Await ``work``, letting time jump to the next timer whenever everything is blocked on one (as the wall
+        clock would pass, without waiting for it). ``work`` returns without an extra turn of the loop: a task it
+        started has not run a step yet.
+
+        Raises:
+            AssertionError: ``work`` blocks on something other than a timer of this clock, or needs more than
+                ``limit`` seconds of this clock's time.
+        """
+        me = asyncio.current_task()
+        assert me is not None, "run() needs a running task"
+        start = self._now
+        stuck: list[str] = []
+
+        async def tick() -> None:
+            while True:
+                await settle()
+                due = [when for when, _, timer, _ in self._timers if not timer.cancelled()]
+                if not due or self._now - start > limit:
+                    stuck.append("blocked on something other than the clock, or for too long")
+                    me.cancel()
+                    return
+                await self.advance(max(min(due) - self._now, 0.0))
+
+        ticker = asyncio.get_running_loop().create_task(tick())
+        try:
+            return await work
+        except asyncio.CancelledError:
+            if stuck:
+                raise AssertionError(stuck[0]) from None
+            raise
+        finally:
+            # Not awaited: waiting would give the tasks ``work`` started a turn of the loop.
+            ticker.cancel()
 
 
 async def settle(rounds: int = 20) -> None:

@@ -3,7 +3,9 @@
 The client-go workqueue contract: a key is processed by at most one worker at a time; adding a key that is
 queued is a no-op; adding a key that is being processed re-queues it after the current run; failures back
 off per key (``base`` doubling up to ``cap`` seconds) until a success forgets the key. Delayed adds run on a
-:class:`~karpy.runtime.clock.Clock` (the event loop's by default; tests pass a fake one).
+:class:`~karpy.runtime.clock.Clock` (the event loop's by default; tests pass a fake one); a key already waiting
+is not waited for twice: it keeps the earlier of its two ready times (client-go ``delaying_queue.go``
+``insert``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ class WorkQueue:
         self._processing: set[str] = set()
         self._dirty: set[str] = set()
         self._failures: dict[str, int] = {}
-        self._delayed: list[tuple[float, int, str]] = []
+        self._delayed: list[tuple[float, int, str]] = []  # (ready time, seq, key), one entry per waiting key
+        self._waiting: dict[str, float] = {}  # key → its ready time in ``_delayed``
         self._seq = itertools.count()
         self._ready = asyncio.Condition()
         self._timer: Timer | None = None
@@ -48,12 +51,27 @@ class WorkQueue:
         self._wake()
 
     def add_after(self, key: str, delay: float) -> None:
-        """Queue ``key`` after ``delay`` seconds."""
+        """Queue ``key`` after ``delay`` seconds (now when ``delay`` ≤ 0). A key already waiting keeps the
+        earlier ready time."""
         if delay <= 0:
             self.add(key)
             return
-        heapq.heappush(self._delayed, (self._clock.now() + delay, next(self._seq), key))
+        ready = self._clock.now() + delay
+        current = self._waiting.get(key)
+        if current is not None and current <= ready:
+            return
+        self._waiting[key] = ready
+        if current is None:
+            heapq.heappush(self._delayed, (ready, next(self._seq), key))
+        else:
+            self._delayed = [(ready, seq, k) if k == key else (at, seq, k) for at, seq, k in self._delayed]
+            heapq.heapify(self._delayed)
         self._arm_timer()
+
+    @property
+    def waiting(self) -> int:
+        """Keys waiting for their delay (each once)."""
+        return len(self._delayed)
 
     def add_rate_limited(self, key: str) -> float:
         """Queue ``key`` after its backoff; returns the delay used (seconds)."""
@@ -105,5 +123,6 @@ class WorkQueue:
         now = self._clock.now()
         while self._delayed and self._delayed[0][0] <= now + 1e-3:
             _, _, key = heapq.heappop(self._delayed)
+            del self._waiting[key]
             self.add(key)
         self._arm_timer()

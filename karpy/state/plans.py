@@ -88,11 +88,13 @@ def _open(info: PodInfo | None) -> bool:
 
 
 class Plans:
-    """See the module docstring. Build it before anything else subscribes to ``state`` so that its index is
-    up to date when other listeners run; it starts from what ``state`` already holds."""
+    """See the module docstring. It starts from what ``state`` already holds and follows its changes once
+    :meth:`follow` is called — before anything else subscribes to ``state``, so that its index is up to date when
+    other listeners run."""
 
-    def __init__(self, state: ClusterState, *, follow: bool = True) -> None:
+    def __init__(self, state: ClusterState) -> None:
         self.state = state
+        self._following = False
         self._owner: dict[str, str] = {}  # pod uid → NodeClaim name
         self._pods: dict[str, dict[str, str]] = {}  # NodeClaim name → {pod uid: pod key} it owns
         self._listed: dict[str, dict[str, str]] = {}  # NodeClaim name → {uid: key} its annotations list
@@ -107,12 +109,13 @@ class Plans:
         self._listeners: list[PlanListener] = []
         for name, claim in state.nodeclaim_views.items():
             self._on_nodeclaim(name, claim)
-        if follow:  # the operator passes False and calls follow() in its wiring step
-            self.follow()
 
     def follow(self) -> None:
-        """Subscribe to ``state``'s changes (once)."""
-        self.state.subscribe(self._on_change)
+        """Subscribe to ``state``'s changes (once; later calls do nothing). The constructor never does: the
+        operator's wiring step calls this, as tests that change ``state`` afterwards must."""
+        if not self._following:
+            self._following = True
+            self.state.subscribe(self._on_change)
 
     # Subscriptions ------------------------------------------------------------------------------------
 

@@ -103,6 +103,7 @@ def test_existing_interruption_queue_passes_the_check(moto_aws: MotoAWS, kubecon
             if '"starting karpy"' in line:
                 break
         assert proc.poll() is None, lines
+        assert '"starting karpy"' in lines[-1], lines  # got past the queue check, not just still alive
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.communicate(timeout=30)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
 
 from karpy.aws.userdata import NodeAdmInput, custom_parts, format_taint, parse_flags, parse_node_config, render
 
 
-def node_input(**overrides: object) -> NodeAdmInput:
-    values: dict[str, object] = {
+def node_input(**overrides: Any) -> NodeAdmInput:
+    values: dict[str, Any] = {
         "cluster_name": "demo",
         "endpoint": "https://127.0.0.1:6443",
         "ca_bundle": "Q0E=",
@@ -20,7 +22,7 @@ def node_input(**overrides: object) -> NodeAdmInput:
         "taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}],
     }
     values.update(overrides)
-    return NodeAdmInput(**values)  # type: ignore[arg-type]
+    return NodeAdmInput(**values)
 
 
 def test_renders_a_mime_document_with_one_nodeconfig_part() -> None:

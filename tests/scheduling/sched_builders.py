@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from karpy.apis.quantity import to_canonical
 from karpy.cloudprovider.types import InstanceType, Offering
@@ -93,23 +94,23 @@ def selector(**labels: str) -> LabelSelector:
 
 
 def spread(
-    key: str, *, max_skew: int = 1, anyway: bool = False, sel: LabelSelector | None = None, **kw: object
+    key: str, *, max_skew: int = 1, anyway: bool = False, sel: LabelSelector | None = None, **kw: Any
 ) -> TopologySpreadConstraint:
     return TopologySpreadConstraint(
         key,
         max_skew,
         "ScheduleAnyway" if anyway else "DoNotSchedule",
         sel,
-        **kw,  # type: ignore[arg-type]
+        **kw,
     )
 
 
-def term(key: str, sel: LabelSelector | None, *, weight: int = 0, **kw: object) -> PodAffinityTerm:
-    return PodAffinityTerm(key, sel, weight=weight, **kw)  # type: ignore[arg-type]
+def term(key: str, sel: LabelSelector | None, *, weight: int = 0, **kw: Any) -> PodAffinityTerm:
+    return PodAffinityTerm(key, sel, weight=weight, **kw)
 
 
-def pods(count: int, cpu: str = "1", mem: str | None = "1536Mi", **kw: object) -> list[Pod]:
-    return [pod(cpu=cpu, mem=mem, **kw) for _ in range(count)]  # type: ignore[arg-type]
+def pods(count: int, cpu: str = "1", mem: str | None = "1536Mi", **kw: Any) -> list[Pod]:
+    return [pod(cpu=cpu, mem=mem, **kw) for _ in range(count)]
 
 
 def req(key: str, op: str, *values: str, min_values: int | None = None) -> Requirement:

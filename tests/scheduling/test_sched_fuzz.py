@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 from sched_builders import daemonset, existing, instance_type, nodepool, pod, req, selector, spread, term
@@ -18,7 +19,7 @@ KEYS = (ZONE, HOST, CT, "rack")
 
 def random_pod(rng: random.Random) -> Pod:
     app = rng.choice("abc")
-    kw: dict[str, object] = {"labels": {"app": app, "tier": rng.choice(("x", "y"))}}
+    kw: dict[str, Any] = {"labels": {"app": app, "tier": rng.choice(("x", "y"))}}
     roll = rng.random()
     sel = selector(app=rng.choice("abc"))
     if roll < 0.2:
@@ -38,7 +39,7 @@ def random_pod(rng: random.Random) -> Pod:
         kw["tolerations"] = [Toleration("dedicated", "Exists")]
     if rng.random() < 0.05:
         kw["ports"] = [8080]
-    return pod(cpu=rng.choice(("100m", "500m", "1", "3")), mem=rng.choice(("128Mi", "1Gi", "6Gi")), **kw)  # type: ignore[arg-type]
+    return pod(cpu=rng.choice(("100m", "500m", "1", "3")), mem=rng.choice(("128Mi", "1Gi", "6Gi")), **kw)
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -72,9 +73,7 @@ def test_random_constraints(seed: int, policy: str) -> None:
         for p in claim.pods:
             for t in p.pod_anti_affinity:
                 if t.topology_key == HOST:
-                    others = [
-                        q
-                        for q in claim.pods
-                        if q is not p and q.labels.get("app") == dict(t.selector.match_labels)["app"]
-                    ]  # type: ignore[union-attr]
+                    assert t.selector is not None  # random_pod's terms always select an app
+                    app = dict(t.selector.match_labels)["app"]
+                    others = [q for q in claim.pods if q is not p and q.labels.get("app") == app]
                     assert not others

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 import pytest
 from sched_builders import pod, req, selector, spread, term
 
-from karpy.scheduling.model import ExistingNode, Pod, Taint, Toleration
+from karpy.scheduling.model import ExistingNode, LabelSelector, Pod, Requirement, Taint, Toleration
 from karpy.scheduling.predicate import BindingCheck, binding_refusal
 from karpy.scheduling.scheduler import solve
 
@@ -176,7 +177,7 @@ APPS = ("a", "b", "c")
 
 def random_pod(rng: random.Random, name: str, *, bound: bool = False) -> Pod:
     app = rng.choice(APPS)
-    kw: dict[str, object] = {"labels": {"app": app}}
+    kw: dict[str, Any] = {"labels": {"app": app}}
     sel = selector(app=rng.choice(APPS))
     key = rng.choice((ZONE, HOST))
     roll = rng.random()
@@ -185,7 +186,7 @@ def random_pod(rng: random.Random, name: str, *, bound: bool = False) -> Pod:
             kw["anti"] = [term(key, sel)]
         if rng.random() < 0.15:
             kw["ports"] = [8080]
-        return pod(name, cpu=rng.choice(("100m", "500m", "1")), **kw)  # type: ignore[arg-type]
+        return pod(name, cpu=rng.choice(("100m", "500m", "1")), **kw)
     if roll < 0.2:
         kw["spread"] = [spread(key, max_skew=rng.choice((1, 2)), sel=sel)]
     elif roll < 0.35:
@@ -205,7 +206,7 @@ def random_pod(rng: random.Random, name: str, *, bound: bool = False) -> Pod:
         kw["tolerations"] = [Toleration("dedicated", "Exists")]
     if rng.random() < 0.15:
         kw["ports"] = [8080]
-    return pod(name, cpu=rng.choice(("100m", "500m", "1", "3")), **kw)  # type: ignore[arg-type]
+    return pod(name, cpu=rng.choice(("100m", "500m", "1", "3")), **kw)
 
 
 def random_cluster(rng: random.Random) -> list[ExistingNode]:
@@ -223,8 +224,9 @@ def random_cluster(rng: random.Random) -> list[ExistingNode]:
     return nodes
 
 
-def selected(sel: object, p: Pod) -> bool:
-    match = dict(sel.match_labels)  # type: ignore[attr-defined]
+def selected(sel: LabelSelector | None, p: Pod) -> bool:
+    assert sel is not None  # random_pod's terms always have a selector
+    match = dict(sel.match_labels)
     return all(p.labels.get(k) == v for k, v in match.items())
 
 
@@ -243,8 +245,8 @@ def kube_scheduler_admits(p: Pod, target: ExistingNode, cluster: Sequence[Existi
     if any(lab.get(k) != v for k, v in p.node_selector.items()):
         return False
 
-    def term_ok(reqs: Sequence[object]) -> bool:
-        return all(lab.get(r.key) in r.values for r in reqs)  # type: ignore[attr-defined]
+    def term_ok(reqs: Sequence[Requirement]) -> bool:
+        return all(lab.get(r.key) in r.values for r in reqs)
 
     if p.required_terms and not any(term_ok(t) for t in p.required_terms):
         return False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import pytest
 from sched_builders import (
@@ -43,8 +44,8 @@ def pods_per_zone(result: SchedulingResult, labels: dict[str, str] | None = None
     return out
 
 
-def web(n: int, cpu: str = "1", **kw: object) -> list[Pod]:
-    return [pod(cpu=cpu, labels=WEB, **kw) for _ in range(n)]  # type: ignore[arg-type]
+def web(n: int, cpu: str = "1", **kw: Any) -> list[Pod]:
+    return [pod(cpu=cpu, labels=WEB, **kw) for _ in range(n)]
 
 
 # -- topology spread -------------------------------------------------------------------------------------

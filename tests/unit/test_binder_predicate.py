@@ -7,7 +7,6 @@ onto a node in zone A although it is planned there: it is left to kube-scheduler
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -15,7 +14,7 @@ from karpy.apis import labels as wk
 from karpy.controllers.binder import Binder
 from karpy.kube.events import EventRecorder
 from karpy.kube.fake import FakeKube
-from tests.unit.disruption_builders import loaded_state, node, nodeclaim, nodepool, pod
+from tests.unit.disruption_builders import following_plans, loaded_state, node, nodeclaim, nodepool, pod
 
 JSON = dict[str, Any]
 DB_ANTI = {
@@ -75,10 +74,10 @@ def zonal_volume(pvc: str, zone: str) -> list[JSON]:
 async def run(objs: list[JSON], claim: str) -> tuple[FakeKube, Binder]:
     state = loaded_state(objs)
     kube = FakeKube(objs)
-    binder = Binder(kube, state, events=EventRecorder(kube))
+    events = EventRecorder(kube)
+    binder = Binder(kube, state, following_plans(state), events=events)
     await binder.reconcile(claim)
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await events.flush()  # every Event the reconcile published is posted
     return kube, binder
 
 

@@ -17,7 +17,16 @@ from karpy.kube.events import EventRecorder
 from karpy.kube.fake import FakeKube
 from karpy.scheduling import model
 from karpy.state.cluster import ClusterState
-from tests.unit.disruption_builders import CATALOGUE, T0, itype, loaded_state, node, nodeclaim, nodeclass
+from tests.unit.disruption_builders import (
+    CATALOGUE,
+    T0,
+    following_plans,
+    itype,
+    loaded_state,
+    node,
+    nodeclaim,
+    nodeclass,
+)
 from tests.unit.disruption_builders import nodepool as make_nodepool
 from tests.unit.disruption_builders import pod as make_pod
 
@@ -25,7 +34,7 @@ from tests.unit.disruption_builders import pod as make_pod
 async def setup(objs: list[dict], types: list[InstanceType] = CATALOGUE) -> tuple[ClusterState, cons.Simulator, dict]:
     state = loaded_state(objs)
     kube = FakeKube(sink=state)
-    prov = Provisioner(kube, state, FakeCloudProvider(types), EventRecorder(kube))
+    prov = Provisioner(kube, state, FakeCloudProvider(types), EventRecorder(kube), plans=following_plans(state))
     pools, _, existing = await prov.simulation_inputs()
     pending = [p.pod for p in prov.pending_pods()]
 

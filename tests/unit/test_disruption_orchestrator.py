@@ -28,13 +28,14 @@ from karpy.kube.errors import ApiError
 from karpy.kube.events import EventRecorder
 from karpy.kube.fake import FakeKube, Request
 from karpy.kube.resources import NAMESPACES, NODECLAIMS, NODEPOOLS, NODES, Resource
+from karpy.runtime.clock import FakeClock
 from karpy.runtime.controller import Result
 from karpy.runtime.singleton import SingletonController
 from tests.unit.disruption_builders import (
     CATALOGUE,
     T0,
-    FakeClock,
     cloud_instance,
+    following_plans,
     loaded_state,
     node,
     nodeclaim,
@@ -66,7 +67,7 @@ class Harness:
         for instance in (instances or {}).values():
             self.cloud.add_instance(instance)
         self.events = events = EventRecorder(self.kube)
-        self.provisioner = Provisioner(self.kube, self.state, self.cloud, events)
+        self.provisioner = Provisioner(self.kube, self.state, self.cloud, events, plans=following_plans(self.state))
         self.disruption = Disruption(
             self.kube, self.state, self.provisioner, events, settings, clock=self.clock, sleep=self.clock.sleep
         )
@@ -215,7 +216,7 @@ async def test_replacement_launched_and_initialized_before_the_old_node_is_delet
     assert wk.ANNOTATION_NODECLASS_HASH in replacement["metadata"]["annotations"]
     assert json.loads(replacement["metadata"]["annotations"][controls.ANNOTATION_DECISION])["replacementFor"] == ["big"]
     waiting = h.kube.events("DisruptionWaitingReadiness")
-    assert waiting and h.clock.sleeping == 1, "the command waits for its replacement"
+    assert waiting and h.clock.pending == 1, "the command waits for its replacement"
     await h.clock.advance(1.0)  # one more readiness check, the replacement still not initialized
     assert h.deleted() == [], "the old node stays until its replacement is initialized"
     assert "big" in h.queue.in_flight

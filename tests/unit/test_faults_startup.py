@@ -17,9 +17,12 @@ from typing import Any
 import pytest
 
 from karpy.aws.messages import parse
-from karpy.cloudprovider.types import CloudProviderError, QueuedMessage
+from karpy.cloudprovider.fake import FakeCloudProvider
+from karpy.cloudprovider.types import CloudProviderError, InterruptionKind, QueuedMessage
 from karpy.controllers import interruption as interruption_mod
 from karpy.controllers.interruption import Interruption
+from karpy.kube.events import EventRecorder
+from karpy.kube.fake import FakeKube
 from karpy.metrics import INTERRUPTION_QUEUE_ERRORS, INTERRUPTION_QUEUE_HEALTHY
 from karpy.runtime.singleton import SingletonController
 from karpy.state.cluster import KINDS, ClusterState
@@ -107,6 +110,12 @@ class FlakyQueue:
         return None
 
 
+def _interruption(state: ClusterState, queue: FlakyQueue) -> Interruption:
+    """The interruption controller over ``queue`` (the apiserver and the cloud are fakes these tests never reach)."""
+    kube = FakeKube()
+    return Interruption(kube, state, FakeCloudProvider(), EventRecorder(kube), queue)
+
+
 async def test_unreadable_queue_shows_in_readiness_and_metric_until_it_recovers() -> None:
     """A failed read sets ``queue_error`` (what /readyz reports), the gauge to 0 and counts an error; the next
     successful read (after the loop's backoff, 0 here) clears both."""
@@ -115,7 +124,7 @@ async def test_unreadable_queue_shows_in_readiness_and_metric_until_it_recovers(
         state.replace(kind, [])
     holder: list[Interruption] = []
     queue = FlakyQueue(holder)
-    ctl = Interruption(None, state, None, None, queue)  # type: ignore[arg-type]
+    ctl = _interruption(state, queue)
     holder.append(ctl)
     errors = INTERRUPTION_QUEUE_ERRORS._value.get()
     with pytest.raises(asyncio.CancelledError):
@@ -143,8 +152,8 @@ async def test_ignored_message_log_line_is_bounded(monkeypatch: pytest.MonkeyPat
 
     logged: list[dict[str, Any]] = []
     monkeypatch.setattr(interruption_mod.log, "info", lambda event, **kw: logged.append(kw))
-    ctl = Interruption(None, ClusterState(), None, None, FlakyQueue([]))  # type: ignore[arg-type]
-    msg = QueuedMessage("m", "rh", InterruptionMessage(kind="no_op", reason="z" * 250_000))
+    ctl = _interruption(ClusterState(), FlakyQueue([]))
+    msg = QueuedMessage("m", "rh", InterruptionMessage(kind=InterruptionKind.NO_OP, reason="z" * 250_000))
     await ctl.handle(msg)
     assert len(logged[0]["reason"]) <= interruption_mod.REASON_MAX + 1
 

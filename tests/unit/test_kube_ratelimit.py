@@ -4,12 +4,11 @@ request but watches; on a fake clock."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, cast
+import json
 
 import pytest
-from kubernetes_asyncio import client as k8s_client
 
-from karpy.kube.client import KubeClient
+from karpy.kube.fake import FakeKube
 from karpy.kube.ratelimit import TokenBucket, client_rate_limiter
 from karpy.runtime.clock import FakeClock, settle
 
@@ -43,50 +42,45 @@ def test_client_go_defaults() -> None:
         TokenBucket(0, 1)
 
 
-class FakeResponse:
-    status = 200
-
-    def __init__(self, lines: list[bytes]) -> None:
-        self.content = self
-        self._lines = lines
-
-    async def text(self) -> str:
-        return "{}"
-
-    async def readline(self) -> bytes:
-        return self._lines.pop(0) if self._lines else b""
-
-    def release(self) -> None:
-        return None
-
-
-class FakeApi:
-    """What KubeClient uses of kubernetes-asyncio's ApiClient; records each call's path."""
-
-    user_agent = ""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    async def call_api(self, path: str, method: str, **_: Any) -> FakeResponse:
-        self.calls.append(path)
-        return FakeResponse([b'{"type": "BOOKMARK"}\n'])
-
-
 async def test_requests_wait_for_tokens_and_watches_do_not() -> None:
-    """With the bucket empty a GET waits for its token, while a watch starts at once."""
+    """With the bucket empty a GET waits for its token, while a watch starts at once (KubeClient's own
+    ``request``/``stream_lines`` over the fake apiserver's transport)."""
     clock = FakeClock()
-    api = FakeApi()
-    kube = KubeClient(
-        cast(k8s_client.ApiClient, api), rate_limiter=TokenBucket(1.0, 2, now=clock.now, sleep=clock.sleep)
-    )
+    nodes = [{"kind": "Node", "metadata": {"name": f"n{i}"}} for i in range(3)]
+    kube = FakeKube(nodes, rate_limiter=TokenBucket(1.0, 2, now=clock.now, sleep=clock.sleep))
+    kube.compact()  # a watch from resourceVersion 0 is answered at once (410 Gone) and ends
     requests = [asyncio.create_task(kube.request("GET", f"/api/v1/nodes/n{i}")) for i in range(3)]
     await settle()
     assert [t.done() for t in requests] == [True, True, False]
     lines = [line async for line in kube.stream_lines("/api/v1/pods", {"watch": "true"}, read_timeout=60)]
-    assert lines == [b'{"type": "BOOKMARK"}\n'] and api.calls[-1] == "/api/v1/pods"
+    assert [json.loads(line)["object"]["code"] for line in lines] == [410]
+    assert kube.requests[-1].path == "/api/v1/pods"
     await clock.advance(0.99)
     assert not requests[2].done()
     await clock.advance(0.01)
     assert requests[2].done()
-    assert api.calls == ["/api/v1/nodes/n0", "/api/v1/nodes/n1", "/api/v1/pods", "/api/v1/nodes/n2"]
+    sent = [r.path for r in kube.requests]
+    assert sent == ["/api/v1/nodes/n0", "/api/v1/nodes/n1", "/api/v1/pods", "/api/v1/nodes/n2"]
+    assert [(await t)["metadata"]["name"] for t in requests] == ["n0", "n1", "n2"]
+
+
+async def test_a_cancelled_waiter_gives_its_token_back() -> None:
+    """As x/time/rate's ``Reservation.Cancel``: a request cancelled while waiting returns its token, so the next
+    one waits as if it had never come; a token later reservations already count on is not returned."""
+    clock = FakeClock()
+    bucket = TokenBucket(1.0, 1, now=clock.now, sleep=clock.sleep)
+    assert bucket.reserve() == 0.0
+    waiter = asyncio.create_task(bucket.wait())
+    await settle()
+    assert clock.pending == 1, "waiting one second for its token"
+    waiter.cancel()
+    await asyncio.gather(waiter, return_exceptions=True)
+    assert waiter.cancelled()
+    assert bucket.reserve() == 1.0, "the cancelled waiter's token went back (2.0 otherwise)"
+
+    first = asyncio.create_task(bucket.wait())  # its turn at +2 s
+    await settle()
+    assert bucket.reserve() == 3.0  # a later reservation, at +3 s
+    first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
+    assert bucket.reserve() == 4.0, "the later reservation already counts on the cancelled token"

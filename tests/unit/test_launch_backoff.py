@@ -28,6 +28,7 @@ from karpy.kube.events import EventRecorder
 from karpy.kube.fake import FakeKube
 from karpy.kube.resources import NODECLAIMS
 from karpy.scheduling import model
+from tests.unit.disruption_builders import following_plans
 
 JSON = dict[str, Any]
 GPU = wk.RESOURCE_NVIDIA_GPU
@@ -140,7 +141,9 @@ def test_hold_keeps_back_plans_whose_pods_all_back_off() -> None:
 def provisioner(objs: list[JSON], clock: Clock) -> tuple[Provisioner, FakeKube, FakeCloudProvider]:
     kube, cloud = FakeKube(), fake_cloud()
     state = loaded([nodeclass(), nodepool(), *objs])
-    prov = Provisioner(kube, state, cloud, EventRecorder(kube), launch_backoff=LaunchBackoff(clock))
+    prov = Provisioner(
+        kube, state, cloud, EventRecorder(kube), plans=following_plans(state), launch_backoff=LaunchBackoff(clock)
+    )
     return prov, kube, cloud
 
 
@@ -200,7 +203,8 @@ def lifecycle_setup(error: Exception | None) -> tuple[NodeClaimLifecycle, FakeKu
     if error is not None:
         cloud.fail("create", error)
     backoff = LaunchBackoff(Clock())
-    lifecycle = NodeClaimLifecycle(kube, state, cloud, EventRecorder(kube), backoff=backoff)
+    plans = following_plans(state)
+    lifecycle = NodeClaimLifecycle(kube, state, cloud, EventRecorder(kube), plans=plans, backoff=backoff)
     return lifecycle, kube, cloud, claim
 
 

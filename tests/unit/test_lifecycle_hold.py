@@ -15,6 +15,7 @@ from karpy.kube.resources import NODECLAIMS, NODES
 from karpy.state.cluster import ClusterState
 from karpy.state.plans import Plans
 from karpy.state.views import node_info
+from tests.unit.disruption_builders import following_plans
 
 NOW = 1_800_000_000.0
 
@@ -38,6 +39,7 @@ def pending(name: str) -> dict[str, Any]:
 
 def lifecycle(state: ClusterState, plans: Plans | None = None, kube: FakeKube | None = None) -> NodeClaimLifecycle:
     kube = kube or FakeKube()
+    plans = plans if plans is not None else following_plans(state)
     return NodeClaimLifecycle(kube, state, FakeCloudProvider(), EventRecorder(kube), clock=lambda: NOW, plans=plans)
 
 
@@ -74,6 +76,7 @@ def test_hold_is_signalled_when_a_batch_pod_is_bound() -> None:
     """The plan owner tells the batch when one of its pods is bound, instead of the hold polling."""
     state = ClusterState()
     plans = Plans(state)
+    plans.follow()
     signals: list[str] = []
     plans.subscribe(signals.append)
     state.apply("Pod", "ADDED", pending("a"))

@@ -6,11 +6,15 @@ import io
 import json
 import sys
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 import structlog
 
 from karpy import logs
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 
 class RecordingBuffer(io.RawIOBase):
@@ -22,9 +26,10 @@ class RecordingBuffer(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, data: bytes) -> int:  # type: ignore[override]
-        self.writes.append(bytes(data))
-        return len(data)
+    def write(self, data: ReadableBuffer) -> int:
+        chunk = bytes(data)
+        self.writes.append(chunk)
+        return len(chunk)
 
 
 @pytest.fixture(autouse=True)

@@ -47,7 +47,8 @@ def crd(name: str) -> JSON:
 
 
 def schema_of(plural_group: str) -> JSON:
-    return crd(plural_group)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]  # type: ignore[no-any-return]
+    schema: JSON = crd(plural_group)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
 
 
 def by_kind(docs: list[JSON], kind: str) -> list[JSON]:
@@ -505,8 +506,9 @@ def deployment() -> JSON:
 
 
 def container() -> JSON:
+    c: JSON
     [c] = deployment()["spec"]["template"]["spec"]["containers"]
-    return c  # type: ignore[no-any-return]
+    return c
 
 
 def env() -> dict[str, str]:

@@ -45,6 +45,7 @@ def test_planned_pods_are_not_pending_until_their_claim_goes() -> None:
     """Pods recorded on a live NodeClaim are not provisioned for again; deleting the claim frees them."""
     state = ClusterState()
     plans = Plans(state)
+    plans.follow()
     state.apply("Pod", "ADDED", pod("p1", "1"))
     state.apply("Pod", "ADDED", pod("p2", "2"))
     state.apply("NodeClaim", "ADDED", nodeclaim("a", "3", {"p1": "d/p1"}))
@@ -57,6 +58,7 @@ def test_binding_fulfils_the_plan_and_signals_its_nodeclaim() -> None:
     """A bound pod leaves the index (pruned to unbound pods) and the NodeClaim's subscribers are told."""
     state = ClusterState()
     plans = Plans(state)
+    plans.follow()
     signals: list[str] = []
     plans.subscribe(signals.append)
     state.apply("Pod", "ADDED", pod("p1", "1"))
@@ -73,6 +75,7 @@ def test_pods_of_a_failed_nodeclaim_follow_their_new_plan() -> None:
     pending again and no third NodeClaim is made; with no other plan they become pending."""
     state = ClusterState()
     plans = Plans(state)
+    plans.follow()
     state.apply("Pod", "ADDED", pod("a", "1"))
     state.apply("NodeClaim", "ADDED", nodeclaim("first", "2", {"a": "d/a"}))
     state.apply("NodeClaim", "MODIFIED", nodeclaim("first", "3", {"a": "d/a"}, deleting=True))
@@ -90,6 +93,7 @@ def test_a_live_plan_is_not_stolen_by_another_annotation_but_a_new_decision_take
     own record of a new decision moves it."""
     state = ClusterState()
     plans = Plans(state)
+    plans.follow()
     state.apply("Pod", "ADDED", pod("a", "1"))
     state.apply("NodeClaim", "ADDED", nodeclaim("one", "2", {"a": "d/a"}))
     state.apply("NodeClaim", "ADDED", nodeclaim("two", "3", {"a": "d/a"}))
@@ -106,6 +110,7 @@ def test_restart_rebuilds_plans_from_uid_and_legacy_annotations_in_any_list_orde
     for pods_first in (True, False):
         state = ClusterState()
         plans = Plans(state)
+        plans.follow()
         pods = [pod("a", "1"), pod("b", "2"), pod("c", "3")]
         claims = [nodeclaim("new", "4", {"a": "d/a"}), nodeclaim("old", "5", legacy=["d/b"])]
         for kind, items in (("Pod", pods), ("NodeClaim", claims)) if pods_first else (
@@ -120,6 +125,7 @@ def test_plans_are_by_uid_a_recreated_pod_is_not_planned() -> None:
     """A pod deleted and recreated under the same name (a StatefulSet's) is a new pod: not planned."""
     state = ClusterState()
     plans = Plans(state)
+    plans.follow()
     state.apply("Pod", "ADDED", pod("web-0", "1", uid="u1"))
     state.apply("NodeClaim", "ADDED", nodeclaim("a", "2", {"u1": "d/web-0"}))
     state.apply("Pod", "DELETED", pod("web-0", "3", uid="u1"))
@@ -132,6 +138,7 @@ def test_rewritten_annotations_are_pruned_to_pods_that_still_wait() -> None:
     forever); the uid map and the legacy key list agree."""
     state = ClusterState()
     plans = Plans(state)
+    plans.follow()
     for name, rv in (("a", "1"), ("b", "2"), ("c", "3")):
         state.apply("Pod", "ADDED", pod(name, rv))
     state.apply("NodeClaim", "ADDED", nodeclaim("x", "4", {"a": "d/a", "b": "d/b"}, batch="b7"))
@@ -150,6 +157,7 @@ def test_released_pod_is_pending_and_not_replanned_by_the_same_annotation() -> N
     NodeClaim (unchanged annotation) does not plan it back."""
     state = ClusterState()
     plans = Plans(state)
+    plans.follow()
     state.apply("Pod", "ADDED", pod("a", "1"))
     state.apply("NodeClaim", "ADDED", nodeclaim("x", "2", {"a": "d/a"}))
     plans.release("a")

@@ -18,6 +18,7 @@ from karpy.kube.events import EventRecorder
 from karpy.kube.fake import FakeKube
 from karpy.scheduling.model import IN, Requirement
 from karpy.state.cluster import KINDS, ClusterState
+from tests.unit.disruption_builders import following_plans
 
 JSON = dict[str, Any]
 GIB = 2**30
@@ -155,7 +156,9 @@ def loaded(objs: list[JSON]) -> ClusterState:
 
 
 def provisioner(state: ClusterState, kube: FakeKube, **kwargs: Any) -> Provisioner:
-    return Provisioner(kube, state, FakeCloudProvider(CATALOGUE), EventRecorder(kube), **kwargs)
+    return Provisioner(
+        kube, state, FakeCloudProvider(CATALOGUE), EventRecorder(kube), plans=following_plans(state), **kwargs
+    )
 
 
 def no_patches(kube: FakeKube) -> bool:

@@ -61,6 +61,29 @@ async def test_delayed_add_waits_for_the_clock() -> None:
     assert len(q) == 1
 
 
+async def test_a_waiting_key_is_delayed_once_at_its_earliest_time() -> None:
+    """As client-go's delaying queue: re-adding a waiting key keeps one entry with the earlier ready time."""
+    clock = FakeClock()
+    q = WorkQueue(clock=clock)
+    for _ in range(1000):
+        q.add_after("k", 5.0)
+    assert q.waiting == 1
+    q.add_after("k", 9.0)  # later: ignored
+    q.add_after("k", 2.0)  # earlier: moves the ready time
+    q.add_after("other", 3.0)
+    assert q.waiting == 2
+    await clock.advance(1.9)
+    assert len(q) == 0
+    await clock.advance(0.1)
+    assert len(q) == 1 and await q.get() == "k"
+    q.done("k")
+    await clock.advance(1.0)
+    assert len(q) == 1 and await q.get() == "other"
+    q.done("other")
+    await clock.advance(10.0)
+    assert len(q) == 0 and q.waiting == 0, "k was waited for once: neither 5 s nor 9 s adds it again"
+
+
 async def test_controller_retries_failures_with_backoff_then_succeeds() -> None:
     """An exception is retried after the key's backoff (1 s, then 2 s on the fake clock); a success ends it."""
     calls: list[float] = []

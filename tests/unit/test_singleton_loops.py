@@ -21,6 +21,7 @@ from karpy.runtime.controller import Result
 from karpy.runtime.singleton import SingletonController
 from karpy.state.cluster import KINDS, ClusterState
 from karpy.state.views import PodInfo
+from tests.unit.disruption_builders import following_plans
 
 
 async def stop(task: asyncio.Task[Any]) -> None:
@@ -52,6 +53,7 @@ class ScriptedProvisioner(Provisioner):
             cast(EventRecorder, none),
             batch_idle=1.0,
             batch_max=10.0,
+            plans=following_plans(state),
             clock=clock,
         )
         self.fake_clock = clock

@@ -6,6 +6,8 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
+
 from karpy.apis import labels as wk
 from karpy.state.cluster import KINDS, ClusterState
 
@@ -13,8 +15,12 @@ from karpy.state.cluster import KINDS, ClusterState
 def nodeclaim(name: str, rv: str, pid: str = "", planned: list[str] | None = None) -> dict[str, Any]:
     annotations = {wk.ANNOTATION_PLANNED_PODS: json.dumps(planned)} if planned else {}
     return {
-        "metadata": {"name": name, "resourceVersion": rv, "labels": {wk.LABEL_NODEPOOL: "default"},
-                     "annotations": annotations},
+        "metadata": {
+            "name": name,
+            "resourceVersion": rv,
+            "labels": {wk.LABEL_NODEPOOL: "default"},
+            "annotations": annotations,
+        },
         "status": {"providerID": pid} if pid else {},
     }
 
@@ -23,9 +29,10 @@ def pod(name: str, rv: str, node: str = "") -> dict[str, Any]:
     return {
         "metadata": {"name": name, "namespace": "d", "uid": name, "resourceVersion": rv},
         "spec": {"nodeName": node, "containers": []},
-        "status": {"phase": "Running" if node else "Pending",
-                   "conditions": [] if node else [{"type": "PodScheduled", "status": "False",
-                                                   "reason": "Unschedulable"}]},
+        "status": {
+            "phase": "Running" if node else "Pending",
+            "conditions": [] if node else [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        },
     }
 
 
@@ -106,6 +113,7 @@ def test_relist_keeps_writes_newer_than_its_snapshot() -> None:
 
 def test_late_write_answer_does_not_resurrect_a_deleted_nodeclaim_view() -> None:
     """The tombstones keep a late write answer from re-inserting a deleted NodeClaim's JSON or its typed view."""
+
     def with_uid(rv: str) -> dict[str, Any]:
         obj = nodeclaim("a", rv, pid="aws:///z/i-1")
         obj["metadata"]["uid"] = "uid-a"
@@ -119,11 +127,23 @@ def test_late_write_answer_does_not_resurrect_a_deleted_nodeclaim_view() -> None
     assert "a" not in state.nodeclaims and state.nodeclaim_view("a") is None
 
 
-def node(name: str, rv: str, *, uid: str = "", pid: str = "", finalizers: list[str] | None = None,
-         deleting: bool = False, registered: bool = False) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "uid": uid or f"uid-{name}", "resourceVersion": rv,
-                            "finalizers": finalizers or [],
-                            "labels": {wk.LABEL_REGISTERED: "true"} if registered else {}}
+def node(
+    name: str,
+    rv: str,
+    *,
+    uid: str = "",
+    pid: str = "",
+    finalizers: list[str] | None = None,
+    deleting: bool = False,
+    registered: bool = False,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "uid": uid or f"uid-{name}",
+        "resourceVersion": rv,
+        "finalizers": finalizers or [],
+        "labels": {wk.LABEL_REGISTERED: "true"} if registered else {},
+    }
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     return {"metadata": meta, "spec": {"providerID": pid} if pid else {}}
@@ -176,7 +196,7 @@ def test_synced_needs_every_registered_node_joined_to_its_nodeclaim() -> None:
         assert state.listed and not state.synced
         assert "n1" in state.unsynced_reason()
         waiter = asyncio.create_task(state.wait_synced())
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one turn of the loop: the waiter runs until it blocks on the sync gate
         assert not waiter.done()
         state.apply("NodeClaim", "ADDED", nodeclaim("a", "2", pid="aws:///z/i-1"))
         await asyncio.wait_for(waiter, 1)
@@ -200,3 +220,28 @@ def test_synced_waits_for_every_live_nodeclaim_to_be_launched() -> None:
     gone["metadata"]["finalizers"] = [wk.FINALIZER_TERMINATION]
     state.apply("NodeClaim", "ADDED", gone)
     assert state.synced
+
+
+def test_plans_follow_state_only_once_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing subscribes itself in a constructor: ``Plans(state)`` indexes what state holds and ignores later
+    changes until ``follow()``; a second ``follow()`` adds no second subscription."""
+    from karpy.state.plans import Plans
+    from tests.unit.test_plans import nodeclaim, pod
+
+    state = ClusterState()
+    subscribed: list[object] = []
+    subscribe = state.subscribe
+    monkeypatch.setattr(state, "subscribe", lambda listener: (subscribed.append(listener), subscribe(listener)))
+    state.apply("Pod", "ADDED", pod("p1", "1"))
+    state.apply("NodeClaim", "ADDED", nodeclaim("a", "2", {"p1": "d/p1"}))
+    plans = Plans(state)
+    assert plans.owner("p1") == "a", "built from what state already holds"
+    assert subscribed == []
+    state.apply("NodeClaim", "ADDED", nodeclaim("b", "3", {"p2": "d/p2"}))
+    state.apply("Pod", "ADDED", pod("p2", "4"))
+    assert plans.owner("p2") is None, "not following yet"
+    plans.follow()
+    plans.follow()
+    assert len(subscribed) == 1
+    state.apply("Pod", "MODIFIED", pod("p1", "5", node="n1"))
+    assert plans.owner("p1") is None, "following: the bound pod left the plan"

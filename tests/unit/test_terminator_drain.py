@@ -4,30 +4,18 @@ drain (Karpenter ``IsStuckTerminating``), the terminationGracePeriod force-delet
 
 from __future__ import annotations
 
-from typing import Any
-
 from prometheus_client import REGISTRY
 
 from karpy.apis import labels as wk
 from karpy.controllers.terminator import STUCK_TERMINATING_AFTER, Terminator, stuck_terminating
 from karpy.kube.events import EventRecorder
-from karpy.kube.resources import Resource
+from karpy.kube.fake import FakeKube
+from karpy.kube.resources import NODECLAIMS
 from karpy.state.views import pod_info
-from tests.unit.disruption_builders import T0, FakeKube, loaded_state, node, nodeclaim, nodeclass, nodepool, pod, ts
-from tests.unit.test_terminator_tgp import GoneCloud
+from tests.unit.disruption_builders import T0, loaded_state, node, nodeclaim, nodeclass, nodepool, pod, ts
+from tests.unit.test_terminator_tgp import apiserver, evictions_asked, gone_cloud, pods_deleted
 
-
-class Apiserver(FakeKube):
-    """The fake, plus what the apiserver does when the last finalizer of a deleting object goes: it is removed
-    (a later patch answers 404)."""
-
-    async def merge_patch(self, res: Resource, name: str, patch: dict, namespace: str | None = None, **kw: Any) -> dict:
-        obj = await super().merge_patch(res, name, patch, namespace, **kw)
-        if obj["metadata"].get("deletionTimestamp") and not obj["metadata"].get("finalizers"):
-            del self.store[(res.plural, namespace or "", name)]
-            if self.state is not None:
-                self.state.apply(obj["kind"], "DELETED", obj)
-        return obj
+# The shared fake apiserver removes a deleting object when its last finalizer goes (a later patch answers 404).
 
 
 def _terminated(pool: str) -> float:
@@ -58,17 +46,17 @@ async def test_a_pod_stuck_terminating_does_not_hold_the_drain() -> None:
     leaving = _terminating_pod("leaving", "node-a", T0 - 10)  # within its minute: still waited for
     objs = [nodeclass(), pool, claim, node(claim), stuck, leaving]
     state = loaded_state(objs)
-    kube = Apiserver(state, objs)
     now = [T0]
-    term = Terminator(kube, state, GoneCloud(), EventRecorder(kube), clock=lambda: now[0])  # type: ignore[arg-type]
+    kube = apiserver(objs, state, lambda: now[0])
+    term = Terminator(kube, state, gone_cloud(), EventRecorder(kube), clock=lambda: now[0])
     assert (await term.reconcile("a")).requeue_after is not None, "the pod within its minute holds the drain"
-    assert "a" in kube.objects("nodeclaims")
+    assert kube.object(NODECLAIMS, "a") is not None
     now[0] = T0 + 51  # both are stuck now
     before = _terminated("stuck")
     for _ in range(3):
         await term.reconcile("a")
-    assert "a" not in kube.objects("nodeclaims"), "the drain ended and the NodeClaim was released"
-    assert not [c for c in kube.calls if c[0] in ("eviction", "delete") and c[1] == "pods"]
+    assert kube.object(NODECLAIMS, "a") is None, "the drain ended and the NodeClaim was released"
+    assert not evictions_asked(kube) and not pods_deleted(kube)
     assert _terminated("stuck") - before == 1
 
 
@@ -82,8 +70,8 @@ def _tgp_setup(now: float) -> tuple[FakeKube, Terminator]:
     early["spec"]["terminationGracePeriodSeconds"] = 30
     objs = [nodeclass(), pool, claim, node(claim), p, early]
     state = loaded_state(objs)
-    kube = Apiserver(state, objs)
-    term = Terminator(kube, state, GoneCloud(), EventRecorder(kube), clock=lambda: now)  # type: ignore[arg-type]
+    kube = apiserver(objs, state, lambda: now)
+    term = Terminator(kube, state, gone_cloud(), EventRecorder(kube), clock=lambda: now)
     return kube, term
 
 
@@ -92,11 +80,10 @@ async def test_the_deadline_force_delete_is_sent_once_per_pod() -> None:
     drain poll, and a pod whose containers already stop by the deadline is not deleted again."""
     kube, term = _tgp_setup(now=T0 + 50)
     await term.reconcile("a")  # stamps the deadline (T0 + 60) and deletes the pod
-    kube.state = None  # from here the watch delivers nothing: the cache keeps the pod as it was
+    kube.sink = None  # from here the watch delivers nothing: the cache keeps the pod as it was
     for _ in range(5):
         await term.reconcile("a")
-    deletes = [name for verb, plural, name in kube.calls if verb == "delete" and plural == "pods"]
-    assert deletes == ["dnd"], deletes
+    assert pods_deleted(kube) == ["dnd"], pods_deleted(kube)
 
 
 async def test_release_counts_a_nodeclaim_once_even_when_reconciled_on_stale_state() -> None:
@@ -107,11 +94,11 @@ async def test_release_counts_a_nodeclaim_once_even_when_reconciled_on_stale_sta
     claim["metadata"]["deletionTimestamp"] = ts(T0)
     objs = [nodeclass(), pool, claim]
     state = loaded_state(objs)
-    kube = Apiserver(state, objs)
-    term = Terminator(kube, state, GoneCloud(), EventRecorder(kube), clock=lambda: T0)  # type: ignore[arg-type]
-    kube.state = None  # the watch lags: state still holds the NodeClaim with its finalizer
+    kube = apiserver(objs, state, lambda: T0)
+    term = Terminator(kube, state, gone_cloud(), EventRecorder(kube), clock=lambda: T0)
+    kube.sink = None  # the watch lags: state still holds the NodeClaim with its finalizer
     before = _terminated("once")
     for _ in range(3):
         await term.reconcile("a")
     assert _terminated("once") - before == 1
-    assert "a" not in kube.objects("nodeclaims")
+    assert kube.object(NODECLAIMS, "a") is None

@@ -4,16 +4,17 @@ and the Node finalizer (:class:`NodeTermination`) keyed by Node name (Karpenter 
 
 from __future__ import annotations
 
-from typing import cast
-
-from karpy.cloudprovider.types import CloudProvider
 from karpy.controllers.terminator import NodeTermination, Terminator
-from karpy.kube.client import KubeClient
 from karpy.kube.events import EventRecorder
+from karpy.kube.fake import FakeKube
+from karpy.kube.resources import NODECLAIMS, NODES
 from karpy.runtime.controller import Result
 from tests.unit.disruption_builders import T0, loaded_state, node, nodeclaim, nodeclass, nodepool, ts
-from tests.unit.test_terminator_drain import Apiserver
-from tests.unit.test_terminator_tgp import GoneCloud
+from tests.unit.test_terminator_tgp import apiserver, gone_cloud
+
+
+def _nodeclaims_deleted(kube: FakeKube) -> list[str]:
+    return [r.path.rsplit("/", 1)[-1] for r in kube.requests_to("DELETE", NODECLAIMS)]
 
 
 def _deleted_node(claim: dict) -> dict:
@@ -29,9 +30,9 @@ async def test_a_user_deleted_node_deletes_its_nodeclaim() -> None:
     claim = nodeclaim("a", pool)
     objs = [nodeclass(), pool, claim, _deleted_node(claim)]
     state = loaded_state(objs)
-    kube = Apiserver(state, objs)
-    assert await NodeTermination(cast(KubeClient, kube), state).reconcile("node-a") == Result()
-    assert kube.deleted == ["a"]
+    kube = apiserver(objs, state, lambda: T0)
+    assert await NodeTermination(kube, state).reconcile("node-a") == Result()
+    assert _nodeclaims_deleted(kube) == ["a"]
 
 
 async def test_a_deleted_node_without_nodeclaim_is_released() -> None:
@@ -40,10 +41,10 @@ async def test_a_deleted_node_without_nodeclaim_is_released() -> None:
     orphan = _deleted_node(nodeclaim("gone", pool))
     objs = [nodeclass(), pool, orphan]
     state = loaded_state(objs)
-    kube = Apiserver(state, objs)
-    await NodeTermination(cast(KubeClient, kube), state).reconcile("node-gone")
-    assert "node-gone" not in kube.objects("nodes") and "node-gone" not in state.nodes
-    assert kube.deleted == []
+    kube = apiserver(objs, state, lambda: T0)
+    await NodeTermination(kube, state).reconcile("node-gone")
+    assert kube.object(NODES, "node-gone") is None and "node-gone" not in state.nodes
+    assert _nodeclaims_deleted(kube) == []
 
 
 async def test_node_names_are_not_nodeclaim_keys() -> None:
@@ -53,9 +54,8 @@ async def test_node_names_are_not_nodeclaim_keys() -> None:
     claim = nodeclaim("a", pool)
     objs = [nodeclass(), pool, claim, _deleted_node(claim)]
     state = loaded_state(objs)
-    kube = Apiserver(state, objs)
-    client = cast(KubeClient, kube)
-    term = Terminator(client, state, cast(CloudProvider, GoneCloud()), EventRecorder(client), clock=lambda: T0)
+    kube = apiserver(objs, state, lambda: T0)
+    term = Terminator(kube, state, gone_cloud(), EventRecorder(kube), clock=lambda: T0)
     for key in ("node-a", "node/node-a"):
         assert await term.reconcile(key) == Result()
-    assert kube.calls == [] and kube.deleted == []
+    assert kube.requests == [] and _nodeclaims_deleted(kube) == []

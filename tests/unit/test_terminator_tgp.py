@@ -4,27 +4,58 @@ to the time left."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from karpy.apis import labels as wk
-from karpy.cloudprovider.types import CloudInstance, NodeClaimNotFoundError
+from karpy.cloudprovider.fake import FakeCloudProvider
 from karpy.controllers.terminator import Terminator, deadline_for, force_delete_grace, termination_deadline
 from karpy.kube.events import EventRecorder
-from tests.unit.disruption_builders import T0, FakeKube, loaded_state, node, nodeclaim, nodeclass, nodepool, pod, ts
+from karpy.kube.fake import FakeKube
+from karpy.kube.resources import NODECLAIMS, NODES, PODS
+from karpy.state.cluster import ClusterState
+from tests.unit.disruption_builders import (
+    T0,
+    cloud_instance,
+    loaded_state,
+    node,
+    nodeclaim,
+    nodeclass,
+    nodepool,
+    pdb,
+    pod,
+    ts,
+)
 
 
-class NoCloud:
-    async def delete(self, provider_id: str) -> None:
-        raise AssertionError("the instance must not be terminated while pods remain")
+def apiserver(objs: list[dict[str, Any]], state: ClusterState | None, now: Callable[[], float]) -> FakeKube:
+    """The shared fake apiserver holding ``objs``, feeding ``state`` and stamping deletions at ``now()``."""
+    return FakeKube(objs, sink=state, clock=lambda: datetime.fromtimestamp(now(), UTC))
 
-    async def list(self) -> list[CloudInstance]:
-        return []
 
-    async def get_instance_types(self, nodeclass: Mapping[str, Any]) -> list[Any]:
-        return []
+def evictions_asked(kube: FakeKube) -> list[str]:
+    """The pods an Eviction was posted for, accepted or refused (429), in order."""
+    return [r.path.split("/")[-2] for r in kube.requests_to("POST", PODS) if r.path.endswith("/eviction")]
+
+
+def pods_deleted(kube: FakeKube) -> list[str]:
+    """The pods a DELETE was sent for, in order."""
+    return [r.path.rsplit("/", 1)[-1] for r in kube.requests_to("DELETE", PODS)]
+
+
+def delete_body(kube: FakeKube, name: str) -> Any:
+    """The DeleteOptions sent with the (only) DELETE of pod ``name``."""
+    [body] = [r.body for r in kube.requests_to("DELETE", PODS) if r.path.rsplit("/", 1)[-1] == name]
+    return body
+
+
+def claim_annotations(kube: FakeKube, name: str) -> dict[str, str]:
+    claim = kube.object(NODECLAIMS, name)
+    assert claim is not None, name
+    return dict(claim["metadata"].get("annotations") or {})
 
 
 @pytest.mark.parametrize(
@@ -52,7 +83,7 @@ def test_deadline_from_deletion_timestamp_and_tgp() -> None:
     assert deadline_for(nodeclaim("b", nodepool())) is None
 
 
-def drain_setup(deleted_at: float, now: float) -> tuple[FakeKube, Terminator]:
+def drain_setup(deleted_at: float, now: float) -> tuple[FakeKube, FakeCloudProvider, Terminator]:
     pool = nodepool()
     claim = nodeclaim("a", pool, terminationGracePeriod="60s")
     claim["metadata"]["deletionTimestamp"] = ts(deleted_at)
@@ -66,32 +97,34 @@ def drain_setup(deleted_at: float, now: float) -> tuple[FakeKube, Terminator]:
         p["spec"]["terminationGracePeriodSeconds"] = 30
     objs = [nodeclass(), pool, claim, node(claim), *pods]
     state = loaded_state(objs)
-    kube = FakeKube(state, objs)
-    kube.blocked_evictions = {"guarded"}
-    term = Terminator(kube, state, NoCloud(), EventRecorder(kube), clock=lambda: now)  # type: ignore[arg-type]
-    return kube, term
+    kube = apiserver([*objs, pdb("guarded", {"app": "guarded"}, allowed=0)], state, lambda: now)
+    cloud = FakeCloudProvider()
+    cloud.add_instance(cloud_instance(claim))
+    term = Terminator(kube, state, cloud, EventRecorder(kube), clock=lambda: now)
+    return kube, cloud, term
 
 
 async def test_before_the_deadline_pdbs_hold_and_do_not_disrupt_pods_wait() -> None:
-    kube, term = drain_setup(deleted_at=T0, now=T0 + 5)  # deadline T0+60, force at T0+30
+    kube, cloud, term = drain_setup(deleted_at=T0, now=T0 + 5)  # deadline T0+60, force at T0+30
     result = await term.reconcile("a")
     assert result.requeue_after is not None
-    stamped = kube.objects("nodeclaims")["a"]["metadata"]["annotations"][wk.ANNOTATION_TERMINATION_TIMESTAMP]
-    assert stamped == ts(T0 + 60)
-    evictions = sorted(name for verb, _, name in kube.calls if verb == "eviction")
-    assert evictions == ["guarded", "plain"], "do-not-disrupt and DaemonSet pods are not evicted"
-    assert not [c for c in kube.calls if c[0] == "delete" and c[1] == "pods"]
-    taints = kube.objects("nodes")["node-a"]["spec"]["taints"]
-    assert {"key": wk.TAINT_DISRUPTED_KEY, "effect": "NoSchedule"} in taints
+    assert claim_annotations(kube, "a")[wk.ANNOTATION_TERMINATION_TIMESTAMP] == ts(T0 + 60)
+    assert sorted(evictions_asked(kube)) == ["guarded", "plain"], "do-not-disrupt and DaemonSet pods are not evicted"
+    assert kube.evictions == [("default", "plain")], "the PDB refused the guarded pod's eviction"
+    assert not pods_deleted(kube)
+    node_a = kube.object(NODES, "node-a")
+    assert node_a is not None
+    assert {"key": wk.TAINT_DISRUPTED_KEY, "effect": "NoSchedule"} in node_a["spec"]["taints"]
+    assert not cloud.delete_calls, "the instance must not be terminated while pods remain"
 
 
 async def test_at_the_deadline_every_pod_is_deleted_bypassing_pdbs_and_do_not_disrupt() -> None:
-    kube, term = drain_setup(deleted_at=T0, now=T0 + 50)  # 10 s left < 30 s pod grace
+    kube, cloud, term = drain_setup(deleted_at=T0, now=T0 + 50)  # 10 s left < 30 s pod grace
     await term.reconcile("a")
-    deleted = sorted(name for verb, plural, name in kube.calls if verb == "delete" and plural == "pods")
-    assert deleted == ["dnd", "guarded", "plain"]
-    assert kube.delete_bodies["dnd"] == {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 10}
-    assert not [c for c in kube.calls if c[0] == "eviction"]
+    assert sorted(pods_deleted(kube)) == ["dnd", "guarded", "plain"]
+    assert delete_body(kube, "dnd") == {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 10}
+    assert not evictions_asked(kube)
+    assert not cloud.delete_calls, "the instance must not be terminated while pods remain"
 
 
 async def test_without_tgp_do_not_disrupt_blocks_the_drain() -> None:
@@ -101,22 +134,21 @@ async def test_without_tgp_do_not_disrupt_blocks_the_drain() -> None:
     dnd = pod("dnd", "node-a", annotations={wk.ANNOTATION_DO_NOT_DISRUPT: "true"})
     objs = [nodeclass(), pool, claim, node(claim), dnd]
     state = loaded_state(objs)
-    kube = FakeKube(state, objs)
-    term = Terminator(kube, state, NoCloud(), EventRecorder(kube), clock=lambda: T0)  # type: ignore[arg-type]
+    kube = apiserver(objs, state, lambda: T0)
+    cloud = FakeCloudProvider()
+    cloud.add_instance(cloud_instance(claim))
+    term = Terminator(kube, state, cloud, EventRecorder(kube), clock=lambda: T0)
     for _ in range(3):
         assert (await term.reconcile("a")).requeue_after is not None
-    assert not [c for c in kube.calls if c[0] in ("eviction", "delete")]
-    assert wk.ANNOTATION_TERMINATION_TIMESTAMP not in kube.objects("nodeclaims")["a"]["metadata"]["annotations"]
+    assert not evictions_asked(kube) and not pods_deleted(kube)
+    assert wk.ANNOTATION_TERMINATION_TIMESTAMP not in claim_annotations(kube, "a")
+    assert not cloud.delete_calls, "the instance must not be terminated while pods remain"
 
 
-class GoneCloud(NoCloud):
-    """The instance is gone; termination is already complete."""
-
-    async def get(self, provider_id: str) -> CloudInstance:
-        raise NodeClaimNotFoundError(provider_id)
-
-    async def delete(self, provider_id: str) -> None:
-        raise NodeClaimNotFoundError(provider_id)
+def gone_cloud() -> FakeCloudProvider:
+    """A cloud where the instance is gone (``get``/``delete`` answer NodeClaimNotFoundError): termination is
+    already complete."""
+    return FakeCloudProvider()
 
 
 async def test_a_gone_instance_under_a_not_ready_node_skips_the_drain() -> None:
@@ -127,10 +159,9 @@ async def test_a_gone_instance_under_a_not_ready_node_skips_the_drain() -> None:
     guarded = pod("guarded", "node-a", owner="guarded")
     objs = [nodeclass(), pool, claim, node(claim, ready=False), guarded]
     state = loaded_state(objs)
-    kube = FakeKube(state, objs)
-    kube.blocked_evictions = {"guarded"}
-    term = Terminator(kube, state, GoneCloud(), EventRecorder(kube), clock=lambda: T0)  # type: ignore[arg-type]
+    kube = apiserver([*objs, pdb("guarded", {"app": "guarded"}, allowed=0)], state, lambda: T0)
+    term = Terminator(kube, state, gone_cloud(), EventRecorder(kube), clock=lambda: T0)
     for _ in range(3):
         await term.reconcile("a")
-    assert not [c for c in kube.calls if c[0] == "eviction"]
-    assert wk.FINALIZER_TERMINATION not in (kube.objects("nodeclaims")["a"]["metadata"].get("finalizers") or [])
+    assert not evictions_asked(kube)
+    assert kube.object(NODECLAIMS, "a") is None, "its finalizer released, the apiserver removed the NodeClaim"
