@@ -3,7 +3,6 @@ and message), a log line, and still Ready (Karpenter v1 has no condition for it)
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from karpy.apis import labels as wk
@@ -76,10 +75,10 @@ async def reconcile(np: dict[str, Any]) -> tuple[list[tuple[str, str, str, str]]
     state.apply("EC2NodeClass", "ADDED", nodeclass)
     state.apply("NodePool", "ADDED", np)
     kube = FakeKube([np])
-    rec = NodePoolStatusReconciler(kube, state, EventRecorder(kube), cloud=FakeCloudProvider(TYPES))
+    events = EventRecorder(kube)
+    rec = NodePoolStatusReconciler(kube, state, events, cloud=FakeCloudProvider(TYPES))
     await rec.reconcile("np")
-    for _ in range(5):  # the EventRecorder posts in the background
-        await asyncio.sleep(0)
+    await events.flush()  # the EventRecorder posts in the background
     published = [(e["involvedObject"]["kind"], e["type"], e["reason"], e["message"]) for e in kube.events()]
     return published, state.nodepools["np"]
 
