@@ -15,7 +15,7 @@ import structlog
 from operator_harness import running_operator
 from structlog.testing import capture_logs
 
-from e2e.helpers import apply, ec2nodeclass, wait_for
+from e2e.helpers import apply, assert_allocatable_as_predicted, ec2nodeclass, wait_for
 from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
@@ -147,6 +147,8 @@ async def test_pending_pod_gets_one_nodeclaim_and_is_bound(
     assert node["spec"]["providerID"] == claim["status"]["providerID"]
     assert node["metadata"]["labels"][wk.LABEL_REGISTERED] == "true"
     assert all(t["key"] != wk.TAINT_UNREGISTERED_KEY for t in node["spec"].get("taints") or [])
+    # karpy's overhead model predicted what the node's kubelet (the node agent, from karpy's user data) reports.
+    await assert_allocatable_as_predicted(kube, claims)
     # A second decision over the same state creates nothing: the pod is planned or bound already.
     assert await operator.provisioner.provision_once() == []
 
