@@ -206,7 +206,9 @@ async def _pdb_observed(env: Env) -> bool:
 
 
 def spot_warning(instance_id: str) -> str:
-    """The exact EventBridge shape of an EC2 Spot Instance Interruption Warning (behaviour reference §2)."""
+    """The exact EventBridge shape of an EC2 Spot Instance Interruption Warning, as Karpenter AWS parses it
+    (``pkg/controllers/interruption/messages/spotinterruption/model.go``; the envelope is ``Metadata`` in
+    ``messages/metadata.go``)."""
     return json.dumps(
         {
             "version": "0",
@@ -316,6 +318,9 @@ async def test_02_gc_terminates_leak_only(env: Env) -> None:
     """A karpy-tagged instance without a NodeClaim is terminated; a cluster-tag-only instance and every
     instance behind a NodeClaim are not."""
     cluster = env.cluster.cluster_name
+    # The Deployment on karpy's nodes, whether or not the spot scenario ran first (apply is idempotent).
+    await apply(env.client, manifests(cluster))
+    await wait_for(lambda: _running_on(env), timeout=180, what=f"{REPLICAS} pods Running")
     claimed = await _standing_instances(env)
     assert claimed, "the Deployment's node is still there"
 
