@@ -227,8 +227,9 @@ def test_kubelet_percentages_are_single_precision_and_truncated() -> None:
 
 
 def test_soft_thresholds_reserve_nothing_and_allocatable_is_never_negative() -> None:
-    """kubelet reserves capacity for hard eviction thresholds only (GetNodeAllocatableReservation), unlike
-    Karpenter's overhead estimate, which takes the larger of hard and soft."""
+    """kubelet reserves capacity for hard eviction thresholds only (GetNodeAllocatableReservation), as current
+    Karpenter counts them (pkg/providers/instancetype/types.go evictionThreshold); karpy's model still takes the
+    larger of hard and soft."""
     cap = {"cpu": 1000, "memory": 512 * MIB, "pods": 4, "ephemeral-storage": GIB}
     alloc = kubelet.allocatable(
         cap,
@@ -355,8 +356,9 @@ def test_karpys_predicted_allocatable_is_what_the_agents_kubelet_reports(
 
 def test_a_wrong_overhead_model_is_caught() -> None:
     """A prediction off by one reservation — kube-reserved memory from the wrong pod count, a forgotten eviction
-    threshold, Karpenter's soft-threshold estimate on a node whose kubelet only reserves the hard one — fails the
-    comparison, naming the resource; kubelet's float32 rounding of a percentage alone does not."""
+    threshold, a soft threshold counted (karpy's model takes the larger of hard and soft; kubelet, and current
+    Karpenter, reserve the hard one only) — fails the comparison, naming the resource; kubelet's float32 rounding
+    of a percentage alone does not."""
     claim, user_data = _karpy_launch(M5_LARGE, {})
     node = _agent_node(M5_LARGE, user_data)
     predicted = dict(claim["status"]["allocatable"])
