@@ -229,6 +229,54 @@ async def delete_nodeclaims(
     await wait_for(gone, timeout=timeout, what=what, interval=interval)
 
 
+# What NodeClaim.status.allocatable (karpy's prediction) and Node.status.allocatable (kubelet's report) are
+# compared on: the resources every node has. Extended resources come from device plugins the node agent does not
+# model (neuron cores, EFA), so they are left out.
+ALLOCATABLE_COMPARED = ("cpu", "memory", "ephemeral-storage", "pods")
+
+
+def allocatable_mismatches(claim: Mapping[str, Any], node: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+    """The resources whose predicted allocatable (``NodeClaim.status.allocatable``: karpy's overhead model) differs
+    from what the node's kubelet reports (``Node.status.allocatable``), as {resource: (predicted, reported)} in
+    canonical units (millicores, bytes, counts). Empty when the model is right.
+
+    Exact, but for one documented rounding: kubelet applies a percentage eviction threshold in single precision,
+    truncated (``10%`` of 20Gi reserves 2147483680 bytes), where Karpenter and karpy take
+    ``ceil(capacity × p / 100)`` in double precision (2147483648). The two differ by at most the float32 error of
+    the percentage, ``capacity × 2⁻²⁴`` bytes (1.3 KiB on 20 GiB), so memory and ephemeral-storage may differ by
+    that much; a wrong reservation (a MiB, a percent) is far outside it.
+    """
+    from karpy.apis.quantity import parse_resource_list
+
+    predicted = parse_resource_list((claim.get("status") or {}).get("allocatable"))
+    reported = parse_resource_list((node.get("status") or {}).get("allocatable"))
+    capacity = parse_resource_list((node.get("status") or {}).get("capacity"))
+    out: dict[str, tuple[int, int]] = {}
+    for name in ALLOCATABLE_COMPARED:
+        want, got = int(predicted.get(name, 0)), int(reported.get(name, 0))
+        slack = (int(capacity.get(name, 0)) >> 24) + 1 if name in ("memory", "ephemeral-storage") else 0
+        if abs(want - got) > slack:
+            out[name] = (want, got)
+    return out
+
+
+async def assert_allocatable_as_predicted(client: KubeClient, claims: Iterable[Mapping[str, Any]]) -> None:
+    """Every registered NodeClaim in ``claims`` predicted its Node's allocatable (:func:`allocatable_mismatches`);
+    an AssertionError names each NodeClaim, resource, prediction and report otherwise."""
+    wrong: dict[str, dict[str, tuple[int, int]]] = {}
+    checked = 0
+    for claim in claims:
+        node_name = (claim.get("status") or {}).get("nodeName")
+        if not node_name:
+            continue
+        node = await client.get(r.NODES, node_name)
+        checked += 1
+        if mismatches := allocatable_mismatches(claim, node):
+            wrong[claim["metadata"]["name"]] = mismatches
+    assert checked, "no registered NodeClaim to compare with its Node"
+    assert not wrong, f"NodeClaim.status.allocatable (predicted) ≠ Node.status.allocatable (kubelet): {wrong}"
+
+
 def record_figures(**values: Any) -> None:
     """Merge measured figures into ``.e2e-run/phases.json`` (every e2e module adds its own keys; the closing
     notes quote them)."""

@@ -1,6 +1,9 @@
 """Disruption end to end on the local cluster (control plane + KWOK + moto), karpy as its own process.
 
-Ordered steps sharing one karpy (poll 1 s, validation 3 s, replacement timeout 25 s):
+Scenarios sharing one karpy (poll 1 s, validation 3 s, replacement timeout 25 s). Each builds what it needs:
+the consolidated cluster of 1 is a module-scoped fixture (``consolidated``) that 1, 2 and 2b request; 3 and 4
+bring up the drift workload themselves and 4 restores the EC2NodeClass and NodePool it breaks; 5 has its own
+NodePool. So any one runs alone or in any order:
 
 1. consolidation: a Deployment grown in three steps over paused NodePool ``disr-consol`` and then shrunk
    leaves underutilized nodes; un-pausing lets karpy consolidate them to fewer, cheaper nodes, with no pod
@@ -27,6 +30,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import attrs
 import pytest
 
 from e2e.helpers import (
@@ -259,7 +263,25 @@ class Watch:
             self.task.cancel()
 
 
-async def test_01_consolidation_to_fewer_cheaper_nodes(env: Env) -> None:
+@attrs.frozen
+class Consolidation:
+    """What the consolidation of the ``consolidated`` fixture did: NodeClaims before and after, the decision
+    records of its commands, cost before (USD/hour), the fewest Running pods seen, the abandoned commands."""
+
+    before: list[dict[str, Any]]
+    after: list[dict[str, Any]]
+    commands: list[dict[str, Any]]
+    cost_before: float
+    min_running: int
+    abandoned: list[dict[str, Any]]
+    seconds: float
+
+
+@pytest.fixture(scope="module")
+async def consolidated(env: Env) -> Consolidation:
+    """A consolidated cluster, built once for the scenarios that start from one: a Deployment grown in three
+    batches over paused NodePool ``disr-consol``, shrunk to one pod per node, then un-paused until karpy's
+    consolidation converges."""
     cluster = env.cluster.cluster_name
     await apply(env.client, [ec2nodeclass("disr", cluster), ec2nodeclass("disr-drift", cluster)])
     paused = {controls.ANNOTATION_PAUSED: "true", controls.ANNOTATION_COOLDOWN: "0s"}
@@ -310,16 +332,28 @@ async def test_01_consolidation_to_fewer_cheaper_nodes(env: Env) -> None:
             return quiet and await env.all_running(CONSOL, 3)
 
         await wait_for(converged, timeout=240, what="consolidation converged", interval=1)
-    after = await env.claims(CONSOL)
-    commands = [line["command"] for line in env.lines("disruption command done", mark)]
-    assert commands and all(c["reason"] in ("Underutilized", "Empty") for c in commands)
-    assert any(c["reason"] == "Underutilized" and c["podsMoved"] > 0 for c in commands), commands
-    assert len(after) < len(before) and cost(after) < cost_before
-    assert watch.min_running >= 2, "PDB maxUnavailable=1: never two pods down at once"
     assert await env.all_running(CONSOL, 3) and not [
         p for p in await env.pods(CONSOL) if p["status"].get("phase") == "Pending"
     ]
-    assert not env.lines("disruption command abandoned", mark)
+    return Consolidation(
+        before=before,
+        after=await env.claims(CONSOL),
+        commands=[line["command"] for line in env.lines("disruption command done", mark)],
+        cost_before=cost_before,
+        min_running=watch.min_running,
+        abandoned=env.lines("disruption command abandoned", mark),
+        seconds=round(time.monotonic() - start, 1),
+    )
+
+
+async def test_01_consolidation_to_fewer_cheaper_nodes(env: Env, consolidated: Consolidation) -> None:
+    before, after, commands = consolidated.before, consolidated.after, consolidated.commands
+    cost_before = consolidated.cost_before
+    assert commands and all(c["reason"] in ("Underutilized", "Empty") for c in commands)
+    assert any(c["reason"] == "Underutilized" and c["podsMoved"] > 0 for c in commands), commands
+    assert len(after) < len(before) and cost(after) < cost_before
+    assert consolidated.min_running >= 2, "PDB maxUnavailable=1: never two pods down at once"
+    assert not consolidated.abandoned
     record(
         consolidation_nodes_before=len(before),
         consolidation_nodes_after=len(after),
@@ -328,8 +362,8 @@ async def test_01_consolidation_to_fewer_cheaper_nodes(env: Env) -> None:
         consolidation_commands=len(commands),
         consolidation_pods_evicted_per_command=[c["podsMoved"] for c in commands],
         consolidation_decisions=[f"{c['method']}/{c['decision']}" for c in commands],
-        consolidation_min_running_of_3=watch.min_running,
-        consolidation_s=round(time.monotonic() - start, 1),
+        consolidation_min_running_of_3=consolidated.min_running,
+        consolidation_s=consolidated.seconds,
     )
     await assert_nodeclaim_counters(env.client, env.karpy, POOLS)
 
@@ -340,7 +374,7 @@ def _ts(line: dict[str, Any]) -> float:
     return datetime.fromisoformat(str(line["timestamp"]).replace("Z", "+00:00")).timestamp()
 
 
-async def test_02_steady_cluster_makes_no_disruption(env: Env) -> None:
+async def test_02_steady_cluster_makes_no_disruption(env: Env, consolidated: Consolidation) -> None:
     """20 consecutive disruption evaluations on the consolidated cluster: no command, no NodeClaim change."""
     names = sorted(c["metadata"]["name"] for c in await env.claims(CONSOL))
     mark = len(env.karpy.logs())
@@ -357,7 +391,7 @@ async def test_02_steady_cluster_makes_no_disruption(env: Env) -> None:
     await assert_nodeclaim_counters(env.client, env.karpy, POOLS)
 
 
-async def test_02b_single_node_replace_launches_first(env: Env) -> None:
+async def test_02b_single_node_replace_launches_first(env: Env, consolidated: Consolidation) -> None:
     """Scaled to one pod, the 4-CPU node is replaced by a cheaper 2-CPU one, initialized before the old goes."""
     (old,) = await env.claims(CONSOL)
     old_name, old_cost = old["metadata"]["name"], cost([old])
@@ -387,7 +421,10 @@ async def test_02b_single_node_replace_launches_first(env: Env) -> None:
     await assert_nodeclaim_counters(env.client, env.karpy, POOLS)
 
 
-async def test_03_drift_replaces_within_budget(env: Env) -> None:
+async def _drift_workload(env: Env) -> None:
+    """EC2NodeClass ``disr-drift``, NodePool ``disr-drift`` (never consolidated, budget ``nodes: 1``) and three
+    spread pods Running on three of its nodes (idempotent: returns at once when they already run)."""
+    await apply(env.client, [ec2nodeclass("disr-drift", env.cluster.cluster_name)])
     drift_disruption = {"consolidateAfter": "Never", "budgets": [{"nodes": "1"}]}
     await apply(env.client, [nodepool(DRIFT, "disr-drift", drift_disruption, {})])
     await wait_for(lambda: _nodeclass_ready(env, "disr-drift"), timeout=60, what="EC2NodeClass disr-drift Ready")
@@ -395,6 +432,10 @@ async def test_03_drift_replaces_within_budget(env: Env) -> None:
     await apply(env.client, [deployment(DRIFT, DRIFT, "500m", spread=True)])
     await scale(env.client, DRIFT, 3)
     await wait_for(lambda: env.all_running(DRIFT, 3), timeout=120, what="3 spread pods Running")
+
+
+async def test_03_drift_replaces_within_budget(env: Env) -> None:
+    await _drift_workload(env)
     original = {c["metadata"]["name"] for c in await env.claims(DRIFT)}
     assert len(original) == 3
     mark = len(env.karpy.logs())
@@ -423,6 +464,20 @@ async def test_03_drift_replaces_within_budget(env: Env) -> None:
 
 
 async def test_04_drift_wave_halts_on_never_ready_ami(env: Env) -> None:
+    await _drift_workload(env)
+    try:
+        await _drift_wave_halts(env)
+    finally:
+        # Leave the drift workload as it was found: the AMI selector back, the halt lifted (no drift follows:
+        # the old nodes still run the image the alias selects).
+        selector = {"amiFamily": None, "amiSelectorTerms": [{"alias": "al2023@latest"}]}
+        await env.client.merge_patch(r.EC2NODECLASSES, "disr-drift", {"spec": selector})
+        await env.client.merge_patch(
+            r.NODEPOOLS, DRIFT, {"metadata": {"annotations": {controls.ANNOTATION_DRIFT_HALTED: None}}}
+        )
+
+
+async def _drift_wave_halts(env: Env) -> None:
     good = env.ec2.describe_images(
         Owners=["self"], Filters=[{"Name": "name", "Values": ["amazon-eks-node-al2023-x86_64-*"]}]
     )
@@ -470,6 +525,8 @@ async def _evaluations(env: Env, mark: int, n: int) -> bool:
 
 
 async def test_05_termination_grace_period_forces_the_drain(env: Env) -> None:
+    await apply(env.client, [ec2nodeclass("disr", env.cluster.cluster_name)])
+    await wait_for(lambda: _nodeclass_ready(env, "disr"), timeout=60, what="EC2NodeClass disr Ready")
     pool = nodepool(TGP, "disr", {"consolidateAfter": "Never"}, {})
     pool["spec"]["template"]["spec"]["terminationGracePeriod"] = "20s"
     await apply(env.client, [pool])

@@ -193,16 +193,22 @@ async def _settled(env: Env, n: int) -> bool:
     )
 
 
-async def test_01_empty_nodes_within_budget_go_in_one_command(local_cluster: Any, env: Env) -> None:
-    await apply(env.client, [ec2nodeclass(POOL, local_cluster.cluster_name)])
+async def _pool(env: Env, cluster_name: str, policy: str, annotations: dict[str, str]) -> None:
+    """The EC2NodeClass and NodePool ``empt`` (consolidation ``policy``, ``consolidateAfter`` 20 s, budget 100%)
+    applied and Ready: each scenario builds its own, whatever ran before."""
+    await apply(env.client, [ec2nodeclass(POOL, cluster_name)])
     disruption = {
-        "consolidationPolicy": "WhenEmpty",
+        "consolidationPolicy": policy,
         "consolidateAfter": f"{CONSOLIDATE_AFTER:.0f}s",
         "budgets": [{"nodes": "100%"}],
     }
-    await apply(env.client, [nodepool(POOL, POOL, disruption, {})])
+    await apply(env.client, [nodepool(POOL, POOL, disruption, annotations)])
     await wait_for(lambda: _ready(env, r.EC2NODECLASSES, POOL), timeout=60, what="EC2NodeClass Ready")
     await wait_for(lambda: _ready(env, r.NODEPOOLS, POOL), timeout=60, what="NodePool Ready")
+
+
+async def test_01_empty_nodes_within_budget_go_in_one_command(local_cluster: Any, env: Env) -> None:
+    await _pool(env, local_cluster.cluster_name, "WhenEmpty", {})
     await apply(env.client, [deployment(POOL, POOL, "500m", spread=True, grace=5)])
     await scale(env.client, POOL, NODES)
     await wait_for(lambda: env.all_running(NODES), timeout=240, what=f"{NODES} spread pods Running", interval=1)
@@ -240,12 +246,7 @@ async def test_01_empty_nodes_within_budget_go_in_one_command(local_cluster: Any
 
 
 async def test_02_nodes_left_with_terminating_pods_go_in_one_command(local_cluster: Any, env: Env) -> None:
-    disruption = {
-        "consolidationPolicy": "WhenEmptyOrUnderutilized",
-        "consolidateAfter": f"{CONSOLIDATE_AFTER:.0f}s",
-        "budgets": [{"nodes": "100%"}],
-    }
-    await apply(env.client, [nodepool(POOL, POOL, disruption, {controls.ANNOTATION_COOLDOWN: "0s"})])
+    await _pool(env, local_cluster.cluster_name, "WhenEmptyOrUnderutilized", {controls.ANNOTATION_COOLDOWN: "0s"})
     await apply(env.client, dead_kubelet_policy())
     held = deployment(POOL, POOL, "500m", spread=True, grace=5)
     held["spec"]["template"]["metadata"]["finalizers"] = [HOLD]

@@ -2,7 +2,8 @@
 
 The starred constraints of issue 3, each on its own NodePool (tainted ``karpy-e2e/scheduling=<pool>``, so only
 this module's pods land there; every workload selects its pool with ``karpenter.sh/nodepool``). All workloads
-are created at once (one karpy, one provisioning wave), then each constraint is checked on what karpy
+are created at once (one karpy, one provisioning wave: the module-scoped ``provisioned`` fixture, which every
+test requests, so any one of them runs alone or in any order), then each constraint is checked on what karpy
 launched:
 
 - GPU: pods with ``nvidia.com/gpu`` limits on a GPU NodePool (``instance-category In [g, p]``, tainted
@@ -375,8 +376,10 @@ async def _cleanup(env: Env) -> None:
 # --- scenario ---------------------------------------------------------------------------------------------------
 
 
-async def test_01_all_workloads_provisioned(env: Env) -> None:
-    """NodePools Ready, DaemonSets known, then every workload at once: all pods with bound volumes Running."""
+@pytest.fixture(scope="module")
+async def provisioned(env: Env) -> Env:
+    """The provisioning wave every check below looks at, built once per module whichever test asks first:
+    NodePools Ready, DaemonSets known, then every workload at once until all pods with bound volumes run."""
     cluster = env.cluster.cluster_name
     await apply(
         env.client,
@@ -415,6 +418,13 @@ async def test_01_all_workloads_provisioned(env: Env) -> None:
         await wait_for(all_running, timeout=150, what="every workload Running", interval=1)
     finally:
         record(scheduling_all_running_s=round(time.monotonic() - start, 1))
+    return env
+
+
+async def test_01_all_workloads_provisioned(provisioned: Env) -> None:
+    """NodePools Ready, DaemonSets known, then every workload at once: all pods with bound volumes Running
+    (the ``provisioned`` fixture), karpy alive and its NodeClaim counters true."""
+    env = provisioned
     assert env.karpy.alive
     await assert_nodeclaim_counters(env.client, env.karpy, [*POOLS, LR, PORT])
 
@@ -423,8 +433,9 @@ async def _karpy_synced(env: Env) -> bool:
     return any(line.get("message") == "cluster state synced" for line in env.karpy.logs())
 
 
-async def test_02_gpu_pods_on_gpu_instances(env: Env) -> None:
+async def test_02_gpu_pods_on_gpu_instances(provisioned: Env) -> None:
     """GPU pods run on g/p instances whose Nodes advertise nvidia.com/gpu capacity."""
+    env = provisioned
     pods = await env.pods("sched-gpu")
     claims = await env.claims(GPU)
     assert claims
@@ -443,16 +454,18 @@ async def test_02_gpu_pods_on_gpu_instances(env: Env) -> None:
     record(scheduling_gpu_instance_types=sorted(types.values()))
 
 
-async def test_03_anti_affinity_one_pod_per_node(env: Env) -> None:
+async def test_03_anti_affinity_one_pod_per_node(provisioned: Env) -> None:
     """Required anti-affinity on hostname: 3 pods on 3 distinct nodes, 3 NodeClaims."""
+    env = provisioned
     pods = await env.pods("sched-anti")
     assert len({p["spec"]["nodeName"] for p in pods}) == 3
     assert len(await env.claims(ANTI)) == 3
 
 
-async def test_04_topology_spread_over_three_zones(env: Env) -> None:
+async def test_04_topology_spread_over_three_zones(provisioned: Env) -> None:
     """maxSkew 1 over zones: karpy plans one NodeClaim per zone, and the 6 pods run 2 in each of us-east-1a/b/c
     (checked on the Nodes' zone labels)."""
+    env = provisioned
     claim_zones = Counter(c["metadata"]["labels"][wk.LABEL_ZONE] for c in await env.claims(SPREAD))
     assert set(claim_zones) == set(ZONES), claim_zones
     pods = await env.pods("sched-spread")
@@ -464,8 +477,9 @@ async def test_04_topology_spread_over_three_zones(env: Env) -> None:
     assert max(zones.values()) - min(zones.values()) <= 1, zones
 
 
-async def test_05_bound_zonal_volume_pins_the_node(env: Env) -> None:
+async def test_05_bound_zonal_volume_pins_the_node(provisioned: Env) -> None:
     """The pod of the us-east-1b PV runs on a node karpy launched in us-east-1b."""
+    env = provisioned
     [pod] = await env.pods("sched-pv-pod")
     node = await env.node_of(pod)
     assert node["metadata"]["labels"][wk.LABEL_NODEPOOL] == VOL
@@ -478,9 +492,10 @@ async def test_05_bound_zonal_volume_pins_the_node(env: Env) -> None:
     await wait_for(claim_bound, timeout=60, what="PVC sched-pvc-b Bound")
 
 
-async def test_06_wait_for_first_consumer_class_zone(env: Env) -> None:
+async def test_06_wait_for_first_consumer_class_zone(provisioned: Env) -> None:
     """The WaitForFirstConsumer class allows only us-east-1c: karpy's NodeClaim for that pod requires
     us-east-1c and its Node is there; the PVC stays Pending (no CSI driver provisions it)."""
+    env = provisioned
 
     async def claim_for_wffc_pod() -> dict[str, Any] | None:
         for claim in await env.claims(VOL):
@@ -517,10 +532,11 @@ def _cpu(obj: dict[str, Any], *path: str) -> int:
     return parse_resource_list(value)["cpu"]
 
 
-async def test_07_daemonset_overhead_by_selector_and_tolerations(env: Env) -> None:
+async def test_07_daemonset_overhead_by_selector_and_tolerations(provisioned: Env) -> None:
     """The 2-CPU DaemonSet selecting sched-ds and tolerating its taint is in that NodeClaim's requests and makes
     karpy launch 4 vCPUs for a 1-CPU pod; on twin pool sched-nods the same pod gets 2 vCPUs; the 4-CPU
     DaemonSet that does not tolerate the taint is counted nowhere."""
+    env = provisioned
     [with_ds] = await env.claims(DS)
     [without] = await env.claims(NODS)
     requested_with = _cpu(with_ds, "spec", "resources", "requests")
@@ -546,8 +562,9 @@ async def test_07_daemonset_overhead_by_selector_and_tolerations(env: Env) -> No
     assert not await env.pods("sched-ds-intolerant"), "the intolerant DaemonSet runs nowhere"
 
 
-async def test_08_missing_claim_is_reported_not_provisioned(env: Env) -> None:
+async def test_08_missing_claim_is_reported_not_provisioned(provisioned: Env) -> None:
     """A pod mounting a PVC that does not exist: no NodeClaim plans it, karpy's Warning names the claim."""
+    env = provisioned
 
     async def karpy_warning() -> list[dict[str, Any]]:
         query = {"fieldSelector": "involvedObject.name=sched-nopvc-pod"}
@@ -571,10 +588,11 @@ async def test_08_missing_claim_is_reported_not_provisioned(env: Env) -> None:
     assert not pod["spec"].get("nodeName")
 
 
-async def test_09_daemonset_overhead_from_the_live_pod(env: Env) -> None:
+async def test_09_daemonset_overhead_from_the_live_pod(provisioned: Env) -> None:
     """The DaemonSet's template requests nothing, but the LimitRange of its namespace makes its pods request 2
     CPUs: karpy sizes the new NodeClaim by the live pod (1-CPU app + 2 CPUs = 3 CPUs, a 4-vCPU instance), as
     Karpenter does, not by the template (1 CPU, 2 vCPUs). The DaemonSet's pod then runs beside the app."""
+    env = provisioned
     await env.client.create(r.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LR_NAMESPACE}})
     limits = {"type": "Container", "defaultRequest": {"cpu": "2", "memory": "128Mi"}}
     await env.client.create(
@@ -645,9 +663,10 @@ def _planned_for(claims: list[dict[str, Any]], pod: dict[str, Any]) -> dict[str,
     return None
 
 
-async def test_10_daemonset_host_ports_per_instance_type(env: Env) -> None:
+async def test_10_daemonset_host_ports_per_instance_type(provisioned: Env) -> None:
     """An arm64-only DaemonSet holding hostPort 9100 keeps a pod wanting 9100 off the arm64 types only: its
     NodeClaim lists amd64 (c6i) types, the pod without the port gets one that lists the cheaper arm64 (c6g)."""
+    env = provisioned
     pool = nodepool(
         PORT,
         "sched",

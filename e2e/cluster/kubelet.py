@@ -7,8 +7,26 @@ Pure functions, no I/O, so they are unit-tested on their own (``tests/cluster/te
   parts are merged in order, as nodeadm does (later maps override earlier keys, flag lists are concatenated).
 - :func:`parse_flags` turns kubelet's ``--node-labels`` / ``--register-with-taints`` flags into labels and taints.
 - :func:`capacity` is what kubelet reports in ``status.capacity`` for an instance type (DescribeInstanceTypes).
-- :func:`allocatable` is kubelet's Node Allocatable: capacity − kubeReserved − systemReserved − hard eviction
-  thresholds (https://kubernetes.io/docs/tasks/administer-cluster/reserve-compute-resources/).
+- :func:`effective_kubelet_config` is the kubelet configuration the node runs with: nodeadm's own base config,
+  computed at boot as an EKS AL2023 AMI computes it, with the user data's ``spec.kubelet.config`` merged over it
+  as kubelet merges a drop-in (see below).
+- :func:`allocatable` is kubelet's Node Allocatable from that configuration: capacity − kubeReserved −
+  systemReserved − hard eviction thresholds (https://kubernetes.io/docs/tasks/administer-cluster/reserve-compute-resources/).
+
+Where the kubelet configuration comes from, and why. An AL2023 node runs nodeadm, which writes kubelet's main
+config file from its own defaults and the instance (awslabs/amazon-eks-ami
+https://github.com/awslabs/amazon-eks-ami/blob/main/nodeadm/internal/kubelet/config.go: ``defaultKubeletSubConfig``
+sets ``evictionHard`` memory.available=100Mi, nodefs.available=10%, nodefs.inodesFree=5%;
+``withDefaultReservedResources`` sets ``maxPods`` from the ENI table and ``kubeReserved`` cpu from the core count
+(``getCPUMillicoresToReserve``: 6% of the first core, 1% of the second, 0.5% of cores 3–4, 0.25% of the rest,
+integer millicores per range), memory ``11 × maxPods + 255`` MiB (``GetMemoryMebibytesToReserve``, with the ENI
+maxPods, not a user override) and ephemeral-storage 1Gi), then writes the NodeConfig's ``kubelet.config`` as a
+drop-in (``writeKubeletConfigToDir``, kubelet ≥ 1.29). kubelet merges a drop-in over the main file: maps key by
+key, scalars and lists replaced (https://kubernetes.io/docs/reference/node/kubelet-config-directory-merging/). So
+the agent follows nodeadm, not kubelet's bare defaults: a NodeConfig without ``kubeReserved`` still gets EKS's
+boot-time reservation, and one with only ``kubeReserved.cpu`` keeps nodeadm's memory and storage reservations —
+which is what a node launched from an EKS AMI reports. Nothing here comes from karpy's overhead model: karpy's
+prediction (``NodeClaim.status.allocatable``) is compared with this in the e2e tests, so a wrong model shows.
 - :func:`build_node` assembles the Node kubelet registers, with the labels the cloud controller manager adds.
 
 Units are karpy's canonical ones (``karpy.apis.quantity``): cpu in millicores, memory and ephemeral-storage
@@ -19,10 +37,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import email
 import email.policy
 import math
 import shlex
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,13 +53,22 @@ from karpy.apis.quantity import QuantityError, format_resource_list, parse_quant
 
 NODECONFIG_CONTENT_TYPE = "application/node.eks.aws"
 NODECONFIG_API_VERSION = "node.eks.aws/v1alpha1"
-# Karpenter's VM_MEMORY_OVERHEAD_PERCENT default: the share of an instance type's memory the hypervisor and
-# firmware keep, so the OS (and kubelet's capacity) sees less than DescribeInstanceTypes says.
+# The simulated machine: the share of an instance type's memory its hypervisor and firmware keep, so the OS (and
+# kubelet's capacity) sees less than DescribeInstanceTypes says. A property of the (simulated) hardware, set equal
+# to Karpenter's VM_MEMORY_OVERHEAD_PERCENT default so that default is exact here, as a well-tuned value is on EC2.
 VM_MEMORY_OVERHEAD = 0.075
 DEFAULT_STORAGE_BYTES = 20 * 2**30  # Karpenter's default AL2023 root volume (20Gi gp3)
-# kubelet's default --eviction-hard (pkg/kubelet/eviction/defaults_linux.go) and what Karpenter assumes.
-DEFAULT_EVICTION_HARD = {"memory.available": "100Mi", "nodefs.available": "10%"}
-# Eviction signals and the resource they guard. imagefs shares the root filesystem on AL2023.
+# nodeadm's evictionHard (nodeadm/internal/kubelet/config.go defaultKubeletSubConfig).
+NODEADM_EVICTION_HARD = {"memory.available": "100Mi", "nodefs.available": "10%", "nodefs.inodesFree": "5%"}
+# kubelet's own default when no config sets evictionHard at all (pkg/kubelet/apis/config/v1beta1/defaults_linux.go).
+KUBELET_DEFAULT_EVICTION_HARD = {
+    "memory.available": "100Mi",
+    "nodefs.available": "10%",
+    "nodefs.inodesFree": "5%",
+    "imagefs.available": "15%",
+}
+# The hard-eviction signals kubelet reserves capacity for, and the resource each guards
+# (pkg/kubelet/cm/helpers.go hardEvictionReservation); the others (inodes, imagefs, pids) reserve nothing.
 EVICTION_SIGNALS = {"memory.available": "memory", "nodefs.available": "ephemeral-storage"}
 KUBELET_VERSION = "v1.34.4-eks"
 
@@ -221,55 +250,101 @@ def capacity(
     return out
 
 
-def default_kube_reserved(vcpus: int, max_pods: int) -> dict[str, int]:
-    """nodeadm's (and Karpenter's) kubeReserved when the NodeConfig gives none (EKS AMI rule).
+def nodeadm_cpu_reserved(vcpus: int) -> int:
+    """nodeadm's kubeReserved cpu in millicores (``getCPUMillicoresToReserve``): per range of the node's
+    millicores, ``(part of the range used) × share / 10000`` in integer arithmetic, shares 600/100/50/25 for
+    0–1, 1–2, 2–4 and 4+ cores."""
+    total = vcpus * 1000
+    bounds = (0, 1000, 2000, 4000, total)
+    reserved = 0
+    for i, share in enumerate((600, 100, 50, 25)):
+        start, end = bounds[i], bounds[i + 1]
+        if total > start:
+            reserved += (min(total, end) - start) * share // 10000
+    return reserved
 
-    cpu: 6% of the first core, 1% of the second, 0.5% of cores 3–4, 0.25% of the rest; memory: 11 MiB per
-    pod + 255 MiB; ephemeral-storage: 1Gi.
+
+def nodeadm_kubelet_config(instance_type: Mapping[str, Any]) -> dict[str, Any]:
+    """The reservation part of the kubelet config file nodeadm writes at boot for this instance type
+    (``defaultKubeletSubConfig`` + ``withDefaultReservedResources``; see the module docstring)."""
+    max_pods = eni_max_pods(instance_type)
+    vcpus = int((instance_type.get("VCpuInfo") or {}).get("DefaultVCpus") or 0)
+    return {
+        "maxPods": max_pods,
+        "kubeReserved": {
+            "cpu": f"{nodeadm_cpu_reserved(vcpus)}m",
+            "ephemeral-storage": "1Gi",
+            "memory": f"{11 * max_pods + 255}Mi",
+        },
+        "evictionHard": dict(NODEADM_EVICTION_HARD),
+    }
+
+
+def effective_kubelet_config(instance_type: Mapping[str, Any], user_config: Mapping[str, Any]) -> dict[str, Any]:
+    """nodeadm's base config with the NodeConfig's ``kubelet.config`` merged over it as kubelet merges a drop-in
+    (maps key by key, recursively; scalars and lists replaced)."""
+    config = nodeadm_kubelet_config(instance_type)
+    _deep_merge(config, copy.deepcopy(dict(user_config)))
+    return config
+
+
+def max_pods(instance_type: Mapping[str, Any], kubelet_config: Mapping[str, Any]) -> int:
+    """kubelet's pod capacity: ``maxPods`` (nodeadm's ENI value unless overridden; 110, kubelet's default, when
+    absent), capped by ``podsPerCore × cores`` when ``podsPerCore`` > 0."""
+    pods = int(kubelet_config.get("maxPods") or 110)
+    per_core = int(kubelet_config.get("podsPerCore") or 0)
+    if per_core > 0:
+        vcpus = int((instance_type.get("VCpuInfo") or {}).get("DefaultVCpus") or 0)
+        pods = min(pods, per_core * vcpus)
+    return pods
+
+
+def _float32(value: float) -> float:
+    """``value`` rounded to the nearest IEEE-754 single (Go's ``float32(value)``)."""
+    return float(struct.unpack("f", struct.pack("f", value))[0])
+
+
+def eviction_reservation(value: Any, capacity_: int) -> int | None:
+    """What a hard eviction threshold reserves of ``capacity_`` (canonical units), as kubelet computes it; None
+    when kubelet ignores the threshold.
+
+    A percentage is parsed as kubelet's ``parsePercentage`` does (``strconv.ParseFloat(s, 32)``, then
+    ``float32(v) / 100`` in single precision; ``0%`` and ``100%`` are ignored) and applied as
+    ``GetThresholdQuantity`` does: ``int64(float64(capacity) × float64(percentage))``, truncated — so 10% of 20Gi
+    reserves 2147483680 bytes, 32 more than a tenth (pkg/kubelet/eviction/helpers.go, eviction/api/types.go).
+    A quantity reserves itself.
     """
-    millis = vcpus * 1000
-    cpu = 0.0
-    for start, end, share in ((0, 1000, 0.06), (1000, 2000, 0.01), (2000, 4000, 0.005), (4000, 1 << 31, 0.0025)):
-        if millis > start:
-            cpu += (min(millis, end) - start) * share
-    return {"cpu": int(cpu), "memory": (11 * max_pods + 255) * 2**20, "ephemeral-storage": 2**30}
-
-
-def _threshold(value: Any, total: int) -> int:
-    """An eviction threshold (``100Mi`` or ``10%`` of ``total``) in canonical units."""
     text = str(value).strip()
     if text.endswith("%"):
-        return math.ceil(total * float(text[:-1]) / 100)
+        if text in ("0%", "100%"):
+            return None
+        percentage = _float32(_float32(float(text[:-1])) / 100)
+        return int(float(capacity_) * percentage)
     return math.ceil(parse_quantity(text))
 
 
 def allocatable(capacity_: Mapping[str, int], kubelet_config: Mapping[str, Any]) -> dict[str, int]:
     """kubelet's Node Allocatable: capacity − kubeReserved − systemReserved − hard eviction thresholds.
 
-    ``kubeReserved`` defaults to :func:`default_kube_reserved` and ``evictionHard`` to kubelet's defaults
-    (``memory.available<100Mi``, ``nodefs.available<10%``); ``evictionSoft`` counts when larger, as in
-    Karpenter. Never negative.
+    ``kubelet_config`` is the configuration kubelet runs with (:func:`effective_kubelet_config`); evictionHard
+    falls back to kubelet's own default only when the config has none at all. Soft thresholds reserve nothing
+    (pkg/kubelet/cm/node_container_manager_linux.go ``GetNodeAllocatableReservation`` counts hard ones only).
+    Never negative.
 
     Raises:
         UserDataError: a reservation or threshold that is not a quantity.
     """
+    reserved: dict[str, int] = {}
     try:
-        kube_reserved = kubelet_config.get("kubeReserved")
-        reserved = (
-            {k: to_canonical(k, v) for k, v in kube_reserved.items()}
-            if kube_reserved is not None
-            else default_kube_reserved(capacity_.get("cpu", 0) // 1000, capacity_.get("pods", 110))
-        )
-        for name, value in (kubelet_config.get("systemReserved") or {}).items():
-            reserved[name] = reserved.get(name, 0) + to_canonical(name, value)
+        for key in ("kubeReserved", "systemReserved"):
+            for name, value in (kubelet_config.get(key) or {}).items():
+                reserved[name] = reserved.get(name, 0) + to_canonical(name, value)
         hard = kubelet_config.get("evictionHard")
-        hard = dict(DEFAULT_EVICTION_HARD) if hard is None else hard
-        soft = kubelet_config.get("evictionSoft") or {}
+        hard = dict(KUBELET_DEFAULT_EVICTION_HARD) if hard is None else hard
         for signal, resource in EVICTION_SIGNALS.items():
-            total = capacity_.get(resource, 0)
-            worst = max(_threshold(hard[signal], total) if signal in hard else 0,
-                        _threshold(soft[signal], total) if signal in soft else 0)
-            reserved[resource] = reserved.get(resource, 0) + worst
+            amount = eviction_reservation(hard[signal], capacity_.get(resource, 0)) if signal in hard else None
+            if amount is not None:
+                reserved[resource] = reserved.get(resource, 0) + amount
     except (QuantityError, ValueError, AttributeError) as err:
         raise UserDataError(f"invalid kubelet reservation: {err}") from err
     return {name: max(0, amount - reserved.get(name, 0)) for name, amount in capacity_.items()}
@@ -307,9 +382,9 @@ def build_node(instance: Instance, config: NodeConfig) -> dict[str, Any]:
         UserDataError: invalid flags or kubelet reservations in ``config``.
     """
     extra_labels, taints = parse_flags(config.flags)
-    max_pods = int(config.kubelet_config.get("maxPods") or eni_max_pods(instance.type_info))
-    cap = capacity(instance.type_info, max_pods, instance.storage_bytes)
-    alloc = allocatable(cap, config.kubelet_config)
+    kubelet_config = effective_kubelet_config(instance.type_info, config.kubelet_config)
+    cap = capacity(instance.type_info, max_pods(instance.type_info, kubelet_config), instance.storage_bytes)
+    alloc = allocatable(cap, kubelet_config)
     name = instance.private_dns_name
     cpu_arch = arch(instance.type_info)
     labels = {

@@ -66,6 +66,12 @@ class NodeAgent:
         self.deleted: set[str] = set()
         self._never_ready_images: dict[str, bool] = {}
 
+    @property
+    def ignored(self) -> frozenset[str]:
+        """Instance ids this agent decided never to register (no or invalid nodeadm user data, a never-ready AMI,
+        a name taken by another Node, or too many failed attempts)."""
+        return frozenset(self._ignored)
+
     async def run(self) -> None:
         """Reconcile forever (until cancelled)."""
         log.info("node agent started for cluster %s", self.cluster_name)

@@ -6,7 +6,6 @@ Pods and Deployments deleted) so later integration and e2e tests start from an e
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -156,7 +155,8 @@ async def test_node_agent_registers_and_deletes_nodes_like_kubelet_and_ccm(
         allocatable = node["status"]["allocatable"]
         assert allocatable["cpu"] == "1930m"
         assert allocatable["memory"] == f"{7577 - 574 - 100}Mi"
-        assert allocatable["ephemeral-storage"] == str(8 * GIB - GIB - -(-8 * GIB // 10))
+        # nodefs.available=10% as kubelet applies it: float32 10% of 8Gi, truncated = 858993472 (12 bytes over 8Gi/10).
+        assert allocatable["ephemeral-storage"] == str(8 * GIB - GIB - 858993472)
         assert allocatable["pods"] == "29"
 
         name = node["metadata"]["name"]
@@ -192,11 +192,18 @@ async def test_instance_without_nodeadm_user_data_gets_no_node(local_cluster: An
         UserData="#!/bin/bash\n/etc/eks/bootstrap.sh other\n",
         TagSpecifications=cluster_tags(cluster),
     )["Instances"][0]
+    iid = instance["InstanceId"]
     try:
-        await asyncio.sleep(3)  # several agent passes (every 0.5 s)
-        assert await node_by_provider_id(kube, f"aws:///{zone}/{instance['InstanceId']}") is None
+        # One agent pass, run here so its decision is observable: it saw the instance and set it aside (no
+        # nodeadm user data) — the record that a pass happened and acted on nothing, instead of a sleep.
+        env = local_cluster.aws_env
+        agent = NodeAgent(kube, ec2, cluster, env["AWS_REGION"])
+        await agent.sync_once()
+        assert iid in agent.ignored
+        assert iid not in agent.registered
+        assert await node_by_provider_id(kube, f"aws:///{zone}/{iid}") is None
     finally:
-        ec2.terminate_instances(InstanceIds=[instance["InstanceId"]])
+        ec2.terminate_instances(InstanceIds=[iid])
 
 
 async def test_scheduler_and_controller_manager_run_workloads_on_kwok_nodes(kube: KubeClient) -> None:
@@ -290,12 +297,18 @@ async def test_node_of_an_unknown_instance_is_deleted_and_a_foreign_one_kept(
     run = uuid.uuid4().hex[:8]
     names = {"gone": f"gone-{run}", "foreign": f"foreign-{run}"}
     provider_ids = {"gone": f"aws:///{zone}/i-0000000000{run[:7]}", "foreign": f"aws:///{zone}/{foreign_id}"}
-    for key, name in names.items():
-        await kube.create(r.NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+    # The foreign Node first: any agent pass that lists the "gone" Node lists the foreign one too, so the pass
+    # that deletes "gone" is a pass that judged the foreign Node and kept it.
+    for key in ("foreign", "gone"):
+        await kube.create(r.NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": names[key]},
                                     "spec": {"providerID": provider_ids[key]}})
     try:
         await wait_for(lambda: _gone(kube, r.NODES, names["gone"]), timeout=20, what="node of unknown instance deleted")
-        await asyncio.sleep(2)
+        assert (await kube.get(r.NODES, names["foreign"]))["spec"]["providerID"] == provider_ids["foreign"]
+        # And one more pass run here, whose decisions are observable: it keeps the foreign Node.
+        agent = NodeAgent(kube, ec2, cluster, local_cluster.aws_env["AWS_REGION"])
+        await agent.sync_once()
+        assert foreign_id not in agent.deleted
         assert (await kube.get(r.NODES, names["foreign"]))["spec"]["providerID"] == provider_ids["foreign"]
     finally:
         for name in names.values():

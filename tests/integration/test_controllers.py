@@ -6,15 +6,16 @@ in the apiserver and in moto.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import structlog
 from operator_harness import running_operator
+from structlog.testing import capture_logs
 
-from e2e.helpers import apply, ec2nodeclass, wait_for
+from e2e.helpers import apply, assert_allocatable_as_predicted, ec2nodeclass, wait_for
 from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
@@ -23,6 +24,7 @@ from karpy.kube.errors import ApiError
 from karpy.operator import Operator
 
 pytestmark = [pytest.mark.integration]
+POD = "default/it-one"  # the pod the PDB protects, as karpy's log records name it
 
 
 def nodepool(name: str, nodeclass_name: str, **spec: Any) -> dict[str, Any]:
@@ -105,12 +107,17 @@ async def test_nodepool_readiness_follows_its_nodeclass(
     await kube.delete(r.NODEPOOLS, "np-late")
 
 
-async def test_pending_pod_gets_one_nodeclaim_and_is_bound(
-    operator: Operator, kube: KubeClient, local_cluster: Any
-) -> None:
-    """An unschedulable pod yields exactly one NodeClaim; its node registers; karpy binds the pod."""
-    await apply(kube, [ec2nodeclass("it", local_cluster.cluster_name), nodepool("it", "it")])
-    await kube.create(r.PODS, pod("it-one", cpu="1500m", nodeSelector={wk.LABEL_NODEPOOL: "it"}), "default")
+async def _it_one_bound(kube: KubeClient, cluster: Any) -> tuple[str, list[dict[str, Any]]]:
+    """The pod ``it-one`` (1500m, NodePool ``it``) bound and its NodeClaims registered — created along with the
+    EC2NodeClass and NodePool when missing, so each test that needs it builds it itself.
+    Returns (node name, the pool's NodeClaims)."""
+    await apply(kube, [ec2nodeclass("it", cluster.cluster_name), nodepool("it", "it")])
+    try:
+        await kube.get(r.PODS, "it-one", "default")
+    except ApiError as err:
+        if not err.not_found:
+            raise
+        await kube.create(r.PODS, pod("it-one", cpu="1500m", nodeSelector={wk.LABEL_NODEPOOL: "it"}), "default")
 
     async def bound() -> str:
         p = await kube.get(r.PODS, "it-one", "default")
@@ -124,7 +131,14 @@ async def test_pending_pod_gets_one_nodeclaim_and_is_bound(
         claims = [c for c in (await kube.list(r.NODECLAIMS))[0] if c["metadata"]["labels"][wk.LABEL_NODEPOOL] == "it"]
         return claims if all((c.get("status") or {}).get("nodeName") for c in claims) else []
 
-    claims = await wait_for(registered, timeout=30, what="nodeclaim registered")
+    return node_name, await wait_for(registered, timeout=30, what="nodeclaim registered")
+
+
+async def test_pending_pod_gets_one_nodeclaim_and_is_bound(
+    operator: Operator, kube: KubeClient, local_cluster: Any
+) -> None:
+    """An unschedulable pod yields exactly one NodeClaim; its node registers; karpy binds the pod."""
+    node_name, claims = await _it_one_bound(kube, local_cluster)
     assert len(claims) == 1
     claim = claims[0]
     assert claim["status"]["nodeName"] == node_name
@@ -133,14 +147,18 @@ async def test_pending_pod_gets_one_nodeclaim_and_is_bound(
     assert node["spec"]["providerID"] == claim["status"]["providerID"]
     assert node["metadata"]["labels"][wk.LABEL_REGISTERED] == "true"
     assert all(t["key"] != wk.TAINT_UNREGISTERED_KEY for t in node["spec"].get("taints") or [])
+    # karpy's overhead model predicted what the node's kubelet (the node agent, from karpy's user data) reports.
+    await assert_allocatable_as_predicted(kube, claims)
     # A second decision over the same state creates nothing: the pod is planned or bound already.
     assert await operator.provisioner.provision_once() == []
 
 
-async def test_deleting_a_nodeclaim_drains_through_pdb_and_terminates(operator: Operator, kube: KubeClient) -> None:
+async def test_deleting_a_nodeclaim_drains_through_pdb_and_terminates(
+    operator: Operator, kube: KubeClient, local_cluster: Any
+) -> None:
     """Eviction honours a PodDisruptionBudget; the instance is terminated; finalizers are released."""
-    claim = next(c for c in (await kube.list(r.NODECLAIMS))[0] if c["metadata"]["labels"][wk.LABEL_NODEPOOL] == "it")
-    node_name = claim["status"]["nodeName"]
+    node_name, claims = await _it_one_bound(kube, local_cluster)
+    claim = next(c for c in claims if c["status"]["nodeName"] == node_name)
     await apply(
         kube,
         [
@@ -160,9 +178,17 @@ async def test_deleting_a_nodeclaim_drains_through_pdb_and_terminates(operator: 
         return any(t["key"] == wk.TAINT_DISRUPTED_KEY for t in node["spec"].get("taints") or [])
 
     await wait_for(tainted, timeout=20, what="disrupted taint")
-    await asyncio.sleep(3)
+    # Proof that the PDB blocked the eviction, not that too little time passed: the terminator's own decision
+    # records — two refused evictions of this pod (the apiserver answered 429), i.e. a retry after a refusal.
+    with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as records:
+
+        async def refused_twice() -> bool:
+            return len(_records(records, "eviction blocked by a PodDisruptionBudget, retrying", pod=POD)) >= 2
+
+        await wait_for(refused_twice, timeout=30, what="two evictions of it-one refused by the PDB")
     still = await kube.get(r.PODS, "it-one", "default")
     assert not still["metadata"].get("deletionTimestamp"), "the PDB must block the eviction"
+    assert not _records(records, "evicted pod", pod=POD), "no eviction may succeed while the PDB holds"
     await kube.delete(r.PDBS, "it-one", "default")
 
     async def gone() -> bool:
@@ -172,6 +198,11 @@ async def test_deleting_a_nodeclaim_drains_through_pdb_and_terminates(operator: 
     await wait_for(gone, timeout=60, what="nodeclaim released")
     instance = await operator.cloud.list()
     assert claim["status"]["providerID"] not in {i.provider_id for i in instance}
+
+
+def _records(records: list[dict[str, Any]], event: str, **fields: Any) -> list[dict[str, Any]]:
+    """The captured structlog records with message ``event`` and every field in ``fields``."""
+    return [r for r in records if r.get("event") == event and all(r.get(k) == v for k, v in fields.items())]
 
 
 async def _pdb_observed(kube: KubeClient) -> bool:

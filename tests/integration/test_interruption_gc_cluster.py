@@ -9,7 +9,6 @@ garbage collection terminates a leaked karpy instance and leaves another node ma
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
@@ -18,7 +17,9 @@ from typing import Any
 
 import boto3
 import pytest
+import structlog
 from operator_harness import running_operator
+from structlog.testing import capture_logs
 
 from e2e.helpers import apply, delete_nodeclaims, ec2nodeclass, run_tagged_instance, wait_for
 from e2e.helpers import nodepool as shared_nodepool
@@ -132,8 +133,10 @@ async def _claims(kube: KubeClient) -> list[dict[str, Any]]:
     return [c for c in (await kube.list(r.NODECLAIMS))[0] if c["metadata"]["labels"].get(wk.LABEL_NODEPOOL) == POOL]
 
 
-async def _node_for(kube: KubeClient, pod_name: str) -> dict[str, Any]:
-    """Create ``pod_name`` and wait until it is bound to a node of the pool; that node's NodeClaim."""
+async def _node_for(kube: KubeClient, cluster: Any, pod_name: str) -> dict[str, Any]:
+    """Create ``pod_name`` (and the EC2NodeClass and NodePool, applied idempotently, so every test builds what
+    it needs whatever ran before) and wait until it is bound to a node of the pool; that node's NodeClaim."""
+    await apply(kube, [ec2nodeclass(POOL, cluster.cluster_name), nodepool()])
     await kube.create(r.PODS, pod(pod_name), "default")
 
     async def bound() -> str:
@@ -177,8 +180,7 @@ async def test_state_change_message_deletes_nodeclaim_and_message(
     operator: Operator, kube: KubeClient, aws: AWS, local_cluster: Any
 ) -> None:
     """'stopping' for a karpy node: its NodeClaim is deleted (then drained and terminated), the message too."""
-    await apply(kube, [ec2nodeclass(POOL, local_cluster.cluster_name), nodepool()])
-    claim = await _node_for(kube, "intr-1")
+    claim = await _node_for(kube, local_cluster, "intr-1")
     name, instance_id = claim["metadata"]["name"], claim["status"]["providerID"].rsplit("/", 1)[-1]
     aws.send(state_change(instance_id, "stopping"))
     await wait_for(lambda: _deleting_or_gone(kube, name), timeout=20, what="NodeClaim deleted on interruption")
@@ -203,15 +205,31 @@ async def test_malformed_and_unknown_messages_are_deleted(operator: Operator, aw
     await wait_for(lambda: _async(aws.in_queue() == 0), timeout=20, what="malformed and unknown messages deleted")
 
 
-async def test_handling_error_leaves_message_until_it_succeeds(operator: Operator, kube: KubeClient, aws: AWS) -> None:
+async def test_handling_error_leaves_message_until_it_succeeds(
+    operator: Operator, kube: KubeClient, aws: AWS, local_cluster: Any
+) -> None:
     """The apiserver refuses the NodeClaim's deletion: the message stays (redelivered every second) and the
     NodeClaim lives; once deletion is allowed the next delivery deletes both."""
-    claim = await _node_for(kube, "intr-2")
+    claim = await _node_for(kube, local_cluster, "intr-2")
     name, instance_id = claim["metadata"]["name"], claim["status"]["providerID"].rsplit("/", 1)[-1]
     await kube.merge_patch(r.NODECLAIMS, name, {"metadata": {"labels": {UNDELETABLE: "true"}}})
     await _deny_deletes(kube)
-    aws.send(state_change(instance_id, "shutting-down"))
-    await asyncio.sleep(5)  # about five deliveries, each refused
+    # Proof that the deletion was refused, not that too little time passed: karpy's decision records — three
+    # deliveries of this message, each handled and left for redelivery because the apiserver refused the delete.
+    with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as records:
+        aws.send(state_change(instance_id, "shutting-down"))
+
+        async def refused_three_times() -> list[dict[str, Any]]:
+            refused = [
+                line
+                for line in records
+                if line.get("event") == "interruption message not handled, left for redelivery"
+                and instance_id in (line.get("instance_ids") or [])
+            ]
+            return refused if len(refused) >= 3 else []
+
+        refused = await wait_for(refused_three_times, timeout=30, what="three deliveries refused by the apiserver")
+    assert all("may not be deleted" in line["error"] for line in refused), refused
     assert not await _deleting_or_gone(kube, name)
     assert aws.in_queue() == 1, "the message must stay for redelivery"
     await kube.request("DELETE", f"{ADMISSION}/validatingadmissionpolicybindings/{POLICY}")
@@ -274,7 +292,7 @@ async def test_gc_terminates_a_leak_and_never_another_managers_instance(
     """One pass with the clock 60 s ahead: the karpy-tagged instance without a NodeClaim is terminated; the
     cluster-tag-only instance and the instance behind a live NodeClaim are untouched."""
     cluster = local_cluster.cluster_name
-    claim = await _node_for(kube, "intr-3")
+    claim = await _node_for(kube, local_cluster, "intr-3")
     owned_id = claim["status"]["providerID"].rsplit("/", 1)[-1]
 
     def run(tags: dict[str, str]) -> str:
