@@ -273,9 +273,13 @@ class KubeletResources:
 
 def kubelet_resources(capacity: Mapping[str, int], kubelet: Mapping[str, Any]) -> KubeletResources:
     """Reserved resources for a node of ``capacity`` under the NodeClass ``kubelet`` block."""
-    kube = _resource_map(kubelet.get("kubeReserved"))
-    if not kube:
-        kube = default_kube_reserved(capacity.get(wk.RESOURCE_CPU, 0), capacity.get(wk.RESOURCE_PODS, 0))
+    # The user's kubeReserved overrides the defaults key by key, as Karpenter merges them (AWS
+    # pkg/providers/instancetype/types.go kubeReservedResources, lo.Assign) and as nodeadm's boot-time defaults
+    # stay on the node for the keys the user leaves out.
+    kube = {
+        **default_kube_reserved(capacity.get(wk.RESOURCE_CPU, 0), capacity.get(wk.RESOURCE_PODS, 0)),
+        **_resource_map(kubelet.get("kubeReserved")),
+    }
     system = _resource_map(kubelet.get("systemReserved"))
     hard = {**DEFAULT_EVICTION_HARD, **{k: str(v) for k, v in (kubelet.get("evictionHard") or {}).items()}}
     soft = {k: str(v) for k, v in (kubelet.get("evictionSoft") or {}).items()}

@@ -102,7 +102,8 @@ def test_kube_reserved_cpu_tiers() -> None:
 
 
 def test_nodeclass_kube_reserved_system_reserved_and_eviction_override_defaults() -> None:
-    """Explicit kubeReserved replaces the formula; systemReserved adds; evictionHard percentages scale capacity."""
+    """Explicit kubeReserved overrides the formula key by key (ephemeral-storage keeps its 1Gi default, as
+    Karpenter's ``lo.Assign`` merge does); systemReserved adds; evictionHard percentages scale capacity."""
     kubelet = {
         "kubeReserved": {"cpu": "200m", "memory": "1Gi"},
         "systemReserved": {"cpu": "100m", "memory": "100Mi"},
@@ -113,7 +114,7 @@ def test_nodeclass_kube_reserved_system_reserved_and_eviction_override_defaults(
     assert reserved.overhead == {
         "cpu": 300,
         "memory": GiB + 100 * MiB + 50 * MiB,
-        "ephemeral-storage": 15 * GiB,
+        "ephemeral-storage": GiB + 15 * GiB,
     }
     assert reserved.eviction_hard == {"memory.available": "5%", "nodefs.available": "15%"}
 

@@ -384,13 +384,6 @@ def test_a_wrong_overhead_model_is_caught() -> None:
     assert set(e2e_helpers.allocatable_mismatches(off, node)) == {"ephemeral-storage"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="karpy renders a partial kubeReserved as is and predicts no reservation for the missing keys, but on "
-    "the node nodeadm's boot-time kube-reserved memory (11 × ENI max pods + 255 MiB) and ephemeral-storage (1Gi) "
-    "stay, merged key by key under the user's cpu: karpy over-predicts allocatable (Karpenter merges the user's "
-    "kubeReserved over its defaults key by key, pkg/providers/instancetype/types.go kubeReservedResources)",
-)
 def test_a_partial_kube_reserved_is_predicted_as_the_node_applies_it() -> None:
     claim, user_data = _karpy_launch(M5_LARGE, {"kubeReserved": {"cpu": "200m"}})
     node = _agent_node(M5_LARGE, user_data)
