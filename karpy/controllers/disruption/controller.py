@@ -180,7 +180,9 @@ class Disruption:
             log.warning("cannot build the simulation, skipping disruption", error=str(err))
             return None
         types: dict[str, dict[str, InstanceType]] = {p.name: {it.name: it for it in p.instance_types} for p in pools}
-        ctx = Context(now, pools, objs, existing, [], [], pdbs, [], {})
+        ctx = Context(
+            now, pools, objs, existing, [], [], pdbs, [], {}, min_values_policy=self.provisioner.min_values_policy
+        )
         self._candidates(ctx, types)
         # As the provisioner schedules them: with their volumes' node affinity (a pod on a zonal PV moves only
         # within its zone).

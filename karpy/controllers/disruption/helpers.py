@@ -25,6 +25,7 @@ from karpy.kube.errors import ApiError
 from karpy.kube.events import NORMAL, EventRecorder
 from karpy.kube.resources import NAMESPACES, NODECLAIMS, NODES
 from karpy.scheduling import model
+from karpy.scheduling.state import STRICT
 from karpy.state.cluster import ClusterState, deleting
 
 log = structlog.get_logger("karpy.disruption")
@@ -48,6 +49,8 @@ class Context:
         candidates: NodeClaims a method may disrupt; ``blocked``: NodeClaim name → why it may not.
         eventual_only: candidates admitted only because drift ignores their pod blockers (a NodeClaim with
             ``terminationGracePeriod``).
+        min_values_policy: the provisioner's ``MIN_VALUES_POLICY`` (``Strict`` or ``BestEffort``), which every
+            simulation of this evaluation applies as the provisioner would.
     """
 
     now: float
@@ -60,12 +63,20 @@ class Context:
     candidates: list[Candidate]
     blocked: dict[str, str]
     eventual_only: set[str] = attrs.field(factory=set)
+    min_values_policy: str = STRICT
 
     def simulator(self) -> cons.Simulator:
         """The simulation over this context (candidates removed, their pods plus pending rescheduled)."""
 
         def run(chosen: Sequence[Candidate]) -> model.SchedulingResult:
-            return cons.simulate(chosen, self.pending, self.pools, self.existing, self.daemonsets)
+            return cons.simulate(
+                chosen,
+                self.pending,
+                self.pools,
+                self.existing,
+                self.daemonsets,
+                min_values_policy=self.min_values_policy,
+            )
 
         return run
 

@@ -112,7 +112,9 @@ class Methods:
                 attrs.evolve(e, allocatable={}) if e.nodeclaim in drifted_names or e.name in drifted_names else e
                 for e in ctx.existing
             ]
-            result = cons.simulate([candidate], ctx.pending, ctx.pools, healthy, ctx.daemonsets)
+            result = cons.simulate(
+                [candidate], ctx.pending, ctx.pools, healthy, ctx.daemonsets, min_values_policy=ctx.min_values_policy
+            )
             replacements = cons.replacements_for_drift(candidate, result)
             if replacements is None:
                 ctx.blocked[name] = "drifted, but its pods would not all schedule"
