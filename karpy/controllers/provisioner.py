@@ -559,7 +559,11 @@ def _pod_ref(pod: model.Pod) -> JSON:
 
 
 def nodeclaim_from_plan(
-    plan: model.NewNodeClaim, nodepool: JSON, nodeclass: JSON | None = None, *, batch: str = ""
+    plan: model.NewNodeClaim,
+    nodepool: Mapping[str, Any],
+    nodeclass: Mapping[str, Any] | None = None,
+    *,
+    batch: str = "",
 ) -> JSON:
     """The NodeClaim JSON Karpenter would create for a plan (core ``provisioning/scheduling/nodeclaim.go``
     ``ToNodeClaim`` and ``provisioner.go`` ``Create``): generateName, labels, annotations,

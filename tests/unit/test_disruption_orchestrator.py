@@ -243,7 +243,9 @@ async def test_drift_replacement_timeout_abandons_and_halts_drift() -> None:
     fixed = json.loads(json.dumps(h.state.nodeclasses["nc"]))
     fixed["spec"]["userData"] = "fixed"
     h.state.apply("EC2NodeClass", "MODIFIED", fixed)
-    assert h.disruption.methods.drift_halt(h.state.nodepools["np"]) == "", "changing the EC2NodeClass lifts the halt"
+    pool = h.state.nodepool_view("np")
+    assert pool is not None
+    assert h.disruption.methods.drift_halt(pool) == "", "changing the EC2NodeClass lifts the halt"
 
 
 async def test_drift_budget_limits_parallel_commands() -> None:

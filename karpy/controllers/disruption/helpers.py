@@ -14,8 +14,7 @@ import attrs
 import structlog
 
 from karpy.apis import labels as wk
-from karpy.apis.conditions import condition, condition_true
-from karpy.apis.times import parse_time
+from karpy.apis.nodeclaim import NodeClaim
 from karpy.controllers.disruption import consolidation as cons
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption.emptiness import consolidate_after
@@ -94,11 +93,15 @@ async def cluster_paused(client: KubeClient, settings: controls.DisruptionSettin
             return False
         log.warning("cannot read the pause namespace, pausing disruption", error=str(err))
         return True
-    return controls.paused(ns)
+    return controls.paused((ns.get("metadata") or {}).get("annotations") or {})
 
 
 async def patch_conditions(
-    client: KubeClient, state: ClusterState, name: str, conditions: list[JSON], source: JSON | None = None
+    client: KubeClient,
+    state: ClusterState,
+    name: str,
+    conditions: list[JSON],
+    source: Mapping[str, Any] | None = None,
 ) -> None:
     """Write a NodeClaim's whole conditions list, guarded by the resourceVersion it was computed from: a
     concurrent writer (lifecycle, terminator) makes this a 409, retried on the next pass, instead of a lost
@@ -145,7 +148,7 @@ async def delete_claim(
     client: KubeClient,
     state: ClusterState,
     events: EventRecorder,
-    claim: JSON,
+    claim: NodeClaim,
     record: Mapping[str, Any],
     reason: str,
 ) -> bool:
@@ -155,7 +158,7 @@ async def delete_claim(
     Raises:
         ApiError: the patch or the delete failed (other than not found).
     """
-    name = str(claim["metadata"]["name"])
+    name = claim.name
     text = json.dumps(record, sort_keys=True)
     try:
         await client.merge_patch(NODECLAIMS, name, {"metadata": {"annotations": {controls.ANNOTATION_DECISION: text}}})
@@ -166,19 +169,19 @@ async def delete_claim(
         raise
     if answer.get("kind") == "NodeClaim" and deleting(answer):
         state.apply("NodeClaim", "MODIFIED", answer)  # read-your-writes: it counts as deleting at once
-    events.publish(claim, NORMAL, "DisruptionTerminating", f"Disrupting NodeClaim: {reason} {text}")
+    events.publish(claim.raw, NORMAL, "DisruptionTerminating", f"Disrupting NodeClaim: {reason} {text}")
     log.info("disrupting nodeclaim", nodeclaim=name, reason=reason, record=record)
     return True
 
 
-def consolidatable_at(state: ClusterState, claim: Mapping[str, Any]) -> float | None:
+def consolidatable_at(state: ClusterState, claim: NodeClaim) -> float | None:
     """When an initialized NodeClaim is (or was) Consolidatable: its node's last pod event (or the NodeClaim's
     initialization, whichever is later) plus its NodePool's ``consolidateAfter``, seconds since the epoch (Karpenter
     core ``pkg/controllers/nodeclaim/disruption/consolidation.go``). None when it never will: not initialized,
     being deleted, no Node or NodePool, or ``consolidateAfter: Never``."""
-    if deleting(claim) or not condition_true(claim, wk.COND_INITIALIZED):
+    if claim.deleting or not claim.is_true(wk.COND_INITIALIZED):
         return None
-    pool = state.nodepools.get((claim["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL, ""))
+    pool = state.nodepool_view(claim.nodepool)
     after = consolidate_after(pool) if pool is not None else None
     node = state.node_for_nodeclaim(claim)
     if after is None or node is None:
@@ -187,22 +190,22 @@ def consolidatable_at(state: ClusterState, claim: Mapping[str, Any]) -> float | 
     return max(last, transition(claim, wk.COND_INITIALIZED)) + after
 
 
-def eventual_ignores_pods(claim: Mapping[str, Any]) -> bool:
+def eventual_ignores_pods(claim: NodeClaim) -> bool:
     """A drifted NodeClaim with ``terminationGracePeriod``: eventual methods (drift) ignore its pods'
     do-not-disrupt and PDB blockers, as the grace period bounds the drain anyway (Karpenter core
     ``pkg/controllers/disruption/types.go``, ``NewCandidate``)."""
-    return bool((claim.get("spec") or {}).get("terminationGracePeriod")) and condition_true(claim, wk.COND_DRIFTED)
+    return bool(claim.termination_grace_period) and claim.is_true(wk.COND_DRIFTED)
 
 
-def transition(claim: Mapping[str, Any], type_: str) -> float:
+def transition(claim: NodeClaim, type_: str) -> float:
     """When condition ``type_`` last changed (seconds since the epoch; 0 when absent)."""
-    c = condition(claim, type_) or {}
-    return parse_time(str(c.get("lastTransitionTime") or ""))
+    c = claim.condition(type_)
+    return c.last_transition_time if c is not None else 0.0
 
 
-def created(claim: Mapping[str, Any]) -> float:
+def created(claim: NodeClaim) -> float:
     """The NodeClaim's ``creationTimestamp`` (seconds since the epoch)."""
-    return parse_time((claim.get("metadata") or {}).get("creationTimestamp"))
+    return claim.meta.creation_timestamp
 
 
 def workload(pod: model.Pod) -> str:
