@@ -15,6 +15,7 @@ import structlog
 
 from karpy.apis import labels as wk
 from karpy.apis.nodeclaim import NodeClaim
+from karpy.apis.nodepool import NodePool
 from karpy.controllers.disruption import consolidation as cons
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption.emptiness import consolidate_after
@@ -41,7 +42,7 @@ class Context:
 
     Attributes:
         now: seconds since the epoch when it was built.
-        pools / pool_objs: the scheduling model's NodePools and their JSON by name.
+        pools / pool_objs: the scheduling model's NodePools and their views by name.
         existing: capacity that stays (nodes of commands in flight removed).
         pending: pods to place: pending, displaced, and those of commands in flight.
         pdbs: PodDisruptionBudget JSON (a fresh LIST).
@@ -54,7 +55,7 @@ class Context:
 
     now: float
     pools: list[model.NodePool]
-    pool_objs: dict[str, JSON]
+    pool_objs: dict[str, NodePool]
     existing: list[model.ExistingNode]
     pending: list[model.Pod]
     daemonsets: list[model.DaemonSet]
