@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from karpy.apis import labels as wk
+from karpy.apis.nodeclaim import NodeClaim
 from karpy.cloudprovider.types import CloudInstance, NodeClaimNotFoundError
 from karpy.controllers.terminator import Terminator, deadline_for, force_delete_grace, termination_deadline
 from karpy.kube.events import EventRecorder
@@ -44,12 +45,12 @@ def test_force_delete_grace(deadline: float, grace: int, now: float, want: int |
 
 def test_deadline_from_deletion_timestamp_and_tgp() -> None:
     claim = nodeclaim("a", nodepool(), terminationGracePeriod="1h")
-    assert deadline_for(claim) is None, "not deleting yet"
+    assert deadline_for(NodeClaim.from_json(claim)) is None, "not deleting yet"
     claim["metadata"]["deletionTimestamp"] = ts(T0)
-    assert deadline_for(claim) == ts(T0 + 3600)
+    assert deadline_for(NodeClaim.from_json(claim)) == ts(T0 + 3600)
     claim["metadata"]["annotations"][wk.ANNOTATION_TERMINATION_TIMESTAMP] = ts(T0 + 3600)
-    assert termination_deadline(claim) == T0 + 3600
-    assert deadline_for(nodeclaim("b", nodepool())) is None
+    assert termination_deadline(NodeClaim.from_json(claim)) == T0 + 3600
+    assert deadline_for(NodeClaim.from_json(nodeclaim("b", nodepool()))) is None
 
 
 def drain_setup(deleted_at: float, now: float) -> tuple[FakeKube, Terminator]:
