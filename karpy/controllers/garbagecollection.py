@@ -248,6 +248,6 @@ class GarbageCollection:
         if self._templates_at is not None and clock - self._templates_at < TEMPLATE_INTERVAL:
             return []
         self._templates_at = clock
-        deleted = await self.templates.delete_unused_launch_templates(set(self.state.nodeclasses))
+        deleted = await self.templates.delete_unused_launch_templates(set(self.state.nodeclass_views))
         GC_LAUNCH_TEMPLATES_DELETED.inc(len(deleted))
         return list(deleted)

@@ -148,7 +148,7 @@ class NodeClaimDisruption:
             conditions = [c for c in conditions if c.get("type") != wk.COND_DRIFTED]
         if json.dumps(conditions, sort_keys=True) == before:
             return
-        await patch_conditions(self.client, self.state, name, conditions, claim.raw)
+        await patch_conditions(self.client, self.state, name, conditions, claim)
 
 
 def affected_nodeclaims(state: ClusterState, kind: str, key: str, old: Any, new: Any) -> list[str]:

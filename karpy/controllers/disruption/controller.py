@@ -276,7 +276,7 @@ class Disruption:
                     await untaint(self.client, self.state, node.name)
                 if reason:
                     conditions = [c for c in conditions_json(claim.raw) if c.get("type") != wk.COND_DISRUPTION_REASON]
-                    await patch_conditions(self.client, self.state, name, conditions, claim.raw)
+                    await patch_conditions(self.client, self.state, name, conditions, claim)
             except ApiError as err:
                 log.warning("leftover disruption marks not cleared", nodeclaim=name, error=str(err))
                 continue

@@ -102,13 +102,14 @@ async def patch_conditions(
     state: ClusterState,
     name: str,
     conditions: list[JSON],
-    source: Mapping[str, Any] | None = None,
+    source: NodeClaim | None = None,
 ) -> None:
-    """Write a NodeClaim's whole conditions list, guarded by the resourceVersion it was computed from: a
-    concurrent writer (lifecycle, terminator) makes this a 409, retried on the next pass, instead of a lost
-    update. A missing NodeClaim or a refused write is logged, not raised."""
-    current = source if source is not None else state.nodeclaims.get(name)
-    rv = (current or {}).get("metadata", {}).get("resourceVersion")
+    """Write a NodeClaim's whole conditions list, guarded by the resourceVersion of ``source`` (the view it was
+    computed from; the stored one when None): a concurrent writer (lifecycle, terminator) makes this a 409,
+    retried on the next pass, instead of a lost update. A missing NodeClaim or a refused write is logged, not
+    raised."""
+    current = source if source is not None else state.nodeclaim_view(name)
+    rv = current.meta.resource_version if current is not None else ""
     patch: JSON = {"status": {"conditions": conditions}}
     if rv:
         patch["metadata"] = {"resourceVersion": rv}

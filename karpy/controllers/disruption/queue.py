@@ -225,7 +225,7 @@ class Queue:
                 conditions = set_condition(conditions, wk.COND_DISRUPTION_REASON, "True", command.reason, message)
             else:
                 conditions = [x for x in conditions if x.get("type") != wk.COND_DISRUPTION_REASON]
-            await patch_conditions(self.client, self.state, c.name, conditions, claim.raw)
+            await patch_conditions(self.client, self.state, c.name, conditions, claim)
 
     async def _create_replacement(self, plan: model.NewNodeClaim, command: Command) -> str:
         nodepool = self.state.nodepool_view(plan.nodepool)
