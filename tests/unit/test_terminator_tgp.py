@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from karpy.apis import labels as wk
-from karpy.apis.nodeclaim import NodeClaim
 from karpy.cloudprovider.types import CloudInstance, NodeClaimNotFoundError
 from karpy.controllers.terminator import Terminator, deadline_for, force_delete_grace, termination_deadline
 from karpy.kube.events import EventRecorder
@@ -44,6 +43,8 @@ def test_force_delete_grace(deadline: float, grace: int, now: float, want: int |
 
 
 def test_deadline_from_deletion_timestamp_and_tgp() -> None:
+    from karpy.apis.nodeclaim import NodeClaim  # the deadline helpers take the NodeClaim's typed view
+
     claim = nodeclaim("a", nodepool(), terminationGracePeriod="1h")
     assert deadline_for(NodeClaim.from_json(claim)) is None, "not deleting yet"
     claim["metadata"]["deletionTimestamp"] = ts(T0)
