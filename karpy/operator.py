@@ -47,7 +47,6 @@ from karpy.metrics import CLUSTER_STATE_NODE_COUNT, CLUSTER_STATE_SYNCED, INTERR
 from karpy.runtime.controller import Controller
 from karpy.runtime.singleton import SingletonController
 from karpy.runtime.supervisor import supervise
-from karpy.scheduling.translate import nodeclass_name
 from karpy.settings import Settings, StartupError
 from karpy.state.cluster import ClusterState
 from karpy.state.plans import Plans
@@ -218,8 +217,8 @@ class Operator:
             self.provisioner.trigger()  # a pod waiting for its volumes may be schedulable now
         elif kind == "EC2NodeClass":
             self.nodeclass_status.enqueue(key)
-            for name, pool in self.state.nodepools.items():
-                if nodeclass_name(pool) == key:
+            for name, pool in self.state.nodepool_views.items():
+                if pool.template.node_class_ref.name == key:
                     self.nodepool_status.enqueue(name)
 
     def _route_pod(self, info: PodInfo | None) -> None:
@@ -231,9 +230,9 @@ class Operator:
     def _route_node(self, key: str, node: NodeInfo | None) -> None:
         if node is None:
             return
-        claim = self.state.nodeclaim_for_node(node)
+        claim = self.state.nodeclaim_view_for_node(node)
         if claim is not None:
-            name = claim["metadata"]["name"]
+            name = claim.name
             self.lifecycle.enqueue(name)
             self.binder.enqueue(name)
             self.terminator.enqueue(name)

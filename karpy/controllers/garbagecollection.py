@@ -28,13 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 import structlog
 
 from karpy.apis import labels as wk
-from karpy.apis.conditions import condition, condition_true
-from karpy.apis.times import parse_time
+from karpy.apis.nodeclaim import NodeClaim
 from karpy.cloudprovider.types import CloudInstance, CloudProvider, NodeClaimNotFoundError
 from karpy.controllers.interruption import instance_id_of
 from karpy.kube.client import KubeClient
@@ -42,10 +41,9 @@ from karpy.kube.errors import ApiError
 from karpy.kube.resources import NODECLAIMS, NODES
 from karpy.metrics import GC_INSTANCES_TERMINATED, GC_LAUNCH_TEMPLATES_DELETED, NODECLAIMS_DISRUPTED
 from karpy.runtime.controller import Result
-from karpy.state.cluster import ClusterState, deleting, provider_id
+from karpy.state.cluster import ClusterState
 
 log = structlog.get_logger("karpy.garbagecollection")
-JSON = dict[str, Any]
 INSTANCE_GRACE: Final = 30.0
 NODECLAIM_GRACE: Final = 30.0
 FAST_INTERVAL: Final = 10.0
@@ -75,17 +73,17 @@ def owned_by_karpy(instance: CloudInstance, cluster_name: str) -> bool:
 
 def leaked_instances(
     instances: Iterable[CloudInstance],
-    nodeclaims: Mapping[str, Mapping[str, Any]],
+    nodeclaims: Mapping[str, NodeClaim],
     *,
     cluster_name: str,
     now: datetime,
     grace: float = INSTANCE_GRACE,
 ) -> list[CloudInstance]:
-    """Instances karpy owns (:func:`owned_by_karpy`) that no NodeClaim in ``nodeclaims`` (name → JSON) owns by
+    """Instances karpy owns (:func:`owned_by_karpy`) that no NodeClaim in ``nodeclaims`` (name → view) owns by
     providerID or (while that NodeClaim has no providerID yet) by the ``karpenter.sh/nodeclaim`` tag, not already
     shutting down, launched ≥ ``grace``
     seconds before ``now`` (aware UTC). Pure."""
-    claimed = {instance_id_of(provider_id(c)) for c in nodeclaims.values()} - {""}
+    claimed = {instance_id_of(c.provider_id) for c in nodeclaims.values()} - {""}
     out = []
     for instance in instances:
         if not owned_by_karpy(instance, cluster_name) or instance.state in GONE_STATES:
@@ -96,7 +94,7 @@ def leaked_instances(
         # lifecycle will adopt it). Once the NodeClaim points at an instance, another one carrying its tag is a
         # second launch (a retried CreateFleet whose first answer was lost) and is leaked.
         owner = nodeclaims.get(instance.tags.get(wk.TAG_NODECLAIM, ""))
-        if owner is not None and not provider_id(owner):
+        if owner is not None and not owner.provider_id:
             continue
         if (now - instance.launch_time).total_seconds() < grace:
             continue
@@ -104,27 +102,25 @@ def leaked_instances(
     return out
 
 
-def launched_at(claim: Mapping[str, Any]) -> float:
+def launched_at(claim: NodeClaim) -> float:
     """When the NodeClaim launched (``Launched`` condition's lastTransitionTime, else its creation), epoch s."""
-    launched = condition(claim, wk.COND_LAUNCHED) or {}
-    return parse_time(launched.get("lastTransitionTime")) or parse_time(
-        (claim.get("metadata") or {}).get("creationTimestamp")
-    )
+    launched = claim.condition(wk.COND_LAUNCHED)
+    return (launched.last_transition_time if launched is not None else 0.0) or claim.meta.creation_timestamp
 
 
 def orphan_candidates(
-    nodeclaims: Iterable[Mapping[str, Any]],
+    nodeclaims: Iterable[NodeClaim],
     live_instance_ids: Collection[str],
     *,
     now: float,
     grace: float = NODECLAIM_GRACE,
-) -> list[Mapping[str, Any]]:
+) -> list[NodeClaim]:
     """Launched, non-deleting NodeClaims whose instance id is not in ``live_instance_ids`` and that launched
     ≥ ``grace`` seconds before ``now`` (epoch seconds). Pure; the caller confirms each with the cloud."""
     out = []
     for claim in nodeclaims:
-        instance_id = instance_id_of(provider_id(claim))
-        if not instance_id or deleting(claim) or not condition_true(claim, wk.COND_LAUNCHED):
+        instance_id = instance_id_of(claim.provider_id)
+        if not instance_id or claim.deleting or not claim.is_true(wk.COND_LAUNCHED):
             continue
         if instance_id in live_instance_ids or now - launched_at(claim) < grace:
             continue
@@ -185,11 +181,11 @@ class GarbageCollection:
         return {"instances": terminated, "nodeclaims": orphans, "launch_templates": templates}
 
     async def _terminate_leaks(self, instances: list[CloudInstance]) -> list[str]:
-        leaked = leaked_instances(instances, self.state.nodeclaims, cluster_name=self.cluster_name, now=self.now())
+        leaked = leaked_instances(instances, self.state.nodeclaim_views, cluster_name=self.cluster_name, now=self.now())
         done = []
         for instance in leaked:
             # Re-check against the freshest state: a NodeClaim may have been written while we listed.
-            if leaked_instances([instance], self.state.nodeclaims, cluster_name=self.cluster_name, now=self.now()):
+            if leaked_instances([instance], self.state.nodeclaim_views, cluster_name=self.cluster_name, now=self.now()):
                 try:
                     await self.cloud.delete(instance.provider_id)
                 except NodeClaimNotFoundError:
@@ -219,27 +215,27 @@ class GarbageCollection:
     async def _delete_orphans(self, live: set[str]) -> list[str]:
         now = self.now().timestamp()
         deleted = []
-        for claim in orphan_candidates(list(self.state.nodeclaims.values()), live, now=now):
+        for claim in orphan_candidates(list(self.state.nodeclaim_views.values()), live, now=now):
             node = self.state.node_for_nodeclaim(claim)
             if node is not None and node.ready and not node.deleting:
                 # A Ready Node means a heartbeating kubelet: trust it over a listing (Karpenter lets the NodeClaim go
                 # only when its Node is absent or not Ready).
                 continue
-            pid = provider_id(claim)
+            pid = claim.provider_id
             try:
                 instance = await self.cloud.get(pid)
             except NodeClaimNotFoundError:
                 instance = None
             if instance is not None:
                 continue  # listed late (eventual consistency): it exists
-            name = str(claim["metadata"]["name"])
+            name = claim.name
             try:
                 await self.client.delete(NODECLAIMS, name)
             except ApiError as err:
                 if err.not_found:
                     continue
                 raise
-            pool = (claim["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL, "")
+            pool = claim.nodepool
             NODECLAIMS_DISRUPTED.labels(reason="garbage_collected", nodepool=pool).inc()
             log.info("deleted nodeclaim whose instance is gone", nodeclaim=name, provider_id=pid, nodepool=pool)
             deleted.append(name)
@@ -252,6 +248,6 @@ class GarbageCollection:
         if self._templates_at is not None and clock - self._templates_at < TEMPLATE_INTERVAL:
             return []
         self._templates_at = clock
-        deleted = await self.templates.delete_unused_launch_templates(set(self.state.nodeclasses))
+        deleted = await self.templates.delete_unused_launch_templates(set(self.state.nodeclass_views))
         GC_LAUNCH_TEMPLATES_DELETED.inc(len(deleted))
         return list(deleted)

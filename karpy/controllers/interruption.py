@@ -41,11 +41,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final
 
 import structlog
 
 from karpy.apis import labels as wk
+from karpy.apis.nodeclaim import NodeClaim
 from karpy.cloudprovider.types import (
     CloudProvider,
     CloudProviderError,
@@ -67,11 +68,10 @@ from karpy.metrics import (
     NODECLAIMS_DISRUPTED,
 )
 from karpy.runtime.controller import Result
-from karpy.state.cluster import ClusterState, deleting, provider_id
+from karpy.state.cluster import ClusterState
 from karpy.state.views import NodeInfo
 
 log = structlog.get_logger("karpy.interruption")
-JSON = dict[str, Any]
 RECEIVE_BACKOFF: Final = (1.0, 30.0)  # the loop's first and longest wait after the queue could not be read
 REASON_MAX: Final = 300  # characters of an ignored message's reason in the log (a body can be 256 KB)
 
@@ -225,23 +225,23 @@ class Interruption:
                     )
                     continue
                 if await self._act_on(msg, instance_id, claim):
-                    deleted.append(claim["metadata"]["name"])
+                    deleted.append(claim.name)
         finally:
             if deleted:  # even when a later instance of the same message failed: these need capacity now
                 self.on_disrupted()
         return deleted
 
-    def _nodeclaims_by_instance(self) -> dict[str, JSON]:
-        out: dict[str, JSON] = {}
-        for claim in self.state.nodeclaims.values():
-            instance_id = instance_id_of(provider_id(claim))
+    def _nodeclaims_by_instance(self) -> dict[str, NodeClaim]:
+        out: dict[str, NodeClaim] = {}
+        for claim in self.state.nodeclaim_views.values():
+            instance_id = instance_id_of(claim.provider_id)
             if instance_id:
                 out[instance_id] = claim
         return out
 
-    async def _act_on(self, msg: InterruptionMessage, instance_id: str, claim: JSON) -> bool:
-        name = claim["metadata"]["name"]
-        labels = claim["metadata"].get("labels") or {}
+    async def _act_on(self, msg: InterruptionMessage, instance_id: str, claim: NodeClaim) -> bool:
+        name = claim.name
+        labels = claim.meta.labels
         node = self.state.node_for_nodeclaim(claim)
         reason, event_type, text = EVENTS[msg.kind]
         self._publish(claim, node, event_type, reason, text)
@@ -252,7 +252,7 @@ class Interruption:
         if not should_drain(msg.kind, self.rebalance_replacement):
             log.info("interruption event recorded", kind=msg.kind, nodeclaim=name, instance_id=instance_id)
             return False
-        if deleting(claim):
+        if claim.deleting:
             return False
         try:
             await self.client.delete(NODECLAIMS, name)
@@ -276,8 +276,8 @@ class Interruption:
         )
         return True
 
-    def _publish(self, claim: JSON, node: NodeInfo | None, event_type: str, reason: str, text: str) -> None:
-        ref = {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": claim["metadata"]}
+    def _publish(self, claim: NodeClaim, node: NodeInfo | None, event_type: str, reason: str, text: str) -> None:
+        ref = {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": claim.raw["metadata"]}
         self.events.publish(ref, event_type, reason, text)
         if node is not None:
             self.events.publish(

@@ -23,13 +23,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import structlog
 
 from karpy.apis import labels as wk
-from karpy.apis.conditions import condition, condition_true, set_condition
+from karpy.apis.conditions import conditions_json, set_condition
+from karpy.apis.ec2nodeclass import EC2NodeClass
+from karpy.apis.nodeclaim import NodeClaim
+from karpy.apis.nodepool import NodePool
 from karpy.cloudprovider.types import CloudProvider, CloudProviderError
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption import drift as dr
@@ -37,12 +40,10 @@ from karpy.controllers.disruption.emptiness import consolidatable, consolidate_a
 from karpy.controllers.disruption.helpers import Clock, consolidatable_at, patch_conditions
 from karpy.kube.client import KubeClient
 from karpy.runtime.controller import Result
-from karpy.scheduling.translate import nodeclass_name
-from karpy.state.cluster import ClusterState, deleting
+from karpy.state.cluster import ClusterState
 from karpy.state.views import NodeInfo, PodInfo
 
 log = structlog.get_logger("karpy.disruption")
-JSON = dict[str, Any]
 
 
 class NodeClaimDisruption:
@@ -69,13 +70,13 @@ class NodeClaimDisruption:
 
     async def reconcile(self, key: str) -> Result:
         """Write NodeClaim ``key``'s conditions if they changed; requeue for the next time-based change."""
-        claim = self.state.nodeclaims.get(key)
+        claim = self.state.nodeclaim_view(key)
         if claim is None:
             self._instance_drift.pop(key, None)
             return Result()
-        if deleting(claim) or not condition_true(claim, wk.COND_INITIALIZED):
+        if claim.deleting or not claim.is_true(wk.COND_INITIALIZED):
             return Result()
-        pool = self.state.nodepools.get((claim["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL, ""))
+        pool = self.state.nodepool_view(claim.nodepool)
         if pool is None:
             return Result()
         now = self.clock()
@@ -86,10 +87,10 @@ class NodeClaimDisruption:
         await self._write_conditions(key, claim, want_consolidatable, drift)
         return Result(requeue_after=self._next_change(key, claim, pool, now))
 
-    async def drift_reason(self, claim: JSON, nodepool: JSON, now: float) -> str:
+    async def drift_reason(self, claim: NodeClaim, nodepool: NodePool, now: float) -> str:
         """Why the NodeClaim drifted ("" when it has not): objects first, then the instance (throttled)."""
-        nodeclass = self.state.nodeclasses.get(nodeclass_name(claim)) or self.state.nodeclasses.get(
-            nodeclass_name(nodepool)
+        nodeclass = self.state.nodeclass_view(claim.node_class_ref.name) or self.state.nodeclass_view(
+            nodepool.template.node_class_ref.name
         )
         reason = dr.static_drift(claim, nodepool, nodeclass)
         if not reason and nodeclass is not None:
@@ -98,7 +99,7 @@ class NodeClaimDisruption:
             reason = dr.EXPIRED
         return reason
 
-    def _next_change(self, key: str, claim: JSON, nodepool: JSON, now: float) -> float:
+    def _next_change(self, key: str, claim: NodeClaim, nodepool: NodePool, now: float) -> float:
         """Seconds until a condition can change with no event: the node becoming Consolidatable, the next
         instance drift check, budgeted expiry; at most ``drift_check_interval``."""
         times = [consolidatable_at(self.state, claim)]
@@ -111,12 +112,12 @@ class NodeClaimDisruption:
         limit = self.settings.drift_check_interval
         return limit if soonest is None else min(soonest, limit)
 
-    async def _instance_drift_reason(self, claim: JSON, nodeclass: JSON, now: float) -> str:
-        name = claim["metadata"]["name"]
+    async def _instance_drift_reason(self, claim: NodeClaim, nodeclass: EC2NodeClass, now: float) -> str:
+        name = claim.name
         cached = self._instance_drift.get(name)
         if cached is not None and now - cached[0] < self.settings.drift_check_interval:
             return cached[1]
-        pid = str((claim.get("status") or {}).get("providerID") or "")
+        pid = claim.provider_id
         reason = ""
         if pid:
             try:
@@ -126,19 +127,21 @@ class NodeClaimDisruption:
         self._instance_drift[name] = (now, reason)
         return reason
 
-    async def _write_conditions(self, name: str, claim: JSON, want_consolidatable: bool | None, drift: str) -> None:
-        conditions: list[JSON] = [dict(c) for c in (claim.get("status") or {}).get("conditions") or []]
+    async def _write_conditions(
+        self, name: str, claim: NodeClaim, want_consolidatable: bool | None, drift: str
+    ) -> None:
+        conditions = conditions_json(claim.raw)
         before = json.dumps(conditions, sort_keys=True)
-        generation = claim["metadata"].get("generation")
+        generation = claim.meta.generation
         if want_consolidatable is None:
             conditions = [c for c in conditions if c.get("type") != wk.COND_CONSOLIDATABLE]
         else:
             status = "True" if want_consolidatable else "False"
-            current = condition(claim, wk.COND_CONSOLIDATABLE)
-            if current is None or current.get("status") != status:
+            current = claim.condition(wk.COND_CONSOLIDATABLE)
+            if current is None or current.status != status:
                 conditions = set_condition(conditions, wk.COND_CONSOLIDATABLE, status, "Consolidatable", "", generation)
-        current_drift = condition(claim, wk.COND_DRIFTED)
-        if drift and (current_drift is None or current_drift.get("reason") != drift):
+        current_drift = claim.condition(wk.COND_DRIFTED)
+        if drift and (current_drift is None or current_drift.reason != drift):
             conditions = set_condition(conditions, wk.COND_DRIFTED, "True", drift, "", generation)
             log.info("nodeclaim drifted", nodeclaim=name, reason=drift)
         elif not drift and current_drift is not None:
@@ -156,19 +159,15 @@ def affected_nodeclaims(state: ClusterState, kind: str, key: str, old: Any, new:
         return [key]
     if kind == "Node":
         node: NodeInfo | None = new or old
-        claim = state.nodeclaim_for_node(node) if node is not None else None
-        return [str(claim["metadata"]["name"])] if claim is not None else []
+        claim = state.nodeclaim_view_for_node(node) if node is not None else None
+        return [claim.name] if claim is not None else []
     if kind == "Pod":
         return _pod_nodeclaims(state, old, new)
     if kind == "NodePool":
-        return [n for n, c in state.nodeclaims.items() if _labels(c).get(wk.LABEL_NODEPOOL) == key]
+        return [c.name for c in state.nodeclaim_views_of(key)]
     if kind == "EC2NodeClass":
-        pools = {n for n, p in state.nodepools.items() if nodeclass_name(p) == key}
-        return [
-            n
-            for n, c in state.nodeclaims.items()
-            if nodeclass_name(c) == key or _labels(c).get(wk.LABEL_NODEPOOL) in pools
-        ]
+        pools = {n for n, p in state.nodepool_views.items() if p.template.node_class_ref.name == key}
+        return [n for n, c in state.nodeclaim_views.items() if c.node_class_ref.name == key or c.nodepool in pools]
     return []
 
 
@@ -184,10 +183,6 @@ def _pod_nodeclaims(state: ClusterState, old: PodInfo | None, new: PodInfo | Non
 def _claims_of_nodes(state: ClusterState, names: Iterable[str]) -> Iterable[str]:
     for name in names:
         node = state.nodes.get(name)
-        claim = state.nodeclaim_for_node(node) if node is not None else None
+        claim = state.nodeclaim_view_for_node(node) if node is not None else None
         if claim is not None:
-            yield str(claim["metadata"]["name"])
-
-
-def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    return (obj.get("metadata") or {}).get("labels") or {}
+            yield claim.name

@@ -19,7 +19,6 @@ from __future__ import annotations
 import time
 from collections.abc import Collection
 
-from karpy.apis import labels as wk
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption import drift as dr
 from karpy.controllers.disruption.helpers import Clock, cluster_paused, delete_claim
@@ -27,7 +26,7 @@ from karpy.kube.client import KubeClient
 from karpy.kube.events import EventRecorder
 from karpy.metrics import NODECLAIMS_DISRUPTED
 from karpy.runtime.controller import Result
-from karpy.state.cluster import ClusterState, deleting
+from karpy.state.cluster import ClusterState
 
 
 class NodeClaimExpiration:
@@ -57,8 +56,8 @@ class NodeClaimExpiration:
 
     async def reconcile(self, key: str) -> Result:
         """Delete NodeClaim ``key`` if it expired; else requeue for when it will."""
-        claim = self.state.nodeclaims.get(key)
-        if claim is None or deleting(claim):
+        claim = self.state.nodeclaim_view(key)
+        if claim is None or claim.deleting:
             return Result()
         at = dr.expires_at(claim)
         if at is None:
@@ -66,11 +65,12 @@ class NodeClaimExpiration:
         now = self.clock()
         if now < at:
             return Result(requeue_after=at - now)
-        pool_name = (claim["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL, "")
-        pool = self.state.nodepools.get(pool_name)
+        pool_name = claim.nodepool
+        pool = self.state.nodepool_view(pool_name)
         if pool is None or controls.expiration_budgeted(pool):
             return Result()
-        if key in self.in_flight or controls.paused(pool) or await cluster_paused(self.client, self.settings):
+        paused = controls.paused(pool.meta.annotations)
+        if key in self.in_flight or paused or await cluster_paused(self.client, self.settings):
             return Result(requeue_after=self.settings.poll)
         record = {"method": "expiration", "reason": dr.EXPIRED, "decision": "delete"}
         if await delete_claim(self.client, self.state, self.events, claim, record, "Expired"):

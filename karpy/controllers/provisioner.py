@@ -32,11 +32,12 @@ import attrs
 import structlog
 
 from karpy.apis import labels as wk
-from karpy.apis.conditions import condition_true
 from karpy.apis.hashing import nodeclass_hash, nodepool_hash
-from karpy.apis.quantity import QuantityError, format_resource_list, parse_resource_list
+from karpy.apis.nodeclaim import NodeClaim
+from karpy.apis.nodepool import NodePool
+from karpy.apis.quantity import format_resource_list
 from karpy.apis.resources import add
-from karpy.apis.taints import taints, taints_json
+from karpy.apis.taints import taints_json
 from karpy.cloudprovider.types import CloudProvider, CloudProviderError, InstanceType
 from karpy.controllers.launch_backoff import LaunchBackoff, explain_incompatible
 from karpy.controllers.terminator import drainable
@@ -53,12 +54,11 @@ from karpy.scheduling.daemons import with_live_pods
 from karpy.scheduling.scheduler import solve
 from karpy.scheduling.translate import (
     EPHEMERAL_TAINT_KEYS,
-    nodeclass_name,
     requirement_to_json,
     scheduling_nodepool,
 )
 from karpy.scheduling.volumes import volume_topology
-from karpy.state.cluster import ClusterState, deleting, provider_id
+from karpy.state.cluster import ClusterState, provider_id
 from karpy.state.plans import Plans
 from karpy.state.views import NodeInfo, PodInfo
 
@@ -68,22 +68,15 @@ JSON = dict[str, Any]
 RECHECK_SECONDS = 10.0
 
 
-def is_ready(obj: Mapping[str, Any]) -> bool:
-    """Ready condition True."""
-    return condition_true(obj, wk.COND_READY)
-
-
-def nodeclaim_usage(nodeclaims: Sequence[JSON]) -> dict[str, int]:
-    """Summed capacity of live NodeClaims (launched ones by status, others by requested instance type)."""
+def nodeclaim_usage(nodeclaims: Sequence[NodeClaim]) -> dict[str, int]:
+    """Summed capacity of live NodeClaims (``status.capacity``, canonical units; an invalid one adds nothing)
+    and their count under ``nodes``."""
     total: dict[str, int] = {"nodes": 0}
     for nc in nodeclaims:
-        if deleting(nc):
+        if nc.deleting:
             continue
         total["nodes"] += 1
-        try:
-            total = add(total, parse_resource_list((nc.get("status") or {}).get("capacity")))
-        except QuantityError:
-            continue
+        total = add(total, nc.capacity)
     return total
 
 
@@ -173,7 +166,7 @@ class Provisioner:
         pending = self.pending_pods() + self.displaced_pods()
         if not pending:
             return []
-        nodepools, nodepool_objs = await self._nodepools()
+        nodepools, pool_views = await self._nodepools()
         existing = self._existing_capacity()
         pods, volume_errors = self.scheduling_pods(pending)
         result = solve(
@@ -193,9 +186,9 @@ class Provisioner:
         if retry_in > 0:
             self._trigger_in(retry_in)
         batch = f"{self._started}-{next(self._batches)}"
-        created = await asyncio.gather(*(self._create(nc, nodepool_objs[nc.nodepool], batch) for nc in plans))
+        created = await asyncio.gather(*(self._create(nc, pool_views[nc.nodepool], batch) for nc in plans))
         errors = {**volume_errors, **result.errors}
-        errors.update(await self._explain_incompatible(pods, nodepools, nodepool_objs, result.errors))
+        errors.update(await self._explain_incompatible(pods, nodepools, pool_views, result.errors))
         self._report_errors(pending, errors)
         made = [c for c in created if c is not None]
         log.info(
@@ -226,7 +219,7 @@ class Provisioner:
         self,
         pods: Sequence[model.Pod],
         nodepools: Sequence[model.NodePool],
-        nodepool_objs: Mapping[str, JSON],
+        pool_views: Mapping[str, NodePool],
         errors: Mapping[str, str],
     ) -> dict[str, str]:
         """The ``errors`` of pods that only instance types without a compatible AMI would fit, with the AMI
@@ -236,7 +229,7 @@ class Provisioner:
         return await explain_incompatible(
             self.cloud,
             self.state.nodeclasses,
-            [(pool, nodeclass_name(nodepool_objs[pool.name])) for pool in nodepools],
+            [(pool, pool_views[pool.name].template.node_class_ref.name) for pool in nodepools],
             pods,
             errors,
             list(self.state.daemonsets.values()),
@@ -277,18 +270,18 @@ class Provisioner:
         """
         planned = {
             key
-            for name, nc in self.state.nodeclaims.items()
-            if not deleting(nc)
+            for name, nc in self.state.nodeclaim_views.items()
+            if not nc.deleting
             for key in self.plans.listed(name).values()
         }
         out: list[PodInfo] = []
-        for claim in self.state.nodeclaims.values():
-            if not deleting(claim):
+        for claim in self.state.nodeclaim_views.values():
+            if not claim.deleting:
                 continue
             node = self.state.node_for_nodeclaim(claim)
             if node is None:
                 continue
-            forced = bool((claim.get("spec") or {}).get("terminationGracePeriod"))
+            forced = bool(claim.termination_grace_period)
             for info in self.state.pods_on(node.name):
                 if (info.do_not_disrupt and not forced) or not info.pod.owner:
                     continue
@@ -302,32 +295,35 @@ class Provisioner:
         live = (info.pod for info in self.state.pods.values() if info.daemonset)
         return with_live_pods(self.state.daemonsets.values(), live)
 
-    async def simulation_inputs(self) -> tuple[list[model.NodePool], dict[str, JSON], list[model.ExistingNode]]:
-        """What a disruption simulation starts from: Ready NodePools (with instance types), their JSON by
+    async def simulation_inputs(self) -> tuple[list[model.NodePool], dict[str, NodePool], list[model.ExistingNode]]:
+        """What a disruption simulation starts from: Ready NodePools (with instance types), their views by
         name, and every live node and in-flight NodeClaim with what is bound or planned on it."""
         pools, objs = await self._nodepools()
         return pools, objs, self._existing_capacity()
 
-    async def _nodepools(self) -> tuple[list[model.NodePool], dict[str, JSON]]:
-        pools, objs = [], {}
+    async def _nodepools(self) -> tuple[list[model.NodePool], dict[str, NodePool]]:
+        """The Ready NodePools that are not being deleted and whose EC2NodeClass exists, in the scheduling
+        model (with their instance types and current usage), and their views by name."""
+        pools: list[model.NodePool] = []
+        views: dict[str, NodePool] = {}
         types_by_class: dict[str, list[InstanceType]] = {}
-        for name, nodepool in self.state.nodepools.items():
-            if deleting(nodepool) or not is_ready(nodepool):
+        for name, nodepool in self.state.nodepool_views.items():
+            if nodepool.deleting or not nodepool.is_true(wk.COND_READY):
                 continue
-            class_name = nodeclass_name(nodepool)
-            nodeclass = self.state.nodeclasses.get(class_name)
+            class_name = nodepool.template.node_class_ref.name
+            nodeclass = self.state.nodeclass_view(class_name)
             if nodeclass is None:
                 continue
             if class_name not in types_by_class:
                 try:
-                    types_by_class[class_name] = await self.cloud.get_instance_types(nodeclass)
+                    types_by_class[class_name] = await self.cloud.get_instance_types(nodeclass.raw)
                 except CloudProviderError as err:
                     log.warning("no instance types", ec2nodeclass=class_name, error=str(err))
                     types_by_class[class_name] = []
-            usage = nodeclaim_usage(self.state.nodeclaims_of(name))
-            pools.append(scheduling_nodepool(nodepool, usage, types_by_class[class_name]))
-            objs[name] = nodepool
-        return pools, objs
+            usage = nodeclaim_usage(self.state.nodeclaim_views_of(name))
+            pools.append(scheduling_nodepool(dict(nodepool.raw), usage, types_by_class[class_name]))
+            views[name] = nodepool
+        return pools, views
 
     def _existing_capacity(self) -> list[model.ExistingNode]:
         """Registered nodes and in-flight NodeClaims, with what is bound or planned on each (Karpenter core
@@ -336,8 +332,8 @@ class Provisioner:
         out: list[model.ExistingNode] = []
         planned_by_claim: dict[str, list[str]] = {}
         self._vacating = self._vacating_nodes()
-        for name, nc in self.state.nodeclaims.items():
-            if deleting(nc):
+        for name, nc in self.state.nodeclaim_views.items():
+            if nc.deleting:
                 continue
             keys = [info.key for info in self.plans.pods_of(name)]
             # A replacement launched for a node being vacated holds that node's pods even while they are still
@@ -352,53 +348,47 @@ class Provisioner:
         for node in self.state.nodes.values():
             if node.deleting:
                 continue
-            owner = self.state.nodeclaim_for_node(node)
+            owner = self.state.nodeclaim_view_for_node(node)
             if owner is not None:
-                if deleting(owner):
+                if owner.deleting:
                     continue
-                seen_claims.add(owner["metadata"]["name"])
+                seen_claims.add(owner.name)
             out.append(self._existing_node(node, owner, planned_by_claim))
-        for name, inflight in self.state.nodeclaims.items():
-            if name in seen_claims or deleting(inflight):
+        for name, inflight in self.state.nodeclaim_views.items():
+            if name in seen_claims or inflight.deleting:
                 continue
             out.append(self._inflight_claim(inflight, planned_by_claim.get(name, [])))
         return out
 
     def _existing_node(
-        self, node: NodeInfo, claim: JSON | None, planned: Mapping[str, list[str]]
+        self, node: NodeInfo, claim: NodeClaim | None, planned: Mapping[str, list[str]]
     ) -> model.ExistingNode:
         pods = list(self.state.pods_on(node.name))
         node_taints = node.taints
         claim_name = ""
         if claim is not None:
-            claim_name = claim["metadata"]["name"]
+            claim_name = claim.name
             pods += self._planned_infos(planned.get(claim_name, []))
-            if not condition_true(claim, wk.COND_INITIALIZED):
-                startup = {t.key for t in taints((claim.get("spec") or {}).get("startupTaints"))}
+            if not claim.is_true(wk.COND_INITIALIZED):
+                startup = {t.key for t in claim.startup_taints}
                 node_taints = tuple(t for t in node.taints if t.key not in EPHEMERAL_TAINT_KEYS | startup)
         # Karpenter ``StateNode.Initialized``: the Node's label for a managed node, always for an unmanaged one.
         initialized = claim is None or node.labels.get(wk.LABEL_INITIALIZED) == "true"
         return node_capacity(node, pods, node_taints, claim_name, initialized=initialized)
 
-    def _inflight_claim(self, claim: JSON, planned: list[str]) -> model.ExistingNode:
-        spec = claim.get("spec") or {}
-        labels = dict((claim.get("metadata") or {}).get("labels") or {})
-        for req in spec.get("requirements") or []:
-            values = req.get("values") or []
-            if req.get("operator") == "In" and len(values) == 1:
-                labels.setdefault(req["key"], values[0])
-        try:
-            allocatable = parse_resource_list((claim.get("status") or {}).get("allocatable"))
-        except QuantityError:
-            allocatable = {}
+    def _inflight_claim(self, claim: NodeClaim, planned: list[str]) -> model.ExistingNode:
+        labels = dict(claim.meta.labels)
+        for req in claim.requirements:
+            if req.operator == "In" and len(req.values) == 1:
+                labels.setdefault(req.key, req.values[0])
         pods = self._planned_infos(planned)
         return model.ExistingNode(
-            name=f"nodeclaim/{claim['metadata']['name']}",
-            nodeclaim=claim["metadata"]["name"],
+            name=f"nodeclaim/{claim.name}",
+            nodeclaim=claim.name,
             nodepool=labels.get(wk.LABEL_NODEPOOL, ""),
             labels=labels,
-            taints=taints(spec.get("taints")),
-            allocatable=allocatable,
+            taints=claim.taints,
+            allocatable=claim.allocatable,
             requested=add(*(p.pod.requests for p in pods)),
             host_ports=tuple(hp for p in pods for hp in p.pod.host_ports),
             pods=len(pods),
@@ -416,8 +406,8 @@ class Provisioner:
     def _vacating_nodes(self) -> set[str]:
         """Nodes of NodeClaims being deleted: their pods are on their way elsewhere."""
         out = set()
-        for claim in self.state.nodeclaims.values():
-            node = self.state.node_for_nodeclaim(claim) if deleting(claim) else None
+        for claim in self.state.nodeclaim_views.values():
+            node = self.state.node_for_nodeclaim(claim) if claim.deleting else None
             if node is not None:
                 out.add(node.name)
         return out
@@ -429,13 +419,13 @@ class Provisioner:
             claim_name = node_name.removeprefix("nodeclaim/") if node_name.startswith("nodeclaim/") else ""
             if not claim_name:
                 node = self.state.nodes.get(node_name)
-                claim = self.state.nodeclaim_for_node(node) if node else None
-                claim_name = claim["metadata"]["name"] if claim else ""
+                claim = self.state.nodeclaim_view_for_node(node) if node else None
+                claim_name = claim.name if claim else ""
             if claim_name:
                 by_claim.setdefault(claim_name, []).extend(pods)
         for claim_name, placed in by_claim.items():
-            claim = self.state.nodeclaims.get(claim_name)
-            if claim is None or deleting(claim):
+            claim = self.state.nodeclaim_view(claim_name)
+            if claim is None or claim.deleting:
                 continue
             # Rewritten pruned (pods bound or gone since are dropped), so the annotation never grows stale.
             annotations = self.plans.annotations(claim_name, self.plans.batch_id(claim_name), placed)
@@ -449,8 +439,9 @@ class Provisioner:
             self.state.apply("NodeClaim", "MODIFIED", updated)
             self.plans.record(updated)
 
-    async def _create(self, plan: model.NewNodeClaim, nodepool: JSON, batch: str) -> JSON | None:
-        body = nodeclaim_from_plan(plan, nodepool, self.state.nodeclasses.get(nodeclass_name(nodepool)), batch=batch)
+    async def _create(self, plan: model.NewNodeClaim, nodepool: NodePool, batch: str) -> JSON | None:
+        nodeclass = self.state.nodeclass_view(nodepool.template.node_class_ref.name)
+        body = nodeclaim_from_plan(plan, nodepool.raw, nodeclass.raw if nodeclass is not None else None, batch=batch)
         try:
             created = await self.client.create(NODECLAIMS, body)
         except ApiError as err:
@@ -559,7 +550,11 @@ def _pod_ref(pod: model.Pod) -> JSON:
 
 
 def nodeclaim_from_plan(
-    plan: model.NewNodeClaim, nodepool: JSON, nodeclass: JSON | None = None, *, batch: str = ""
+    plan: model.NewNodeClaim,
+    nodepool: Mapping[str, Any],
+    nodeclass: Mapping[str, Any] | None = None,
+    *,
+    batch: str = "",
 ) -> JSON:
     """The NodeClaim JSON Karpenter would create for a plan (core ``provisioning/scheduling/nodeclaim.go``
     ``ToNodeClaim`` and ``provisioner.go`` ``Create``): generateName, labels, annotations,

@@ -41,7 +41,8 @@ from typing import Any
 import structlog
 
 from karpy.apis import labels as wk
-from karpy.apis.conditions import condition_true, set_condition
+from karpy.apis.conditions import conditions_json, set_condition
+from karpy.apis.nodeclaim import NodeClaim
 from karpy.apis.taints import taints_json
 from karpy.apis.times import parse_time
 from karpy.cloudprovider.types import CloudProvider, NodeClaimNotFoundError
@@ -54,7 +55,7 @@ from karpy.runtime.controller import Result
 from karpy.scheduling.model import Taint
 from karpy.scheduling.taints import tolerates
 from karpy.settings import parse_duration
-from karpy.state.cluster import ClusterState, deleting, provider_id
+from karpy.state.cluster import ClusterState
 from karpy.state.views import NodeInfo, PodInfo
 
 log = structlog.get_logger("karpy.terminator")
@@ -66,25 +67,27 @@ DEFAULT_POD_GRACE = 30  # Kubernetes default terminationGracePeriodSeconds
 STUCK_TERMINATING_AFTER = 60.0  # Karpenter IsStuckTerminating: seconds past the pod's deletionTimestamp
 
 
-def termination_deadline(claim: dict[str, Any]) -> float | None:
-    """The TGP deadline (seconds since the epoch) from ``karpenter.sh/nodeclaim-termination-timestamp``."""
-    raw = ((claim.get("metadata") or {}).get("annotations") or {}).get(wk.ANNOTATION_TERMINATION_TIMESTAMP)
+def termination_deadline(claim: NodeClaim) -> float | None:
+    """The TGP deadline (seconds since the epoch) from ``karpenter.sh/nodeclaim-termination-timestamp``; None
+    when absent or not an RFC 3339 time."""
+    raw = claim.meta.annotations.get(wk.ANNOTATION_TERMINATION_TIMESTAMP)
     if not raw:
         return None
     try:
-        return parse_time(str(raw))
+        return parse_time(raw)
     except ValueError:
         return None
 
 
-def deadline_for(claim: dict[str, Any]) -> str | None:
-    """RFC 3339 deadline = deletionTimestamp + ``spec.terminationGracePeriod`` (None without either)."""
-    tgp = (claim.get("spec") or {}).get("terminationGracePeriod")
-    started = (claim.get("metadata") or {}).get("deletionTimestamp")
+def deadline_for(claim: NodeClaim) -> str | None:
+    """RFC 3339 deadline = deletionTimestamp + ``spec.terminationGracePeriod`` (None without either, or with an
+    invalid grace period)."""
+    tgp = claim.termination_grace_period
+    started = claim.meta.deletion_timestamp
     if not tgp or not started:
         return None
     try:
-        at = parse_time(str(started)) + parse_duration(str(tgp))
+        at = started + parse_duration(tgp)
     except ValueError:
         return None
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -138,10 +141,10 @@ class Terminator:
 
     async def reconcile(self, key: str) -> Result:
         """Advance termination of NodeClaim ``key``."""
-        claim = self.state.nodeclaims.get(key)
-        if claim is None or not deleting(claim):
+        claim = self.state.nodeclaim_view(key)
+        if claim is None or not claim.deleting:
             return Result()
-        if wk.FINALIZER_TERMINATION not in (claim["metadata"].get("finalizers") or []):
+        if wk.FINALIZER_TERMINATION not in claim.meta.finalizers:
             return Result()
         claim = await self._stamp_deadline(claim)
         node = self.state.node_for_nodeclaim(claim)
@@ -157,13 +160,13 @@ class Terminator:
         await self._release(claim)
         return Result()
 
-    async def _instance_gone_under_unready_node(self, claim: JSON, node: NodeInfo) -> bool:
+    async def _instance_gone_under_unready_node(self, claim: NodeClaim, node: NodeInfo) -> bool:
         """The Node is NotReady and its instance no longer exists: nothing can confirm an eviction there, so the
         drain is skipped (Karpenter does the same); kube-controller-manager's pod GC removes the pods once the
         Node is deleted, and their controllers recreate them elsewhere."""
         if node.ready:
             return False
-        pid = provider_id(claim)
+        pid = claim.provider_id
         if not pid:
             return False
         try:
@@ -191,7 +194,7 @@ class Terminator:
         self.state.apply("Node", "MODIFIED", updated)
         log.info("tainted node", node=node.name)
 
-    async def _stamp_deadline(self, claim: JSON) -> JSON:
+    async def _stamp_deadline(self, claim: NodeClaim) -> NodeClaim:
         """Set ``karpenter.sh/nodeclaim-termination-timestamp`` once, when the NodeClaim has a TGP."""
         if termination_deadline(claim) is not None:
             return claim
@@ -200,14 +203,14 @@ class Terminator:
             return claim
         patch = {"metadata": {"annotations": {wk.ANNOTATION_TERMINATION_TIMESTAMP: at}}}
         try:
-            updated = await self.client.merge_patch(NODECLAIMS, claim["metadata"]["name"], patch)
+            updated = await self.client.merge_patch(NODECLAIMS, claim.name, patch)
         except ApiError as err:
             if err.not_found:
                 return claim
             raise
         self.state.apply("NodeClaim", "MODIFIED", updated)
-        log.info("termination deadline set", nodeclaim=claim["metadata"]["name"], deadline=at)
-        return updated
+        log.info("termination deadline set", nodeclaim=claim.name, deadline=at)
+        return NodeClaim.from_json(updated)
 
     async def _drain(self, node: NodeInfo, deadline: float | None = None) -> int:
         """Evict what must go (force-delete at the TGP deadline); returns how many drainable pods remain.
@@ -289,18 +292,18 @@ class Terminator:
         self.events.publish(_pod_ref(info), NORMAL, "Evicted", "Evicted pod: node is being terminated")
         log.info("evicted pod", pod=info.key, node=info.node_name)
 
-    async def _terminate_instance(self, claim: JSON) -> bool:
+    async def _terminate_instance(self, claim: NodeClaim) -> bool:
         """True once the instance is gone."""
-        pid = provider_id(claim)
+        pid = claim.provider_id
         if not pid:
             return await self._terminate_unrecorded(claim)
         try:
             await self.cloud.delete(pid)
         except NodeClaimNotFoundError:
             return True
-        if not condition_true(claim, wk.COND_INSTANCE_TERMINATING):
+        if not claim.is_true(wk.COND_INSTANCE_TERMINATING):
             conditions = set_condition(
-                (claim.get("status") or {}).get("conditions") or [],
+                conditions_json(claim.raw),
                 wk.COND_INSTANCE_TERMINATING,
                 "True",
                 "InstanceTerminating",
@@ -309,7 +312,7 @@ class Terminator:
             try:
                 updated = await self.client.merge_patch(
                     NODECLAIMS,
-                    claim["metadata"]["name"],
+                    claim.name,
                     {"status": {"conditions": conditions}},
                     subresource="status",
                 )
@@ -317,11 +320,11 @@ class Terminator:
             except ApiError as err:
                 if not err.not_found:
                     raise
-            log.info("terminating instance", nodeclaim=claim["metadata"]["name"], provider_id=pid)
+            log.info("terminating instance", nodeclaim=claim.name, provider_id=pid)
         return False
 
-    async def _terminate_unrecorded(self, claim: JSON) -> bool:
-        name = claim["metadata"]["name"]
+    async def _terminate_unrecorded(self, claim: NodeClaim) -> bool:
+        name = claim.name
         owned = [i for i in await self.cloud.list() if i.tags.get(wk.TAG_NODECLAIM) == name]
         for instance in owned:
             try:
@@ -340,13 +343,13 @@ class Terminator:
         """Release the Node's finalizer and delete it; True while it still exists."""
         return await remove_node(self.client, self.state, node)
 
-    async def _release(self, claim: JSON) -> None:
-        name = claim["metadata"]["name"]
-        finalizers = [f for f in claim["metadata"].get("finalizers") or [] if f != wk.FINALIZER_TERMINATION]
+    async def _release(self, claim: NodeClaim) -> None:
+        name = claim.name
+        finalizers = [f for f in claim.meta.finalizers if f != wk.FINALIZER_TERMINATION]
         patch = {
             "metadata": {
                 "finalizers": finalizers or None,
-                "resourceVersion": claim["metadata"].get("resourceVersion"),
+                "resourceVersion": claim.meta.resource_version or None,
             }
         }
         try:
@@ -357,7 +360,7 @@ class Terminator:
                 # successful release counted it; counting again would make terminated exceed created.
                 return
             raise
-        NODECLAIMS_TERMINATED.labels(nodepool=(claim["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL, "")).inc()
+        NODECLAIMS_TERMINATED.labels(nodepool=claim.nodepool).inc()
         log.info("terminated nodeclaim", nodeclaim=name)
 
 
@@ -415,14 +418,14 @@ class NodeTermination:
         node = self.state.nodes.get(key)
         if node is None or not node.deleting or wk.FINALIZER_TERMINATION not in node.finalizers:
             return Result()
-        claim = self.state.nodeclaim_for_node(node)
+        claim = self.state.nodeclaim_view_for_node(node)
         if claim is None:
             await remove_node(self.client, self.state, node)
             return Result()
-        if not deleting(claim):
-            log.info("node deleted, deleting its nodeclaim", node=key, nodeclaim=claim["metadata"]["name"])
+        if not claim.deleting:
+            log.info("node deleted, deleting its nodeclaim", node=key, nodeclaim=claim.name)
             try:
-                await self.client.delete(NODECLAIMS, claim["metadata"]["name"])
+                await self.client.delete(NODECLAIMS, claim.name)
             except ApiError as err:
                 if not err.not_found:
                     raise

@@ -43,10 +43,12 @@ async def setup(objs: list[dict], types: list[InstanceType] = CATALOGUE) -> tupl
 
     by_type = {it.name: it for it in types}
     cands = {}
-    for name, claim in state.nodeclaims.items():
+    pool = state.nodepool_view("np")
+    assert pool is not None
+    for name, claim in state.nodeclaim_views.items():
         n = state.node_for_nodeclaim(claim)
         assert n is not None
-        cands[name] = build_candidate(state, claim, n, state.nodepools["np"], by_type, T0)
+        cands[name] = build_candidate(state, claim, n, pool, by_type, T0)
     return state, sim, cands
 
 

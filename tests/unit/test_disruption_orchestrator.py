@@ -244,7 +244,9 @@ async def test_drift_replacement_timeout_abandons_and_halts_drift() -> None:
     fixed = json.loads(json.dumps(h.state.nodeclasses["nc"]))
     fixed["spec"]["userData"] = "fixed"
     h.state.apply("EC2NodeClass", "MODIFIED", fixed)
-    assert h.disruption.methods.drift_halt(h.state.nodepools["np"]) == "", "changing the EC2NodeClass lifts the halt"
+    pool = h.state.nodepool_view("np")
+    assert pool is not None
+    assert h.disruption.methods.drift_halt(pool) == "", "changing the EC2NodeClass lifts the halt"
 
 
 async def test_drift_budget_limits_parallel_commands() -> None:
@@ -378,6 +380,34 @@ async def test_savings_threshold_keeps_a_near_optimal_node() -> None:
     command = await h2.evaluate()
     assert command is not None and command.decision == "replace"
     h2.cancel_commands()
+
+
+async def test_min_values_best_effort_finds_a_replacement_strict_does_not() -> None:
+    """The disruption simulation applies the provisioner's MIN_VALUES_POLICY (Karpenter schedules consolidation
+    with the provisioner's options): a pool asking for 3 distinct instance types of a 3-type catalogue where the
+    pod fits only two cannot place the pod anywhere under Strict, so no consolidation; under BestEffort minValues
+    is lowered and the 8-CPU node running 1500m is replaced by a cheaper one."""
+    requirements = [
+        {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+        {"key": wk.LABEL_INSTANCE_TYPE, "operator": "Exists", "minValues": 3},
+    ]
+
+    def objs() -> list[dict]:
+        pool = nodepool(requirements=requirements)
+        claim = nodeclaim("a", pool, instance_type="c.2xlarge")
+        return [nodeclass(), pool, claim, node(claim), pod("w", "node-a", cpu="3")]
+
+    strict = Harness(objs())
+    assert strict.provisioner.min_values_policy == "Strict"
+    assert await strict.evaluate() is None
+    assert strict.replacements() == [] and strict.deleted() == []
+    relaxed = Harness(objs())
+    relaxed.provisioner.min_values_policy = "BestEffort"
+    command = await relaxed.evaluate()
+    assert command is not None and command.decision == "replace"
+    (plan,) = command.replacements
+    assert [it.name for it in plan.instance_types] == ["c.xlarge"]
+    relaxed.cancel_commands()
 
 
 async def test_steady_cluster_makes_no_disruption_over_20_evaluations() -> None:

@@ -7,7 +7,10 @@ import json
 import pytest
 
 from karpy.apis import labels as wk
+from karpy.apis.ec2nodeclass import EC2NodeClass
 from karpy.apis.hashing import nodeclass_hash, nodepool_hash
+from karpy.apis.nodeclaim import NodeClaim, requirements
+from karpy.apis.nodepool import NodePool
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption import drift as dr
 from karpy.controllers.disruption.candidates import (
@@ -41,6 +44,8 @@ from tests.unit.disruption_builders import (
 )
 
 TYPES = {it.name: it for it in CATALOGUE}
+# The typed views the disruption rules take, of the builders' JSON.
+claim_view, pool_view, class_view = NodeClaim.from_json, NodePool.from_json, EC2NodeClass.from_json
 
 
 def infos(*pods: dict) -> list:
@@ -73,7 +78,7 @@ def test_node_blocker_covers_karpenter_candidate_rules() -> None:
     ]
     state = loaded_state(objs)
     reasons = {
-        name: node_blocker(state, state.nodeclaims[name], set(), set())[0]
+        name: node_blocker(state, state.nodeclaim_views[name], set(), set())[0]
         for name in ("ok", "uninit", "orphan", "nonode", "del")
     }
     assert reasons == {
@@ -83,9 +88,9 @@ def test_node_blocker_covers_karpenter_candidate_rules() -> None:
         "nonode": "nodeclaim has no node",
         "del": "nodeclaim is being deleted",
     }
-    assert node_blocker(state, state.nodeclaims["ok"], {"ok"}, set())[0] == "nominated for pending pods"
-    assert node_blocker(state, state.nodeclaims["ok"], {"node-ok"}, set())[0] == "nominated for pending pods"
-    assert node_blocker(state, state.nodeclaims["ok"], set(), {"ok"})[0] == "already being disrupted"
+    assert node_blocker(state, state.nodeclaim_views["ok"], {"ok"}, set())[0] == "nominated for pending pods"
+    assert node_blocker(state, state.nodeclaim_views["ok"], {"node-ok"}, set())[0] == "nominated for pending pods"
+    assert node_blocker(state, state.nodeclaim_views["ok"], set(), {"ok"})[0] == "already being disrupted"
 
 
 def test_nominated_claims_are_those_with_unbound_planned_pods() -> None:
@@ -99,14 +104,14 @@ def test_nominated_claims_are_those_with_unbound_planned_pods() -> None:
 
 def test_do_not_disrupt_on_claim_node_or_pod_blocks() -> None:
     pool = nodepool()
-    claim = nodeclaim("a", pool)
+    claim = claim_view(nodeclaim("a", pool))
     plain = infos(pod("p", "node-a"))
     assert do_not_disrupt_blocker(claim, {}, plain) == ""
     assert "pod default/q" in do_not_disrupt_blocker(
         claim, {}, infos(pod("q", "node-a", annotations={wk.ANNOTATION_DO_NOT_DISRUPT: "true"}))
     )
     assert "node has" in do_not_disrupt_blocker(claim, {wk.ANNOTATION_DO_NOT_DISRUPT: "true"}, plain)
-    protected = nodeclaim("b", pool, annotations={wk.ANNOTATION_DO_NOT_DISRUPT: "true"})
+    protected = claim_view(nodeclaim("b", pool, annotations={wk.ANNOTATION_DO_NOT_DISRUPT: "true"}))
     assert "nodeclaim has" in do_not_disrupt_blocker(protected, {}, plain)
     finished = pod("done", "node-a", annotations={wk.ANNOTATION_DO_NOT_DISRUPT: "true"})
     finished["status"]["phase"] = "Succeeded"
@@ -141,9 +146,11 @@ def test_pod_cost_and_lifetime() -> None:
     assert pod_cost(high) == 1.0
     assert pod_cost(high, deletion_cost=2.0**40) == 10.0
     pool = nodepool()
-    half = nodeclaim("a", pool, created=T0 - 50, expireAfter="100s")
+    half = claim_view(nodeclaim("a", pool, created=T0 - 50, expireAfter="100s"))
     assert disruption_cost(half, [high, high], T0) == pytest.approx(1.0)
-    assert disruption_cost(nodeclaim("b", pool), [high, high], T0) == pytest.approx(2.0)
+    # Without expiry (``Never``; an unwritten expireAfter is the CRD's 720h) the whole cost counts.
+    forever = claim_view(nodeclaim("b", pool, expireAfter="Never"))
+    assert disruption_cost(forever, [high, high], T0) == pytest.approx(2.0)
 
 
 def test_offering_price_from_labels() -> None:
@@ -171,24 +178,24 @@ def test_budget_counts_deleting_and_not_ready_count_against_budget() -> None:
 
 
 def test_consolidate_after_and_consolidatable() -> None:
-    assert consolidate_after(nodepool(after="Never")) is None
-    assert consolidate_after(nodepool(after="30s")) == 30
-    pool = nodepool(after="60s")
-    claim = nodeclaim("a", pool, created=T0 - 3600)
+    assert consolidate_after(pool_view(nodepool(after="Never"))) is None
+    assert consolidate_after(pool_view(nodepool(after="30s"))) == 30
+    pool = pool_view(nodepool(after="60s"))
+    claim = claim_view(nodeclaim("a", pool.raw, created=T0 - 3600))
     assert consolidatable(claim, pool, last_pod_event=T0 - 61, now=T0)
     assert not consolidatable(claim, pool, last_pod_event=T0 - 59, now=T0)
-    young = nodeclaim("b", pool, created=T0 - 30)
+    young = claim_view(nodeclaim("b", pool.raw, created=T0 - 30))
     assert not consolidatable(young, pool, last_pod_event=0.0, now=T0), "initialization time counts as an event"
-    assert not consolidatable(claim, nodepool(after="Never"), last_pod_event=0.0, now=T0)
+    assert not consolidatable(claim, pool_view(nodepool(after="Never")), last_pod_event=0.0, now=T0)
 
 
 def _candidate(name: str, pool_name: str = "np", pods: int = 0) -> Candidate:
     pool = nodepool(pool_name)
     claim = nodeclaim(name, pool)
     return Candidate(
-        claim=claim,
+        claim=claim_view(claim),
         node=loaded_state([pool, claim, node(claim)]).nodes[f"node-{name}"],
-        nodepool=pool,
+        nodepool=pool_view(pool),
         pods=tuple(pod_info(pod(f"{name}-p{i}", f"node-{name}")) for i in range(pods)),
         instance_type="c.xlarge",
         capacity_type="on-demand",
@@ -212,28 +219,33 @@ def test_empty_command_respects_per_pool_budget_and_skips_busy_nodes() -> None:
 
 def test_static_drift_reasons_in_order() -> None:
     nclass, pool = nodeclass(), nodepool()
-    claim = nodeclaim("a", pool, nclass)
-    assert dr.static_drift(claim, pool, nclass) == ""
+    claim = claim_view(nodeclaim("a", pool, nclass))
+
+    def drift(claim: NodeClaim, pool: dict, nclass: dict) -> str:
+        return dr.static_drift(claim, pool_view(pool), class_view(nclass))
+
+    assert drift(claim, pool, nclass) == ""
+    assert dr.static_drift(claim, pool_view(pool), None) == "", "no EC2NodeClass: only the NodePool is judged"
     changed_pool = nodepool(expireAfter="24h")
-    assert dr.static_drift(claim, changed_pool, nclass) == dr.NODEPOOL_DRIFTED
+    assert drift(claim, changed_pool, nclass) == dr.NODEPOOL_DRIFTED
     narrowed = nodepool()
     narrowed["spec"]["template"]["spec"]["requirements"] = [
         {"key": wk.LABEL_INSTANCE_TYPE, "operator": "In", "values": ["c.large"]}
     ]
     assert nodepool_hash(narrowed) == nodepool_hash(pool), "requirements are not hashed"
-    assert dr.static_drift(claim, narrowed, nclass) == dr.REQUIREMENTS_DRIFTED
+    assert drift(claim, narrowed, nclass) == dr.REQUIREMENTS_DRIFTED
     behavioural = nodepool(budgets=[{"nodes": "0"}], policy="WhenEmpty")
     behavioural["spec"]["limits"] = {"cpu": "10"}
-    assert dr.static_drift(claim, behavioural, nclass) == "", "disruption and limits never drift"
+    assert drift(claim, behavioural, nclass) == "", "disruption and limits never drift"
     changed_class = nodeclass()
     changed_class["spec"]["userData"] = "echo hi"
     assert nodeclass_hash(changed_class) != nodeclass_hash(nclass)
-    assert dr.static_drift(claim, pool, changed_class) == dr.NODECLASS_DRIFTED
+    assert drift(claim, pool, changed_class) == dr.NODECLASS_DRIFTED
     new_ami = nodeclass(amis=("ami-2",))
-    assert dr.static_drift(claim, pool, new_ami) == dr.AMI_DRIFTED
+    assert drift(claim, pool, new_ami) == dr.AMI_DRIFTED
     unstamped = nodeclaim("b", pool, nclass)
     del unstamped["metadata"]["annotations"][wk.ANNOTATION_NODECLASS_HASH]
-    assert dr.static_drift(unstamped, pool, changed_class) == "", "no hash recorded: no NodeClassDrift"
+    assert drift(claim_view(unstamped), pool, changed_class) == "", "no hash recorded: no NodeClassDrift"
 
 
 @pytest.mark.parametrize(
@@ -250,12 +262,13 @@ def test_static_drift_reasons_in_order() -> None:
     ],
 )
 def test_requirement_admits(req: dict, labels: dict, admits: bool) -> None:
-    assert dr.requirement_admits(req, labels) is admits
+    (requirement,) = requirements([req])
+    assert dr.requirement_admits(requirement, labels) is admits
 
 
 def test_instance_drift_subnet_and_security_groups() -> None:
-    nclass, pool = nodeclass(), nodepool()
-    claim = nodeclaim("a", pool, nclass)
+    nclass, pool = class_view(nodeclass()), nodepool()
+    claim = nodeclaim("a", pool, nclass.raw)
     assert dr.instance_drift(nclass, cloud_instance(claim)) == ""
     assert dr.instance_drift(nclass, cloud_instance(claim, subnet="subnet-z")) == dr.SUBNET_DRIFTED
     assert dr.instance_drift(nclass, cloud_instance(claim, groups=("sg-1", "sg-2"))) == dr.SECURITY_GROUP_DRIFTED
@@ -263,9 +276,9 @@ def test_instance_drift_subnet_and_security_groups() -> None:
 
 def test_expired_and_drift_order() -> None:
     pool = nodepool()
-    assert dr.expired(nodeclaim("a", pool, created=T0 - 100, expireAfter="99s"), T0)
-    assert not dr.expired(nodeclaim("b", pool, created=T0 - 100, expireAfter="101s"), T0)
-    assert not dr.expired(nodeclaim("c", pool, created=T0 - 100, expireAfter="Never"), T0)
+    assert dr.expired(claim_view(nodeclaim("a", pool, created=T0 - 100, expireAfter="99s")), T0)
+    assert not dr.expired(claim_view(nodeclaim("b", pool, created=T0 - 100, expireAfter="101s")), T0)
+    assert not dr.expired(claim_view(nodeclaim("c", pool, created=T0 - 100, expireAfter="Never")), T0)
     assert dr.drift_order([(5.0, 2, "old-busy"), (9.0, 0, "new-empty"), (1.0, 3, "oldest")]) == [
         "new-empty",
         "oldest",
@@ -278,13 +291,13 @@ def test_expired_and_drift_order() -> None:
 
 def test_savings_gate_defaults_and_annotations() -> None:
     settings = controls.DisruptionSettings(min_savings_per_hour=0.0, min_savings_ratio=0.1)
-    pool = nodepool()
+    pool = pool_view(nodepool())
     assert controls.min_savings(pool, settings) == (0.0, 0.1)
-    tuned = nodepool(
-        annotations={controls.ANNOTATION_MIN_SAVINGS: "0.05", controls.ANNOTATION_MIN_SAVINGS_RATIO: "0.5"}
+    tuned = pool_view(
+        nodepool(annotations={controls.ANNOTATION_MIN_SAVINGS: "0.05", controls.ANNOTATION_MIN_SAVINGS_RATIO: "0.5"})
     )
     assert controls.min_savings(tuned, settings) == (0.05, 0.5)
-    broken = nodepool(annotations={controls.ANNOTATION_MIN_SAVINGS: "lots"})
+    broken = pool_view(nodepool(annotations={controls.ANNOTATION_MIN_SAVINGS: "lots"}))
     assert controls.min_savings(broken, settings) == (0.0, 0.1)
     assert controls.savings_pay(0.2, 0.2, 0.0, 0.1), "a delete saves everything"
     assert not controls.savings_pay(0.01, 0.2, 0.0, 0.1), "5% saving is below the 10% ratio"
@@ -294,22 +307,24 @@ def test_savings_gate_defaults_and_annotations() -> None:
 
 def test_cooldown_pause_and_expiration_annotations() -> None:
     settings = controls.DisruptionSettings(cooldown=300)
-    assert controls.cooldown(nodepool(), settings) == 300
-    assert controls.cooldown(nodepool(annotations={controls.ANNOTATION_COOLDOWN: "10m"}), settings) == 600
-    assert controls.cooldown(nodepool(annotations={controls.ANNOTATION_COOLDOWN: "soon"}), settings) == 300
-    assert controls.paused(nodepool(annotations={controls.ANNOTATION_PAUSED: "true"}))
-    assert not controls.paused(nodepool())
-    assert controls.expiration_budgeted(nodepool(annotations={controls.ANNOTATION_EXPIRATION: "Budgeted"}))
+    assert controls.cooldown(pool_view(nodepool()), settings) == 300
+    assert controls.cooldown(pool_view(nodepool(annotations={controls.ANNOTATION_COOLDOWN: "10m"})), settings) == 600
+    assert controls.cooldown(pool_view(nodepool(annotations={controls.ANNOTATION_COOLDOWN: "soon"})), settings) == 300
+    assert controls.paused({controls.ANNOTATION_PAUSED: "true"})
+    assert controls.paused(pool_view(nodepool(annotations={controls.ANNOTATION_PAUSED: "true"})).meta.annotations)
+    assert not controls.paused(pool_view(nodepool()).meta.annotations)
+    assert controls.expiration_budgeted(pool_view(nodepool(annotations={controls.ANNOTATION_EXPIRATION: "Budgeted"})))
+    assert not controls.expiration_budgeted(pool_view(nodepool()))
 
 
 def test_drift_halt_lifts_when_the_nodepool_or_nodeclass_changes() -> None:
     record = controls.halt_record("replacement never initialized", "h1", "c1", ts(T0))
-    pool = nodepool(annotations={controls.ANNOTATION_DRIFT_HALTED: record})
+    pool = pool_view(nodepool(annotations={controls.ANNOTATION_DRIFT_HALTED: record}))
     assert controls.drift_halted(pool, "h1", "c1") == "replacement never initialized"
     assert controls.drift_halted(pool, "h2", "c1") == ""
     assert controls.drift_halted(pool, "h1", "c2") == ""
-    assert controls.drift_halted(nodepool(annotations={controls.ANNOTATION_DRIFT_HALTED: "{"}), "h", "c")
-    assert controls.drift_halted(nodepool(), "h1", "c1") == ""
+    assert controls.drift_halted(pool_view(nodepool(annotations={controls.ANNOTATION_DRIFT_HALTED: "{"})), "h", "c")
+    assert controls.drift_halted(pool_view(nodepool()), "h1", "c1") == ""
 
 
 def test_terminating_pods_are_not_reschedulable_unless_a_statefulset_owns_them() -> None:
@@ -335,13 +350,13 @@ def test_a_replacement_awaiting_pods_still_on_a_draining_node_is_nominated() -> 
     db = pod("db-0", "node-old", owner="db")
     db["metadata"]["ownerReferences"][0]["kind"] = "StatefulSet"
     steady = loaded_state([pool, old, new, node(old), node(new), db])
-    assert awaited_pods(steady, new) == [], "old node not leaving: a stale plan"
+    assert awaited_pods(steady, claim_view(new)) == [], "old node not leaving: a stale plan"
     assert nominated_claims(Plans(steady)) == set()
     old["metadata"]["deletionTimestamp"] = ts(T0)
     draining = loaded_state([pool, old, new, node(old), node(new), db])
-    assert awaited_pods(draining, new) == ["default/db-0"]
+    assert awaited_pods(draining, claim_view(new)) == ["default/db-0"]
     assert nominated_claims(Plans(draining)) == {"new"}
-    reason, _, _ = node_blocker(draining, draining.nodeclaims["new"], nominated_claims(Plans(draining)), set())
+    reason, _, _ = node_blocker(draining, draining.nodeclaim_views["new"], nominated_claims(Plans(draining)), set())
     assert reason == "nominated for pending pods"
     recreated = pod("db-0", owner="db")  # the old pod is gone; the StatefulSet made it again, pending
     recreated["metadata"]["ownerReferences"][0]["kind"] = "StatefulSet"

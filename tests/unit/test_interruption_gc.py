@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from karpy.apis import labels as wk
+from karpy.apis.nodeclaim import NodeClaim
 from karpy.aws.launchtemplates import OwnedTemplate, unused_templates
 from karpy.aws.messages import parse
 from karpy.cloudprovider.fake import FakeCloudProvider, FakeInterruptionQueue
@@ -219,7 +220,7 @@ def instance(
 
 
 def test_leaked_instances_only_unowned_old_karpy_instances() -> None:
-    claims = {"a": claim("a", "i-a"), "inflight": claim("inflight")}
+    claims = {"a": NodeClaim.from_json(claim("a", "i-a")), "inflight": NodeClaim.from_json(claim("inflight"))}
     instances = [
         instance("i-a"),  # has a NodeClaim by providerID
         instance("i-b", nodeclaim="inflight"),  # its NodeClaim's launch is in flight
@@ -248,8 +249,8 @@ def test_orphan_candidates_respect_launch_age_and_state() -> None:
         claim("deleting", "i-del", deleting=True),
         claim("unlaunched"),
     ]
-    found = orphan_candidates(claims, {"i-live"}, now=NOW.timestamp())
-    assert [c["metadata"]["name"] for c in found] == ["gone"]
+    found = orphan_candidates([NodeClaim.from_json(c) for c in claims], {"i-live"}, now=NOW.timestamp())
+    assert [c.name for c in found] == ["gone"]
 
 
 def test_unused_launch_templates() -> None:

@@ -74,13 +74,15 @@ def test_force_delete_grace(deadline: float, grace: int, now: float, want: int |
 
 
 def test_deadline_from_deletion_timestamp_and_tgp() -> None:
+    from karpy.apis.nodeclaim import NodeClaim  # the deadline helpers take the NodeClaim's typed view
+
     claim = nodeclaim("a", nodepool(), terminationGracePeriod="1h")
-    assert deadline_for(claim) is None, "not deleting yet"
+    assert deadline_for(NodeClaim.from_json(claim)) is None, "not deleting yet"
     claim["metadata"]["deletionTimestamp"] = ts(T0)
-    assert deadline_for(claim) == ts(T0 + 3600)
+    assert deadline_for(NodeClaim.from_json(claim)) == ts(T0 + 3600)
     claim["metadata"]["annotations"][wk.ANNOTATION_TERMINATION_TIMESTAMP] = ts(T0 + 3600)
-    assert termination_deadline(claim) == T0 + 3600
-    assert deadline_for(nodeclaim("b", nodepool())) is None
+    assert termination_deadline(NodeClaim.from_json(claim)) == T0 + 3600
+    assert deadline_for(NodeClaim.from_json(nodeclaim("b", nodepool()))) is None
 
 
 def drain_setup(deleted_at: float, now: float) -> tuple[FakeKube, FakeCloudProvider, Terminator]:

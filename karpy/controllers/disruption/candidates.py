@@ -12,17 +12,15 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from karpy.apis import labels as wk
-from karpy.apis.conditions import condition_true
-from karpy.apis.times import parse_time
+from karpy.apis.nodeclaim import NodeClaim
+from karpy.apis.nodepool import NodePool
 from karpy.cloudprovider.types import InstanceType
 from karpy.controllers.disruption.types import Candidate
 from karpy.controllers.terminator import drainable
 from karpy.settings import parse_duration
-from karpy.state.cluster import ClusterState, deleting
+from karpy.state.cluster import ClusterState
 from karpy.state.plans import Plans, planned_pods
 from karpy.state.views import NodeInfo, PodInfo
-
-JSON = dict[str, Any]
 
 # Karpenter ``disruption.go``: pod deletion cost and priority scale the per-pod eviction cost.
 _DELETION_COST_SCALE = 2.0**27
@@ -93,14 +91,12 @@ def pdb_blocker(pods: Sequence[PodInfo], pdbs: Sequence[Mapping[str, Any]]) -> s
     return ""
 
 
-def do_not_disrupt_blocker(
-    claim: Mapping[str, Any], node_annotations: Mapping[str, str], pods: Iterable[PodInfo]
-) -> str:
+def do_not_disrupt_blocker(claim: NodeClaim, node_annotations: Mapping[str, str], pods: Iterable[PodInfo]) -> str:
     """``karpenter.sh/do-not-disrupt=true`` on the NodeClaim, the Node or any non-terminal pod ("" if none).
 
     Pods that are terminating still count (aws#7259): the annotation is honoured until the pod is gone.
     """
-    if ((claim.get("metadata") or {}).get("annotations") or {}).get(wk.ANNOTATION_DO_NOT_DISRUPT) == "true":
+    if claim.meta.annotations.get(wk.ANNOTATION_DO_NOT_DISRUPT) == "true":
         return "nodeclaim has karpenter.sh/do-not-disrupt"
     if node_annotations.get(wk.ANNOTATION_DO_NOT_DISRUPT) == "true":
         return "node has karpenter.sh/do-not-disrupt"
@@ -142,27 +138,28 @@ def pod_cost(pod: PodInfo, deletion_cost: float = 0.0) -> float:
     return max(-10.0, min(10.0, cost))
 
 
-def lifetime_remaining(claim: Mapping[str, Any], now: float) -> float:
+def lifetime_remaining(claim: NodeClaim, now: float) -> float:
     """Fraction of the NodeClaim's ``expireAfter`` still ahead (1.0 without expiry), in [0, 1]."""
     expire = expire_after(claim)
     if expire is None or expire <= 0:
         return 1.0
-    age = now - parse_time((claim.get("metadata") or {}).get("creationTimestamp"))
+    age = now - claim.meta.creation_timestamp
     return max(0.0, min(1.0, (expire - age) / expire))
 
 
-def disruption_cost(claim: Mapping[str, Any], pods: Sequence[PodInfo], now: float) -> float:
+def disruption_cost(claim: NodeClaim, pods: Sequence[PodInfo], now: float) -> float:
     """Karpenter ``DisruptionCost`` × ``LifetimeRemaining``: cheaper to disrupt = fewer, cheaper pods."""
     return sum(pod_cost(p) for p in pods) * lifetime_remaining(claim, now)
 
 
-def expire_after(claim: Mapping[str, Any]) -> float | None:
-    """``spec.expireAfter`` of a NodeClaim in seconds; None for ``Never``, absent or invalid."""
-    value = (claim.get("spec") or {}).get("expireAfter")
-    if value in (None, "", "Never"):
+def expire_after(claim: NodeClaim) -> float | None:
+    """``spec.expireAfter`` of a NodeClaim in seconds (the CRD's ``720h`` when not written); None for ``Never``
+    or an invalid value."""
+    value = claim.expire_after
+    if value in ("", "Never"):
         return None
     try:
-        return parse_duration(str(value))
+        return parse_duration(value)
     except ValueError:
         return None
 
@@ -178,25 +175,23 @@ def offering_price(labels: Mapping[str, str], instance_types: Mapping[str, Insta
 
 
 def node_blocker(
-    state: ClusterState, claim: Mapping[str, Any], nominated: Collection[str], in_flight: Collection[str]
-) -> tuple[str, NodeInfo | None, JSON | None]:
+    state: ClusterState, claim: NodeClaim, nominated: Collection[str], in_flight: Collection[str]
+) -> tuple[str, NodeInfo | None, NodePool | None]:
     """Why a NodeClaim is not a candidate regardless of its pods ("" when it may be one), its Node and NodePool.
 
     Karpenter ``NewCandidate``: managed by a known NodePool, Initialized, has a Node, neither marked for
     deletion, not nominated for pending pods (a NodeClaim the provisioner planned pods onto, or a node its
     last decision placed pods on), not already part of a disruption command.
     """
-    meta = claim.get("metadata") or {}
-    name = str(meta.get("name", ""))
-    pool_name = (meta.get("labels") or {}).get(wk.LABEL_NODEPOOL, "")
-    nodepool = state.nodepools.get(pool_name) if pool_name else None
+    name = claim.name
+    nodepool = state.nodepool_view(claim.nodepool) if claim.nodepool else None
     node = state.node_for_nodeclaim(claim)
     reason = ""
     if nodepool is None:
         reason = "not managed by a known NodePool"
-    elif deleting(claim):
+    elif claim.deleting:
         reason = "nodeclaim is being deleted"
-    elif not condition_true(claim, wk.COND_INITIALIZED):
+    elif not claim.is_true(wk.COND_INITIALIZED):
         reason = "nodeclaim is not initialized"
     elif node is None:
         reason = "nodeclaim has no node"
@@ -214,21 +209,21 @@ def nominated_claims(plans: Plans) -> set[str]:
     yet, and pods planned onto them still bound to a node being deleted (see :func:`awaited_pods`)."""
     state = plans.state
     nominated = plans.nominated()
-    for name, claim in state.nodeclaims.items():
-        if name not in nominated and not deleting(claim) and awaited_pods(state, claim):
+    for name, claim in state.nodeclaim_views.items():
+        if name not in nominated and not claim.deleting and awaited_pods(state, claim):
             nominated.add(name)
     return nominated
 
 
-def planned_onto(claim: Mapping[str, Any]) -> list[str]:
+def planned_onto(claim: NodeClaim) -> list[str]:
     """Keys of the pods the provisioner or a disruption command planned onto NodeClaim ``claim``.
 
     The one place disruption reads plans (today the ``karpy.sh/planned-pods`` record on the NodeClaim): re-point
     it when plans are stored elsewhere."""
-    return planned_pods((claim.get("metadata") or {}).get("annotations") or {})
+    return planned_pods(claim.meta.annotations)
 
 
-def awaited_pods(state: ClusterState, claim: Mapping[str, Any]) -> list[str]:
+def awaited_pods(state: ClusterState, claim: NodeClaim) -> list[str]:
     """Pods planned onto ``claim`` that have not arrived yet but will: still bound to another node which is being
     deleted or drained, or pending (not bound, not deleting).
 
@@ -256,20 +251,20 @@ def _node_leaving(state: ClusterState, node_name: str) -> bool:
         return False
     if node.deleting or any(t.key == wk.TAINT_DISRUPTED_KEY for t in node.taints):
         return True
-    claim = state.nodeclaim_for_node(node)
-    return claim is not None and deleting(claim)
+    claim = state.nodeclaim_view_for_node(node)
+    return claim is not None and claim.deleting
 
 
 def build_candidate(
     state: ClusterState,
-    claim: JSON,
+    claim: NodeClaim,
     node: NodeInfo,
-    nodepool: JSON,
+    nodepool: NodePool,
     instance_types: Mapping[str, InstanceType],
     now: float,
 ) -> Candidate:
     """A :class:`Candidate` for an eligible NodeClaim (see :func:`node_blocker`)."""
-    labels = (claim.get("metadata") or {}).get("labels") or {}
+    labels = claim.meta.labels
     pods = reschedulable_pods(state, node.name)
     return Candidate(
         claim=claim,
@@ -292,11 +287,11 @@ def budget_counts(state: ClusterState, pool: str, in_flight: Collection[str]) ->
     initialized nodes count (core PR#925), so a scale-up in progress never widens the budget.
     """
     total = disrupting = 0
-    for claim in state.nodeclaims_of(pool):
+    for claim in state.nodeclaim_views_of(pool):
         node = state.node_for_nodeclaim(claim)
-        if node is None or not condition_true(claim, wk.COND_INITIALIZED):
+        if node is None or not claim.is_true(wk.COND_INITIALIZED):
             continue
         total += 1
-        if deleting(claim) or node.deleting or not node.ready or claim["metadata"]["name"] in in_flight:
+        if claim.deleting or node.deleting or not node.ready or claim.name in in_flight:
             disrupting += 1
     return total, disrupting

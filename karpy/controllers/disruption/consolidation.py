@@ -26,6 +26,7 @@ from karpy.apis import labels as wk
 from karpy.controllers.disruption.types import UNDERUTILIZED, Candidate, Command
 from karpy.scheduling import model
 from karpy.scheduling.scheduler import solve
+from karpy.scheduling.state import STRICT
 
 SPOT_TO_SPOT_MIN_TYPES = 15
 MULTI_NODE_MAX_CANDIDATES = 100
@@ -43,13 +44,20 @@ def simulate(
     nodepools: Sequence[model.NodePool],
     existing: Sequence[model.ExistingNode],
     daemonsets: Sequence[model.DaemonSet],
+    *,
+    min_values_policy: str = STRICT,
 ) -> model.SchedulingResult:
-    """``solve`` over the cluster without ``candidates``: their pods (unbound) plus ``pending``."""
+    """``solve`` over the cluster without ``candidates``: their pods (unbound) plus ``pending``.
+
+    ``min_values_policy`` is the provisioner's ``MIN_VALUES_POLICY`` (``Strict`` or ``BestEffort``): Karpenter's
+    disruption simulation schedules with the provisioner's options (core ``pkg/controllers/disruption/helpers.go``
+    ``SimulateScheduling``), so a replacement is found exactly when the provisioner would launch it.
+    """
     claims = {c.name for c in candidates}
     nodes = {c.node.name for c in candidates}
     remaining = [e for e in existing if e.nodeclaim not in claims and e.name not in nodes]
     pods = [attrs.evolve(p.pod, node_name="") for c in candidates for p in c.pods]
-    return solve([*pods, *pending], nodepools, remaining, daemonsets)
+    return solve([*pods, *pending], nodepools, remaining, daemonsets, min_values_policy=min_values_policy)
 
 
 def all_candidate_pods_scheduled(candidates: Sequence[Candidate], result: model.SchedulingResult) -> bool:

@@ -29,7 +29,7 @@ import attrs
 import structlog
 
 from karpy.apis import labels as wk
-from karpy.apis.conditions import condition
+from karpy.apis.conditions import conditions_json
 from karpy.cloudprovider.types import CloudProviderError, InstanceType
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption.candidates import (
@@ -63,7 +63,7 @@ from karpy.kube.events import NORMAL, EventRecorder
 from karpy.kube.resources import PDBS
 from karpy.metrics import DISRUPTION_EVALUATIONS
 from karpy.runtime.controller import Result
-from karpy.state.cluster import ClusterState, deleting
+from karpy.state.cluster import ClusterState
 
 log = structlog.get_logger("karpy.disruption")
 # A NodeClaim the provisioner nominated for pending pods within this many seconds is not a candidate.
@@ -125,7 +125,7 @@ class Disruption:
     def next_consolidatable(self, now: float) -> float | None:
         """The earliest time after ``now`` at which an initialized NodeClaim becomes Consolidatable (None if none
         will: every one already is, or its NodePool says ``consolidateAfter: Never``)."""
-        times = (consolidatable_at(self.state, claim) for claim in self.state.nodeclaims.values())
+        times = (consolidatable_at(self.state, claim) for claim in self.state.nodeclaim_views.values())
         return min((at for at in times if at is not None and at > now), default=None)
 
     async def evaluate(self) -> Command | None:
@@ -180,7 +180,9 @@ class Disruption:
             log.warning("cannot build the simulation, skipping disruption", error=str(err))
             return None
         types: dict[str, dict[str, InstanceType]] = {p.name: {it.name: it for it in p.instance_types} for p in pools}
-        ctx = Context(now, pools, objs, existing, [], [], pdbs, [], {})
+        ctx = Context(
+            now, pools, objs, existing, [], [], pdbs, [], {}, min_values_policy=self.provisioner.min_values_policy
+        )
         self._candidates(ctx, types)
         # As the provisioner schedules them: with their volumes' node affinity (a pod on a zonal PV moves only
         # within its zone).
@@ -197,7 +199,7 @@ class Disruption:
         nominated = nominated_claims(self.provisioner.plans) | {
             n for n, t in self.provisioner.nominated.items() if now - t < NOMINATION_WINDOW
         }
-        for name, claim in self.state.nodeclaims.items():
+        for name, claim in self.state.nodeclaim_views.items():
             if name in self.queue.replacing:
                 continue
             held = self.queue.backoff.get(name)
@@ -208,9 +210,8 @@ class Disruption:
             if reason or node is None or nodepool is None:
                 ctx.blocked[name] = reason
                 continue
-            pool = str(nodepool["metadata"]["name"])
             candidate, volumes = self._with_volume_terms(
-                build_candidate(self.state, claim, node, nodepool, types.get(pool, {}), now)
+                build_candidate(self.state, claim, node, nodepool, types.get(nodepool.name, {}), now)
             )
             if volumes:
                 ctx.blocked[name] = volumes
@@ -221,7 +222,7 @@ class Disruption:
             )
             if reason and not eventual_ignores_pods(claim):
                 ctx.blocked[name] = reason
-                self.events.publish(claim, NORMAL, "DisruptionBlocked", f"Cannot disrupt NodeClaim: {reason}")
+                self.events.publish(claim.raw, NORMAL, "DisruptionBlocked", f"Cannot disrupt NodeClaim: {reason}")
                 continue
             if reason:
                 ctx.eventual_only.add(name)
@@ -233,7 +234,7 @@ class Disruption:
         under the pods about to land on it."""
         leaving: set[str] = set()
         for name in self.queue.in_flight:
-            moving = self.state.nodeclaims.get(name)
+            moving = self.state.nodeclaim_view(name)
             node = self.state.node_for_nodeclaim(moving) if moving is not None else None
             if node is None:
                 continue
@@ -262,23 +263,19 @@ class Disruption:
         stay cordoned for ever (Karpenter core ``pkg/controllers/disruption/controller.go``, the cleanup at the
         start of ``Reconcile``). Returns how many NodeClaims were cleared."""
         cleared = 0
-        for name, claim in list(self.state.nodeclaims.items()):
-            if deleting(claim) or name in self.queue.in_flight:
+        for name, claim in list(self.state.nodeclaim_views.items()):
+            if claim.deleting or name in self.queue.in_flight:
                 continue
             node = self.state.node_for_nodeclaim(claim)
             tainted = node is not None and any(t.key == wk.TAINT_DISRUPTED_KEY for t in node.taints)
-            reason = condition(claim, wk.COND_DISRUPTION_REASON) is not None
+            reason = claim.condition(wk.COND_DISRUPTION_REASON) is not None
             if not tainted and not reason:
                 continue
             try:
                 if node is not None and tainted and not node.deleting:
                     await untaint(self.client, self.state, node.name)
                 if reason:
-                    conditions = [
-                        dict(c)
-                        for c in (claim.get("status") or {}).get("conditions") or []
-                        if c.get("type") != wk.COND_DISRUPTION_REASON
-                    ]
+                    conditions = [c for c in conditions_json(claim.raw) if c.get("type") != wk.COND_DISRUPTION_REASON]
                     await patch_conditions(self.client, self.state, name, conditions, claim)
             except ApiError as err:
                 log.warning("leftover disruption marks not cleared", nodeclaim=name, error=str(err))

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Final
 
 import attrs
 
+from karpy.apis.nodepool import NodePool
 from karpy.settings import Settings, parse_duration
 
 ANNOTATION_MIN_SAVINGS: Final = "karpy.sh/consolidation-min-savings-per-hour"
@@ -84,10 +85,6 @@ def from_settings(settings: Settings) -> DisruptionSettings:
     )
 
 
-def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    return (obj.get("metadata") or {}).get("annotations") or {}
-
-
 def _float(value: str | None, default: float) -> float:
     try:
         return float(value) if value not in (None, "") else default
@@ -95,9 +92,9 @@ def _float(value: str | None, default: float) -> float:
         return default
 
 
-def min_savings(nodepool: Mapping[str, Any], settings: DisruptionSettings) -> tuple[float, float]:
+def min_savings(nodepool: NodePool, settings: DisruptionSettings) -> tuple[float, float]:
     """(USD/hour, ratio) a consolidation of this NodePool must save; an invalid annotation keeps the default."""
-    notes = _annotations(nodepool)
+    notes = nodepool.meta.annotations
     return (
         _float(notes.get(ANNOTATION_MIN_SAVINGS), settings.min_savings_per_hour),
         _float(notes.get(ANNOTATION_MIN_SAVINGS_RATIO), settings.min_savings_ratio),
@@ -111,9 +108,9 @@ def savings_pay(savings: float, removed_price: float, min_per_hour: float, min_r
     return savings + 1e-12 >= min_per_hour and savings / removed_price + 1e-12 >= min_ratio
 
 
-def cooldown(nodepool: Mapping[str, Any], settings: DisruptionSettings) -> float:
+def cooldown(nodepool: NodePool, settings: DisruptionSettings) -> float:
     """Seconds of the NodePool's cooldown (annotation, else the setting); an invalid value keeps the default."""
-    raw = _annotations(nodepool).get(ANNOTATION_COOLDOWN)
+    raw = nodepool.meta.annotations.get(ANNOTATION_COOLDOWN)
     if not raw:
         return settings.cooldown
     try:
@@ -122,14 +119,14 @@ def cooldown(nodepool: Mapping[str, Any], settings: DisruptionSettings) -> float
         return settings.cooldown
 
 
-def paused(nodepool: Mapping[str, Any]) -> bool:
-    """The NodePool carries ``karpy.sh/disruption-paused: "true"``."""
-    return _annotations(nodepool).get(ANNOTATION_PAUSED, "").lower() == "true"
+def paused(annotations: Mapping[str, str]) -> bool:
+    """The annotations (of a NodePool, or of the pause Namespace) carry ``karpy.sh/disruption-paused: "true"``."""
+    return annotations.get(ANNOTATION_PAUSED, "").lower() == "true"
 
 
-def expiration_budgeted(nodepool: Mapping[str, Any]) -> bool:
+def expiration_budgeted(nodepool: NodePool) -> bool:
     """``karpy.sh/expiration: Budgeted``: expiration is replaced within the Drifted budget, not forced."""
-    return _annotations(nodepool).get(ANNOTATION_EXPIRATION) == EXPIRATION_BUDGETED
+    return nodepool.meta.annotations.get(ANNOTATION_EXPIRATION) == EXPIRATION_BUDGETED
 
 
 def halt_record(reason: str, nodepool_hash: str, nodeclass_hash: str, at: str) -> str:
@@ -140,10 +137,10 @@ def halt_record(reason: str, nodepool_hash: str, nodeclass_hash: str, at: str) -
     )
 
 
-def drift_halted(nodepool: Mapping[str, Any], nodepool_hash: str, nodeclass_hash: str) -> str:
+def drift_halted(nodepool: NodePool, nodepool_hash: str, nodeclass_hash: str) -> str:
     """Why drift is halted for this NodePool ("" when it is not): the halt holds while both hashes are the
     ones recorded when it tripped; an unreadable record holds (fail closed) until removed."""
-    raw = _annotations(nodepool).get(ANNOTATION_DRIFT_HALTED)
+    raw = nodepool.meta.annotations.get(ANNOTATION_DRIFT_HALTED)
     if not raw:
         return ""
     try:

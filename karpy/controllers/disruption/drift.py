@@ -18,11 +18,12 @@ A NodeClaim without a hash annotation never drifts on that hash (Karpenter does 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from karpy.apis import labels as wk
+from karpy.apis.ec2nodeclass import EC2NodeClass
 from karpy.apis.hashing import nodeclass_hash, nodepool_hash
-from karpy.apis.times import parse_time
+from karpy.apis.nodeclaim import NodeClaim, NodeSelectorRequirement
+from karpy.apis.nodepool import NodePool
 from karpy.cloudprovider.types import CloudInstance
 from karpy.controllers.disruption.candidates import expire_after
 
@@ -35,10 +36,6 @@ SECURITY_GROUP_DRIFTED = "SecurityGroupDrift"
 EXPIRED = "Expired"
 
 
-def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    return (obj.get("metadata") or {}).get("annotations") or {}
-
-
 def _number(value: str) -> float | None:
     try:
         return float(value)
@@ -46,17 +43,16 @@ def _number(value: str) -> float | None:
         return None
 
 
-def requirement_admits(req: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+def requirement_admits(req: NodeSelectorRequirement, labels: Mapping[str, str]) -> bool:
     """Whether one NodePool requirement is still compatible with the NodeClaim's labels.
 
     Only keys the NodeClaim carries are judged (an absent label is undecided, as Karpenter's
     ``Compatible`` treats it); ``DoesNotExist`` fails on a present label.
     """
-    key = wk.NORMALIZED_LABELS.get(str(req.get("key", "")), str(req.get("key", "")))
+    key = wk.NORMALIZED_LABELS.get(req.key, req.key)
     if key not in labels:
         return True
-    value, op = labels[key], req.get("operator")
-    values = [str(v) for v in req.get("values") or []]
+    value, op, values = labels[key], req.operator, req.values
     if op == "In":
         return value in values
     if op == "NotIn":
@@ -67,61 +63,59 @@ def requirement_admits(req: Mapping[str, Any], labels: Mapping[str, str]) -> boo
         have, bound = _number(value), _number(values[0])
         if have is None or bound is None:
             return False
-        return {"Gt": have > bound, "Lt": have < bound, "Gte": have >= bound, "Lte": have <= bound}[str(op)]
+        return {"Gt": have > bound, "Lt": have < bound, "Gte": have >= bound, "Lte": have <= bound}[op]
     return True
 
 
-def static_drift(claim: Mapping[str, Any], nodepool: Mapping[str, Any], nodeclass: Mapping[str, Any] | None) -> str:
-    """The first drift reason found from the objects alone ("" when none), in Karpenter's order."""
-    notes = _annotations(claim)
+def static_drift(claim: NodeClaim, nodepool: NodePool, nodeclass: EC2NodeClass | None) -> str:
+    """The first drift reason found from the objects alone ("" when none), in Karpenter's order. The hashes are
+    computed from the NodePool's and EC2NodeClass's JSON (``raw``), as Karpenter hashes the written spec."""
+    notes = claim.meta.annotations
     if (
         notes.get(wk.ANNOTATION_NODEPOOL_HASH)
         and notes.get(wk.ANNOTATION_NODEPOOL_HASH_VERSION) == wk.NODEPOOL_HASH_VERSION
-        and notes[wk.ANNOTATION_NODEPOOL_HASH] != nodepool_hash(nodepool)
+        and notes[wk.ANNOTATION_NODEPOOL_HASH] != nodepool_hash(nodepool.raw)
     ):
         return NODEPOOL_DRIFTED
-    labels = (claim.get("metadata") or {}).get("labels") or {}
-    template = ((nodepool.get("spec") or {}).get("template") or {}).get("spec") or {}
-    if not all(requirement_admits(r, labels) for r in template.get("requirements") or []):
+    labels = claim.meta.labels
+    if not all(requirement_admits(r, labels) for r in nodepool.template.requirements):
         return REQUIREMENTS_DRIFTED
     if nodeclass is None:
         return ""
     if (
         notes.get(wk.ANNOTATION_NODECLASS_HASH)
         and notes.get(wk.ANNOTATION_NODECLASS_HASH_VERSION, wk.NODECLASS_HASH_VERSION) == wk.NODECLASS_HASH_VERSION
-        and notes[wk.ANNOTATION_NODECLASS_HASH] != nodeclass_hash(nodeclass)
+        and notes[wk.ANNOTATION_NODECLASS_HASH] != nodeclass_hash(nodeclass.raw)
     ):
         return NODECLASS_DRIFTED
-    status = nodeclass.get("status") or {}
-    amis = {str(a.get("id")) for a in status.get("amis") or []}
-    image = str((claim.get("status") or {}).get("imageID") or "")
+    amis = {a.id for a in nodeclass.amis}
+    image = claim.image_id
     if amis and image and image not in amis:
         return AMI_DRIFTED
     return ""
 
 
-def instance_drift(nodeclass: Mapping[str, Any], instance: CloudInstance) -> str:
+def instance_drift(nodeclass: EC2NodeClass, instance: CloudInstance) -> str:
     """Subnet or security-group drift of a running instance against the EC2NodeClass status ("" when none)."""
-    status = nodeclass.get("status") or {}
-    subnets = {str(s.get("id")) for s in status.get("subnets") or []}
+    subnets = {s.id for s in nodeclass.subnets}
     if subnets and instance.subnet_id and instance.subnet_id not in subnets:
         return SUBNET_DRIFTED
-    groups = {str(g.get("id")) for g in status.get("securityGroups") or []}
+    groups = {g.id for g in nodeclass.security_groups}
     if groups and instance.security_group_ids and set(instance.security_group_ids) != groups:
         return SECURITY_GROUP_DRIFTED
     return ""
 
 
-def expires_at(claim: Mapping[str, Any]) -> float | None:
+def expires_at(claim: NodeClaim) -> float | None:
     """``creationTimestamp + spec.expireAfter`` (seconds since the epoch); None when it never expires."""
     expire = expire_after(claim)
     if expire is None:
         return None
-    created = parse_time((claim.get("metadata") or {}).get("creationTimestamp"))
+    created = claim.meta.creation_timestamp
     return created + expire if created > 0 else None
 
 
-def expired(claim: Mapping[str, Any], now: float) -> bool:
+def expired(claim: NodeClaim, now: float) -> bool:
     """``creationTimestamp + spec.expireAfter`` has passed (Karpenter core ``pkg/controllers/nodeclaim/expiration``)."""
     at = expires_at(claim)
     return at is not None and now >= at

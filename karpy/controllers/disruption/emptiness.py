@@ -10,42 +10,46 @@ delays). Deletions stay within each NodePool's ``Empty`` budget. Pure functions;
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from karpy.apis import labels as wk
-from karpy.apis.conditions import condition
-from karpy.apis.times import parse_time
+from karpy.apis.nodeclaim import NodeClaim
+from karpy.apis.nodepool import WHEN_EMPTY, WHEN_EMPTY_OR_UNDERUTILIZED, NodePool
 from karpy.controllers.disruption.types import EMPTY, Candidate, Command
 from karpy.settings import parse_duration
 
-WHEN_EMPTY = "WhenEmpty"
-WHEN_EMPTY_OR_UNDERUTILIZED = "WhenEmptyOrUnderutilized"
+__all__ = [
+    "WHEN_EMPTY",
+    "WHEN_EMPTY_OR_UNDERUTILIZED",
+    "consolidatable",
+    "consolidate_after",
+    "consolidation_policy",
+    "empty_command",
+]
 
 
-def consolidate_after(nodepool: Mapping[str, Any]) -> float | None:
+def consolidate_after(nodepool: NodePool) -> float | None:
     """``spec.disruption.consolidateAfter`` in seconds; None for ``Never`` or an invalid value (default 0s)."""
-    value = ((nodepool.get("spec") or {}).get("disruption") or {}).get("consolidateAfter", "0s")
-    if value in (None, "Never"):
+    value = nodepool.disruption.consolidate_after
+    if value == "Never":
         return None
     try:
-        return parse_duration(str(value))
+        return parse_duration(value)
     except ValueError:
         return None
 
 
-def consolidation_policy(nodepool: Mapping[str, Any]) -> str:
+def consolidation_policy(nodepool: NodePool) -> str:
     """``spec.disruption.consolidationPolicy`` (Karpenter v1 default ``WhenEmptyOrUnderutilized``)."""
-    disruption = (nodepool.get("spec") or {}).get("disruption") or {}
-    return str(disruption.get("consolidationPolicy") or WHEN_EMPTY_OR_UNDERUTILIZED)
+    return nodepool.disruption.consolidation_policy
 
 
-def consolidatable(claim: Mapping[str, Any], nodepool: Mapping[str, Any], last_pod_event: float, now: float) -> bool:
+def consolidatable(claim: NodeClaim, nodepool: NodePool, last_pod_event: float, now: float) -> bool:
     """Karpenter's ``Consolidatable`` condition: initialized, and quiet for ``consolidateAfter``."""
     after = consolidate_after(nodepool)
-    initialized = condition(claim, wk.COND_INITIALIZED)
-    if after is None or initialized is None or initialized.get("status") != "True":
+    initialized = claim.condition(wk.COND_INITIALIZED)
+    if after is None or initialized is None or not initialized.true:
         return False
-    since = max(last_pod_event, parse_time(str(initialized.get("lastTransitionTime") or "")))
+    since = max(last_pod_event, initialized.last_transition_time)
     return now - since >= after
 
 

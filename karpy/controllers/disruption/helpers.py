@@ -14,8 +14,8 @@ import attrs
 import structlog
 
 from karpy.apis import labels as wk
-from karpy.apis.conditions import condition, condition_true
-from karpy.apis.times import parse_time
+from karpy.apis.nodeclaim import NodeClaim
+from karpy.apis.nodepool import NodePool
 from karpy.controllers.disruption import consolidation as cons
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption.emptiness import consolidate_after
@@ -25,6 +25,7 @@ from karpy.kube.errors import ApiError
 from karpy.kube.events import NORMAL, EventRecorder
 from karpy.kube.resources import NAMESPACES, NODECLAIMS, NODES
 from karpy.scheduling import model
+from karpy.scheduling.state import STRICT
 from karpy.state.cluster import ClusterState, deleting
 
 log = structlog.get_logger("karpy.disruption")
@@ -41,18 +42,20 @@ class Context:
 
     Attributes:
         now: seconds since the epoch when it was built.
-        pools / pool_objs: the scheduling model's NodePools and their JSON by name.
+        pools / pool_objs: the scheduling model's NodePools and their views by name.
         existing: capacity that stays (nodes of commands in flight removed).
         pending: pods to place: pending, displaced, and those of commands in flight.
         pdbs: PodDisruptionBudget JSON (a fresh LIST).
         candidates: NodeClaims a method may disrupt; ``blocked``: NodeClaim name → why it may not.
         eventual_only: candidates admitted only because drift ignores their pod blockers (a NodeClaim with
             ``terminationGracePeriod``).
+        min_values_policy: the provisioner's ``MIN_VALUES_POLICY`` (``Strict`` or ``BestEffort``), which every
+            simulation of this evaluation applies as the provisioner would.
     """
 
     now: float
     pools: list[model.NodePool]
-    pool_objs: dict[str, JSON]
+    pool_objs: dict[str, NodePool]
     existing: list[model.ExistingNode]
     pending: list[model.Pod]
     daemonsets: list[model.DaemonSet]
@@ -60,12 +63,20 @@ class Context:
     candidates: list[Candidate]
     blocked: dict[str, str]
     eventual_only: set[str] = attrs.field(factory=set)
+    min_values_policy: str = STRICT
 
     def simulator(self) -> cons.Simulator:
         """The simulation over this context (candidates removed, their pods plus pending rescheduled)."""
 
         def run(chosen: Sequence[Candidate]) -> model.SchedulingResult:
-            return cons.simulate(chosen, self.pending, self.pools, self.existing, self.daemonsets)
+            return cons.simulate(
+                chosen,
+                self.pending,
+                self.pools,
+                self.existing,
+                self.daemonsets,
+                min_values_policy=self.min_values_policy,
+            )
 
         return run
 
@@ -83,17 +94,22 @@ async def cluster_paused(client: KubeClient, settings: controls.DisruptionSettin
             return False
         log.warning("cannot read the pause namespace, pausing disruption", error=str(err))
         return True
-    return controls.paused(ns)
+    return controls.paused((ns.get("metadata") or {}).get("annotations") or {})
 
 
 async def patch_conditions(
-    client: KubeClient, state: ClusterState, name: str, conditions: list[JSON], source: JSON | None = None
+    client: KubeClient,
+    state: ClusterState,
+    name: str,
+    conditions: list[JSON],
+    source: NodeClaim | None = None,
 ) -> None:
-    """Write a NodeClaim's whole conditions list, guarded by the resourceVersion it was computed from: a
-    concurrent writer (lifecycle, terminator) makes this a 409, retried on the next pass, instead of a lost
-    update. A missing NodeClaim or a refused write is logged, not raised."""
-    current = source if source is not None else state.nodeclaims.get(name)
-    rv = (current or {}).get("metadata", {}).get("resourceVersion")
+    """Write a NodeClaim's whole conditions list, guarded by the resourceVersion of ``source`` (the view it was
+    computed from; the stored one when None): a concurrent writer (lifecycle, terminator) makes this a 409,
+    retried on the next pass, instead of a lost update. A missing NodeClaim or a refused write is logged, not
+    raised."""
+    current = source if source is not None else state.nodeclaim_view(name)
+    rv = current.meta.resource_version if current is not None else ""
     patch: JSON = {"status": {"conditions": conditions}}
     if rv:
         patch["metadata"] = {"resourceVersion": rv}
@@ -134,7 +150,7 @@ async def delete_claim(
     client: KubeClient,
     state: ClusterState,
     events: EventRecorder,
-    claim: JSON,
+    claim: NodeClaim,
     record: Mapping[str, Any],
     reason: str,
 ) -> bool:
@@ -144,7 +160,7 @@ async def delete_claim(
     Raises:
         ApiError: the patch or the delete failed (other than not found).
     """
-    name = str(claim["metadata"]["name"])
+    name = claim.name
     text = json.dumps(record, sort_keys=True)
     try:
         await client.merge_patch(NODECLAIMS, name, {"metadata": {"annotations": {controls.ANNOTATION_DECISION: text}}})
@@ -155,19 +171,19 @@ async def delete_claim(
         raise
     if answer.get("kind") == "NodeClaim" and deleting(answer):
         state.apply("NodeClaim", "MODIFIED", answer)  # read-your-writes: it counts as deleting at once
-    events.publish(claim, NORMAL, "DisruptionTerminating", f"Disrupting NodeClaim: {reason} {text}")
+    events.publish(claim.raw, NORMAL, "DisruptionTerminating", f"Disrupting NodeClaim: {reason} {text}")
     log.info("disrupting nodeclaim", nodeclaim=name, reason=reason, record=record)
     return True
 
 
-def consolidatable_at(state: ClusterState, claim: Mapping[str, Any]) -> float | None:
+def consolidatable_at(state: ClusterState, claim: NodeClaim) -> float | None:
     """When an initialized NodeClaim is (or was) Consolidatable: its node's last pod event (or the NodeClaim's
     initialization, whichever is later) plus its NodePool's ``consolidateAfter``, seconds since the epoch (Karpenter
     core ``pkg/controllers/nodeclaim/disruption/consolidation.go``). None when it never will: not initialized,
     being deleted, no Node or NodePool, or ``consolidateAfter: Never``."""
-    if deleting(claim) or not condition_true(claim, wk.COND_INITIALIZED):
+    if claim.deleting or not claim.is_true(wk.COND_INITIALIZED):
         return None
-    pool = state.nodepools.get((claim["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL, ""))
+    pool = state.nodepool_view(claim.nodepool)
     after = consolidate_after(pool) if pool is not None else None
     node = state.node_for_nodeclaim(claim)
     if after is None or node is None:
@@ -176,22 +192,22 @@ def consolidatable_at(state: ClusterState, claim: Mapping[str, Any]) -> float | 
     return max(last, transition(claim, wk.COND_INITIALIZED)) + after
 
 
-def eventual_ignores_pods(claim: Mapping[str, Any]) -> bool:
+def eventual_ignores_pods(claim: NodeClaim) -> bool:
     """A drifted NodeClaim with ``terminationGracePeriod``: eventual methods (drift) ignore its pods'
     do-not-disrupt and PDB blockers, as the grace period bounds the drain anyway (Karpenter core
     ``pkg/controllers/disruption/types.go``, ``NewCandidate``)."""
-    return bool((claim.get("spec") or {}).get("terminationGracePeriod")) and condition_true(claim, wk.COND_DRIFTED)
+    return bool(claim.termination_grace_period) and claim.is_true(wk.COND_DRIFTED)
 
 
-def transition(claim: Mapping[str, Any], type_: str) -> float:
+def transition(claim: NodeClaim, type_: str) -> float:
     """When condition ``type_`` last changed (seconds since the epoch; 0 when absent)."""
-    c = condition(claim, type_) or {}
-    return parse_time(str(c.get("lastTransitionTime") or ""))
+    c = claim.condition(type_)
+    return c.last_transition_time if c is not None else 0.0
 
 
-def created(claim: Mapping[str, Any]) -> float:
+def created(claim: NodeClaim) -> float:
     """The NodeClaim's ``creationTimestamp`` (seconds since the epoch)."""
-    return parse_time((claim.get("metadata") or {}).get("creationTimestamp"))
+    return claim.meta.creation_timestamp
 
 
 def workload(pod: model.Pod) -> str:

@@ -8,14 +8,13 @@ circuit breaker; see :mod:`.controls`). The rules themselves are the pure functi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from karpy.apis import labels as wk
-from karpy.apis.conditions import condition_true
 from karpy.apis.hashing import nodeclass_hash, nodepool_hash
+from karpy.apis.nodepool import NodePool
 from karpy.controllers.budgets import allowed_disruptions
 from karpy.controllers.disruption import consolidation as cons
 from karpy.controllers.disruption import controls
@@ -31,7 +30,6 @@ from karpy.controllers.disruption.helpers import Context, created, transition, w
 from karpy.controllers.disruption.queue import Queue
 from karpy.controllers.disruption.types import DRIFTED, EMPTY, UNDERUTILIZED, Candidate, Command
 from karpy.metrics import DISRUPTION_ALLOWED, DISRUPTION_ELIGIBLE
-from karpy.scheduling.translate import nodeclass_name
 from karpy.state.cluster import ClusterState
 
 # Karpenter's consolidation short-cut: once consolidation found nothing (and no budget held it back), it is not
@@ -68,9 +66,8 @@ class Methods:
 
     def allowed(self, pool: str, reason: str) -> int:
         """Budget left for ``reason`` in ``pool`` now (commands in flight count as disrupting)."""
-        nodepool = self.state.nodepools.get(pool)
         view = self.state.nodepool_view(pool)
-        if nodepool is None or view is None or controls.paused(nodepool):
+        if view is None or controls.paused(view.meta.annotations):
             return 0
         total, disrupting = budget_counts(self.state, pool, self.queue.in_flight)
         value = allowed_disruptions(view, reason, total, disrupting)
@@ -93,7 +90,7 @@ class Methods:
 
     def drift(self, ctx: Context) -> Command | None:
         """One drifted candidate (empty ones first, oldest drift first) whose pods all fit, within ``Drifted``."""
-        drifted = [c for c in ctx.candidates if condition_true(c.claim, wk.COND_DRIFTED)]
+        drifted = [c for c in ctx.candidates if c.claim.is_true(wk.COND_DRIFTED)]
         DISRUPTION_ELIGIBLE.labels(reason=DRIFTED).set(len(drifted))
         by_name = {c.name: c for c in drifted}
         order = dr.drift_order([(transition(c.claim, wk.COND_DRIFTED), len(c.pods), c.name) for c in drifted])
@@ -112,7 +109,9 @@ class Methods:
                 attrs.evolve(e, allocatable={}) if e.nodeclaim in drifted_names or e.name in drifted_names else e
                 for e in ctx.existing
             ]
-            result = cons.simulate([candidate], ctx.pending, ctx.pools, healthy, ctx.daemonsets)
+            result = cons.simulate(
+                [candidate], ctx.pending, ctx.pools, healthy, ctx.daemonsets, min_values_policy=ctx.min_values_policy
+            )
             replacements = cons.replacements_for_drift(candidate, result)
             if replacements is None:
                 ctx.blocked[name] = "drifted, but its pods would not all schedule"
@@ -120,10 +119,12 @@ class Methods:
             return Command("drift", DRIFTED, (candidate,), replacements, validate=False)
         return None
 
-    def drift_halt(self, nodepool: Mapping[str, Any]) -> str:
+    def drift_halt(self, nodepool: NodePool) -> str:
         """Why drift is halted for ``nodepool`` ("" when it may proceed): see :mod:`.controls`."""
-        nodeclass = self.state.nodeclasses.get(nodeclass_name(nodepool)) or {}
-        return controls.drift_halted(nodepool, nodepool_hash(nodepool), nodeclass_hash(nodeclass))
+        nodeclass = self.state.nodeclass_view(nodepool.template.node_class_ref.name)
+        return controls.drift_halted(
+            nodepool, nodepool_hash(nodepool.raw), nodeclass_hash(nodeclass.raw if nodeclass is not None else {})
+        )
 
     def underutilized(self, ctx: Context) -> list[Candidate]:
         """Candidates consolidation may move: policy ``WhenEmptyOrUnderutilized``, priced, Consolidatable and out

@@ -25,8 +25,9 @@ import attrs
 import structlog
 
 from karpy.apis import labels as wk
-from karpy.apis.conditions import condition_true, set_condition
+from karpy.apis.conditions import conditions_json, set_condition
 from karpy.apis.hashing import nodeclass_hash, nodepool_hash
+from karpy.apis.nodeclaim import NodeClaim
 from karpy.apis.times import now_rfc3339
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption.candidates import do_not_disrupt_blocker
@@ -48,8 +49,7 @@ from karpy.kube.events import NORMAL, WARNING, EventRecorder
 from karpy.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PODS
 from karpy.metrics import DISRUPTION_DECISIONS, DISRUPTION_QUEUE_FAILURES, NODECLAIMS_CREATED, NODECLAIMS_DISRUPTED
 from karpy.scheduling import model
-from karpy.scheduling.translate import nodeclass_name
-from karpy.state.cluster import ClusterState, deleting
+from karpy.state.cluster import ClusterState
 from karpy.state.views import pod_info
 
 log = structlog.get_logger("karpy.disruption")
@@ -182,12 +182,12 @@ class Queue:
             )
             self.state.apply("Node", "MODIFIED", node)
         try:
-            claim = await self.client.get(NODECLAIMS, c.name)
+            claim = NodeClaim.from_json(await self.client.get(NODECLAIMS, c.name))
         except ApiError as err:
             if err.not_found:
                 return "nodeclaim is gone"
             raise
-        if deleting(claim):
+        if claim.deleting:
             return "nodeclaim is already being deleted"
         pods, _ = await self.client.list(PODS, query={"fieldSelector": f"spec.nodeName={c.node.name}"})
         infos = [pod_info(p) for p in pods]
@@ -210,16 +210,16 @@ class Queue:
         """Take one candidate out of an emptiness command: untaint it, say why, back it off like an abandon."""
         log.info("candidate left the command", nodeclaim=c.name, reason=blocker, command=command.method)
         await untaint(self.client, self.state, c.node.name)
-        self.events.publish(c.claim, WARNING, "DisruptionBlocked", f"{command.reason}: {blocker}")
+        self.events.publish(c.claim.raw, WARNING, "DisruptionBlocked", f"{command.reason}: {blocker}")
         self.back_off(c.name)
 
     async def _set_reason(self, command: Command, on: bool) -> None:
         """``DisruptionReason`` on each candidate NodeClaim (Karpenter v1), or its removal on abort."""
         for c in command.candidates:
-            claim = self.state.nodeclaims.get(c.name)
+            claim = self.state.nodeclaim_view(c.name)
             if claim is None:
                 continue
-            conditions = [dict(x) for x in (claim.get("status") or {}).get("conditions") or []]
+            conditions = conditions_json(claim.raw)
             if on:
                 message = json.dumps(command.record(), sort_keys=True)[:1000]
                 conditions = set_condition(conditions, wk.COND_DISRUPTION_REASON, "True", command.reason, message)
@@ -228,10 +228,11 @@ class Queue:
             await patch_conditions(self.client, self.state, c.name, conditions, claim)
 
     async def _create_replacement(self, plan: model.NewNodeClaim, command: Command) -> str:
-        nodepool = self.state.nodepools.get(plan.nodepool)
+        nodepool = self.state.nodepool_view(plan.nodepool)
         if nodepool is None:
             raise _Abort(f"NodePool {plan.nodepool} is gone", halt=False)
-        body = nodeclaim_from_plan(plan, nodepool, self.state.nodeclasses.get(nodeclass_name(nodepool)))
+        nodeclass = self.state.nodeclass_view(nodepool.template.node_class_ref.name)
+        body = nodeclaim_from_plan(plan, nodepool.raw, nodeclass.raw if nodeclass is not None else None)
         body["metadata"]["annotations"][controls.ANNOTATION_DECISION] = json.dumps(
             {**command.record(), "replacementFor": [c.name for c in command.candidates]}, sort_keys=True
         )
@@ -244,7 +245,9 @@ class Queue:
         self.state.apply("NodeClaim", "ADDED", created)
         NODECLAIMS_CREATED.labels(nodepool=plan.nodepool, reason=command.reason.lower()).inc()
         for c in command.candidates:
-            self.events.publish(c.claim, NORMAL, "DisruptionLaunching", f"Launching NodeClaim {name}: {command.reason}")
+            self.events.publish(
+                c.claim.raw, NORMAL, "DisruptionLaunching", f"Launching NodeClaim {name}: {command.reason}"
+            )
         log.info("launched replacement", nodeclaim=name, command=command.method, reason=command.reason)
         return name
 
@@ -256,10 +259,10 @@ class Queue:
         while True:
             waiting = []
             for name in names:
-                claim = self.state.nodeclaims.get(name)
-                if claim is None or deleting(claim):
+                claim = self.state.nodeclaim_view(name)
+                if claim is None or claim.deleting:
                     raise _Abort(f"replacement {name} disappeared", halt=False)
-                if not condition_true(claim, wk.COND_INITIALIZED):
+                if not claim.is_true(wk.COND_INITIALIZED):
                     waiting.append(name)
             if not waiting:
                 return
@@ -267,7 +270,10 @@ class Queue:
                 announced = True
                 for c in command.candidates:
                     self.events.publish(
-                        c.claim, NORMAL, "DisruptionWaitingReadiness", f"Waiting on readiness of {', '.join(waiting)}"
+                        c.claim.raw,
+                        NORMAL,
+                        "DisruptionWaitingReadiness",
+                        f"Waiting on readiness of {', '.join(waiting)}",
                     )
             if self.clock() >= deadline:
                 limit = self.settings.replacement_timeout
@@ -293,7 +299,7 @@ class Queue:
         except ApiError as err:
             log.warning("disruption reason not cleared", error=str(err))
         for c in command.candidates:
-            self.events.publish(c.claim, WARNING, "DisruptionBlocked", f"{command.reason}: {abort.reason}")
+            self.events.publish(c.claim.raw, WARNING, "DisruptionBlocked", f"{command.reason}: {abort.reason}")
             self.back_off(c.name)
         if abort.halt and command.reason == DRIFTED:
             for pool in {c.pool for c in command.candidates}:
@@ -301,11 +307,16 @@ class Queue:
 
     async def halt_drift(self, pool: str, reason: str) -> None:
         """Trip the drift circuit breaker for ``pool`` (annotation ``karpy.sh/drift-halted`` and an event)."""
-        nodepool = self.state.nodepools.get(pool)
+        nodepool = self.state.nodepool_view(pool)
         if nodepool is None:
             return
-        nodeclass = self.state.nodeclasses.get(nodeclass_name(nodepool)) or {}
-        record = controls.halt_record(reason, nodepool_hash(nodepool), nodeclass_hash(nodeclass), now_rfc3339())
+        nodeclass = self.state.nodeclass_view(nodepool.template.node_class_ref.name)
+        record = controls.halt_record(
+            reason,
+            nodepool_hash(nodepool.raw),
+            nodeclass_hash(nodeclass.raw if nodeclass is not None else {}),
+            now_rfc3339(),
+        )
         try:
             updated = await self.client.merge_patch(
                 NODEPOOLS, pool, {"metadata": {"annotations": {controls.ANNOTATION_DRIFT_HALTED: record}}}

@@ -12,10 +12,10 @@ from typing import Any, Final
 
 import attrs
 
+from karpy.apis.nodeclaim import NodeClaim
+from karpy.apis.nodepool import NodePool
 from karpy.scheduling.model import NewNodeClaim
 from karpy.state.views import NodeInfo, PodInfo
-
-JSON = dict[str, Any]
 
 # Budget reasons (Karpenter v1 ``DisruptionReason``) and the methods that use them.
 EMPTY: Final = "Empty"
@@ -33,9 +33,9 @@ class Candidate:
     """A NodeClaim a method may disrupt.
 
     Attributes:
-        claim: the NodeClaim JSON; ``name`` is its ``metadata.name``.
+        claim: the NodeClaim's view (its JSON is ``claim.raw``); ``name`` is its ``metadata.name``.
         node: its registered Node.
-        nodepool: the owning NodePool JSON; ``pool`` its name.
+        nodepool: the owning NodePool's view; ``pool`` its name.
         pods: the pods a drain would evict (reschedulable: not DaemonSet, mirror, terminal or tolerating
             ``karpenter.sh/disrupted``).
         instance_type / capacity_type / zone: from the NodeClaim labels.
@@ -43,9 +43,9 @@ class Candidate:
         disruption_cost: Karpenter's disruption cost (Σ per-pod cost × remaining lifetime fraction).
     """
 
-    claim: JSON
+    claim: NodeClaim
     node: NodeInfo
-    nodepool: JSON
+    nodepool: NodePool
     pods: tuple[PodInfo, ...]
     instance_type: str
     capacity_type: str
@@ -56,12 +56,12 @@ class Candidate:
     @property
     def name(self) -> str:
         """The NodeClaim name."""
-        return str(self.claim["metadata"]["name"])
+        return self.claim.name
 
     @property
     def pool(self) -> str:
         """The NodePool name."""
-        return str(self.nodepool["metadata"]["name"])
+        return self.nodepool.name
 
 
 @attrs.frozen(slots=True)

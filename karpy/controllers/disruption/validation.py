@@ -65,7 +65,7 @@ class Validation:
         if fresh is None:
             DISRUPTION_FAILED_VALIDATIONS.labels(consolidation_type=command.method).inc()
             for c in command.candidates:
-                self.events.publish(c.claim, NORMAL, "ConsolidationRejected", f"{command.reason}: no longer valid")
+                self.events.publish(c.claim.raw, NORMAL, "ConsolidationRejected", f"{command.reason}: no longer valid")
             log.info("disruption command rejected by validation", command=command.record())
         return fresh
 
