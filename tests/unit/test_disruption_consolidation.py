@@ -218,3 +218,48 @@ async def test_method_timeouts() -> None:
     assert command is None and sum("timed out" in w for w in why.values()) == 2
     ordered = cons.sort_for_multi(list(c.values()))
     assert cons.multi_node(ordered, sim, spot_to_spot=False, accept=lambda cmd: True, timeout=0.0) is None
+
+
+async def test_simulation_applies_the_provisioners_preference_policy() -> None:
+    """The disruption simulation schedules with the provisioner's options (Karpenter core
+    ``disruption/helpers.go`` ``SimulateScheduling``): preferred anti-affinity keeps the two moved pods apart under
+    ``Respect`` and is dropped under ``Ignore``."""
+    objs = cluster({"a": "c.xlarge", "b": "c.xlarge"}, {"a": ["500m"], "b": ["500m"]})
+    apart = {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 10,
+                    "podAffinityTerm": {
+                        "topologyKey": wk.LABEL_HOSTNAME,
+                        "labelSelector": {"matchLabels": {"tier": "web"}},
+                    },
+                }
+            ]
+        }
+    }
+    for obj in objs:
+        if obj["kind"] == "Pod":
+            obj["metadata"]["labels"]["tier"] = "web"
+            obj["spec"]["affinity"] = apart
+    state = loaded_state(objs)
+    kube = FakeKube(sink=state)
+    prov = Provisioner(kube, state, FakeCloudProvider(CATALOGUE), EventRecorder(kube), plans=following_plans(state))
+    pools, _, existing = await prov.simulation_inputs()
+    pool = state.nodepool_view("np")
+    assert pool is not None
+    by_type = {it.name: it for it in CATALOGUE}
+    both = []
+    for claim in state.nodeclaim_views.values():
+        n = state.node_for_nodeclaim(claim)
+        assert n is not None
+        both.append(build_candidate(state, claim, n, pool, by_type, T0))
+
+    def new_nodes(policy: str) -> int:
+        options = cons.SolveOptions(preference_policy=policy)
+        result = cons.simulate(both, [], pools, existing, [], options=options)
+        assert cons.all_candidate_pods_scheduled(both, result)
+        return len(result.new_nodeclaims)
+
+    assert new_nodes("Respect") == 2
+    assert new_nodes("Ignore") == 1

@@ -18,7 +18,7 @@ somewhere (``AllNonPendingPodsScheduled``); pending pods that fail were failing 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
@@ -26,7 +26,7 @@ from karpy.apis import labels as wk
 from karpy.controllers.disruption.types import UNDERUTILIZED, Candidate, Command
 from karpy.scheduling import model
 from karpy.scheduling.scheduler import solve
-from karpy.scheduling.state import STRICT
+from karpy.scheduling.state import RESPECT, STRICT
 
 SPOT_TO_SPOT_MIN_TYPES = 15
 MULTI_NODE_MAX_CANDIDATES = 100
@@ -38,6 +38,17 @@ Simulator = Callable[[Sequence[Candidate]], model.SchedulingResult]
 """Reschedules the candidates' pods without them: see :func:`simulate`."""
 
 
+@attrs.frozen
+class SolveOptions:
+    """The provisioner's scheduling options, which every disruption simulation applies as the provisioner would
+    (Karpenter core ``pkg/controllers/disruption/helpers.go`` ``SimulateScheduling`` runs the provisioner's own
+    scheduler): ``PREFERENCE_POLICY``, ``MIN_VALUES_POLICY`` and the namespaces' labels (namespaceSelector)."""
+
+    preference_policy: str = RESPECT
+    min_values_policy: str = STRICT
+    namespace_labels: Mapping[str, Mapping[str, str]] | None = None
+
+
 def simulate(
     candidates: Sequence[Candidate],
     pending: Sequence[model.Pod],
@@ -45,19 +56,23 @@ def simulate(
     existing: Sequence[model.ExistingNode],
     daemonsets: Sequence[model.DaemonSet],
     *,
-    min_values_policy: str = STRICT,
+    options: SolveOptions = SolveOptions(),
 ) -> model.SchedulingResult:
-    """``solve`` over the cluster without ``candidates``: their pods (unbound) plus ``pending``.
-
-    ``min_values_policy`` is the provisioner's ``MIN_VALUES_POLICY`` (``Strict`` or ``BestEffort``): Karpenter's
-    disruption simulation schedules with the provisioner's options (core ``pkg/controllers/disruption/helpers.go``
-    ``SimulateScheduling``), so a replacement is found exactly when the provisioner would launch it.
-    """
+    """``solve`` over the cluster without ``candidates``: their pods (unbound) plus ``pending``, with the
+    provisioner's ``options`` (so a replacement is found exactly when the provisioner would launch it)."""
     claims = {c.name for c in candidates}
     nodes = {c.node.name for c in candidates}
     remaining = [e for e in existing if e.nodeclaim not in claims and e.name not in nodes]
     pods = [attrs.evolve(p.pod, node_name="") for c in candidates for p in c.pods]
-    return solve([*pods, *pending], nodepools, remaining, daemonsets, min_values_policy=min_values_policy)
+    return solve(
+        [*pods, *pending],
+        nodepools,
+        remaining,
+        daemonsets,
+        preference_policy=options.preference_policy,
+        min_values_policy=options.min_values_policy,
+        namespace_labels=options.namespace_labels,
+    )
 
 
 def all_candidate_pods_scheduled(candidates: Sequence[Candidate], result: model.SchedulingResult) -> bool:

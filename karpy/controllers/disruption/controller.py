@@ -31,6 +31,7 @@ import structlog
 from karpy.apis import labels as wk
 from karpy.apis.conditions import conditions_json
 from karpy.cloudprovider.types import CloudProviderError, InstanceType
+from karpy.controllers.disruption import consolidation as cons
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption.candidates import (
     build_candidate,
@@ -180,9 +181,12 @@ class Disruption:
             log.warning("cannot build the simulation, skipping disruption", error=str(err))
             return None
         types: dict[str, dict[str, InstanceType]] = {p.name: {it.name: it for it in p.instance_types} for p in pools}
-        ctx = Context(
-            now, pools, objs, existing, [], [], pdbs, [], {}, min_values_policy=self.provisioner.min_values_policy
+        options = cons.SolveOptions(
+            preference_policy=self.provisioner.preference_policy,
+            min_values_policy=self.provisioner.min_values_policy,
+            namespace_labels=self.state.namespace_labels(),
         )
+        ctx = Context(now, pools, objs, existing, [], [], pdbs, [], {}, options=options)
         self._candidates(ctx, types)
         # As the provisioner schedules them: with their volumes' node affinity (a pod on a zonal PV moves only
         # within its zone).

@@ -25,7 +25,6 @@ from karpy.kube.errors import ApiError
 from karpy.kube.events import NORMAL, EventRecorder
 from karpy.kube.resources import NAMESPACES, NODECLAIMS, NODES
 from karpy.scheduling import model
-from karpy.scheduling.state import STRICT
 from karpy.state.cluster import ClusterState, deleting
 
 log = structlog.get_logger("karpy.disruption")
@@ -49,8 +48,8 @@ class Context:
         candidates: NodeClaims a method may disrupt; ``blocked``: NodeClaim name → why it may not.
         eventual_only: candidates admitted only because drift ignores their pod blockers (a NodeClaim with
             ``terminationGracePeriod``).
-        min_values_policy: the provisioner's ``MIN_VALUES_POLICY`` (``Strict`` or ``BestEffort``), which every
-            simulation of this evaluation applies as the provisioner would.
+        options: the provisioner's scheduling options (preference and minValues policies, namespace labels),
+            which every simulation of this evaluation applies as the provisioner would.
     """
 
     now: float
@@ -63,7 +62,7 @@ class Context:
     candidates: list[Candidate]
     blocked: dict[str, str]
     eventual_only: set[str] = attrs.field(factory=set)
-    min_values_policy: str = STRICT
+    options: cons.SolveOptions = attrs.field(factory=cons.SolveOptions)
 
     def simulator(self) -> cons.Simulator:
         """The simulation over this context (candidates removed, their pods plus pending rescheduled)."""
@@ -75,7 +74,7 @@ class Context:
                 self.pools,
                 self.existing,
                 self.daemonsets,
-                min_values_policy=self.min_values_policy,
+                options=self.options,
             )
 
         return run

@@ -110,7 +110,7 @@ class Methods:
                 for e in ctx.existing
             ]
             result = cons.simulate(
-                [candidate], ctx.pending, ctx.pools, healthy, ctx.daemonsets, min_values_policy=ctx.min_values_policy
+                [candidate], ctx.pending, ctx.pools, healthy, ctx.daemonsets, options=ctx.options
             )
             replacements = cons.replacements_for_drift(candidate, result)
             if replacements is None:
