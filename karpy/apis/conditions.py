@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from karpy.apis.meta import timestamp
+from karpy.apis.meta import ObjectMeta, timestamp
 from karpy.apis.times import now_rfc3339
 
 JSON = dict[str, Any]
@@ -136,9 +136,37 @@ def same_conditions(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any
 
     return norm(a) == norm(b)
 
+class ObjectView:
+    """What the NodePool, NodeClaim and EC2NodeClass views share: their name, deletion and status conditions
+    (a mixin for the frozen attrs views, which define ``meta`` and ``conditions``)."""
+
+    __slots__ = ()
+    meta: ObjectMeta
+    conditions: tuple[Condition, ...]
+
+    @property
+    def name(self) -> str:
+        """``metadata.name``."""
+        return self.meta.name
+
+    @property
+    def deleting(self) -> bool:
+        """The object has a deletionTimestamp."""
+        return self.meta.deleting
+
+    def condition(self, type_: str) -> Condition | None:
+        """The status condition of ``type_``, if present."""
+        return find(self.conditions, type_)
+
+    def is_true(self, type_: str) -> bool:
+        """The condition of ``type_`` exists with status True."""
+        c = find(self.conditions, type_)
+        return c is not None and c.true
+
 
 __all__ = [
     "Condition",
+    "ObjectView",
     "condition",
     "condition_true",
     "conditions_json",

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from karpy.apis.conditions import Condition, conditions_of, find
+from karpy.apis.conditions import Condition, ObjectView, conditions_of
 from karpy.apis.meta import ObjectMeta, object_meta
 
 
@@ -51,7 +51,7 @@ def _items(value: Any) -> list[Mapping[str, Any]]:
 
 
 @attrs.frozen(slots=True)
-class EC2NodeClass:
+class EC2NodeClass(ObjectView):
     """An EC2NodeClass as cluster state keeps it beside its JSON.
 
     ``role`` / ``instance_profile``: the spec's (exactly one is set); ``ami_family`` "" when taken from the
@@ -106,29 +106,10 @@ class EC2NodeClass:
         )
 
     @property
-    def name(self) -> str:
-        """``metadata.name``."""
-        return self.meta.name
-
-    @property
-    def deleting(self) -> bool:
-        """The EC2NodeClass has a deletionTimestamp."""
-        return self.meta.deleting
-
-    @property
     def status(self) -> Mapping[str, Any]:
         """``status`` as JSON (the status controller compares the resolution with it field by field)."""
         value = self.raw.get("status")
         return value if isinstance(value, Mapping) else {}
-
-    def condition(self, type_: str) -> Condition | None:
-        """The status condition of ``type_``, if present."""
-        return find(self.conditions, type_)
-
-    def is_true(self, type_: str) -> bool:
-        """The condition of ``type_`` exists with status True."""
-        c = find(self.conditions, type_)
-        return c is not None and c.true
 
 
 __all__ = ["AMI", "EC2NodeClass", "SecurityGroup", "Subnet"]

@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 
 from karpy.apis import labels as wk
-from karpy.apis.conditions import Condition, conditions_of, find
+from karpy.apis.conditions import Condition, ObjectView, conditions_of
 from karpy.apis.meta import ObjectMeta, integer, object_meta, strings
 from karpy.apis.quantity import QuantityError, parse_resource_list
 from karpy.apis.resources import Resources
@@ -83,7 +83,7 @@ def resource_list(value: Any) -> Resources:
 
 
 @attrs.frozen(slots=True)
-class NodeClaim:
+class NodeClaim(ObjectView):
     """A NodeClaim as cluster state keeps it beside its JSON.
 
     Durations are Go duration strings as written (``expire_after`` defaults to ``720h``, ``Never`` allowed;
@@ -131,28 +131,9 @@ class NodeClaim:
         )
 
     @property
-    def name(self) -> str:
-        """``metadata.name``."""
-        return self.meta.name
-
-    @property
-    def deleting(self) -> bool:
-        """The NodeClaim has a deletionTimestamp."""
-        return self.meta.deleting
-
-    @property
     def nodepool(self) -> str:
         """The owning NodePool (label ``karpenter.sh/nodepool``; "" for a standalone NodeClaim)."""
         return self.meta.labels.get(wk.LABEL_NODEPOOL, "")
-
-    def condition(self, type_: str) -> Condition | None:
-        """The status condition of ``type_``, if present."""
-        return find(self.conditions, type_)
-
-    def is_true(self, type_: str) -> bool:
-        """The condition of ``type_`` exists with status True."""
-        c = find(self.conditions, type_)
-        return c is not None and c.true
 
 
 __all__ = [

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import attrs
 
-from karpy.apis.conditions import Condition, conditions_of, find
+from karpy.apis.conditions import Condition, ObjectView, conditions_of
 from karpy.apis.meta import ObjectMeta, integer, object_meta, strings, text_map
 from karpy.apis.nodeclaim import (
     DEFAULT_EXPIRE_AFTER,
@@ -90,7 +90,7 @@ class NodeClaimTemplate:
 
 
 @attrs.frozen(slots=True)
-class NodePool:
+class NodePool(ObjectView):
     """A NodePool as cluster state keeps it beside its JSON.
 
     ``limits`` is the ResourceList as written (quantities as strings; validation parses it), ``weight`` 0 when
@@ -142,25 +142,6 @@ class NodePool:
             nodes=integer(nodes) if nodes is not None else None,
             raw=obj,
         )
-
-    @property
-    def name(self) -> str:
-        """``metadata.name``."""
-        return self.meta.name
-
-    @property
-    def deleting(self) -> bool:
-        """The NodePool has a deletionTimestamp."""
-        return self.meta.deleting
-
-    def condition(self, type_: str) -> Condition | None:
-        """The status condition of ``type_``, if present."""
-        return find(self.conditions, type_)
-
-    def is_true(self, type_: str) -> bool:
-        """The condition of ``type_`` exists with status True."""
-        c = find(self.conditions, type_)
-        return c is not None and c.true
 
 
 __all__ = [
