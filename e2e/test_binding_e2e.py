@@ -18,6 +18,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import pytest
@@ -220,7 +221,7 @@ class Env:
     async def pods(self) -> list[dict[str, Any]]:
         return (await self.client.list(r.PODS, "default", query={"labelSelector": f"app={APP}"}))[0]
 
-    async def running(self, avoid: set[str] = frozenset()) -> list[dict[str, Any]]:  # type: ignore[assignment]
+    async def running(self, avoid: AbstractSet[str] = frozenset()) -> list[dict[str, Any]]:
         """The StatefulSet's pods when all are Running and none on a node of ``avoid``, else []."""
         pods = [p for p in await self.pods() if not p["metadata"].get("deletionTimestamp")]
         ok = len(pods) == len(PV_ZONES) and all(

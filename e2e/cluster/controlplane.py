@@ -45,12 +45,8 @@ def ensure_binaries(log: Path | None = None) -> Path:
     Raises:
         ControlPlaneError: the build failed (the log's tail is in the message).
     """
-    out = log.open("ab") if log else subprocess.DEVNULL
-    try:
+    with log.open("ab") if log else contextlib.nullcontext(subprocess.DEVNULL) as out:
         proc = subprocess.run(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=out, check=False)
-    finally:
-        if log:
-            out.close()  # type: ignore[union-attr]
     lines = proc.stdout.decode().strip().splitlines()
     if proc.returncode != 0 or not lines:
         tail = tail_of(log) if log else ""
