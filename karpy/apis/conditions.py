@@ -15,10 +15,8 @@ from typing import Any
 
 import attrs
 
-from karpy.apis.meta import ObjectMeta, timestamp
+from karpy.apis.meta import JSON, ObjectMeta, timestamp
 from karpy.apis.times import now_rfc3339
-
-JSON = dict[str, Any]
 
 
 @attrs.frozen(slots=True)

@@ -15,6 +15,9 @@ import attrs
 
 from karpy.apis.times import parse_time
 
+JSON = dict[str, Any]
+"""A Kubernetes object, an AWS API answer or a manifest document as decoded JSON (the one alias for all of them)."""
+
 
 def text_map(value: Any) -> Mapping[str, str]:
     """A JSON object of strings (labels, annotations, a ResourceList as written); anything else reads {}."""

@@ -21,12 +21,12 @@ from typing import Any, Final
 
 from karpy.apis import labels as wk
 from karpy.apis.hashing import stable_hash
+from karpy.apis.meta import JSON
 from karpy.aws.cache import AMIS, Timer, ttl_cache
 from karpy.aws.errors import is_not_found
 from karpy.aws.requirements import format_requirement, requirement_allows
 from karpy.aws.selectors import tag_filters
 
-JSON = dict[str, Any]
 EKS_AMI_ROOT: Final = "/aws/service/eks/optimized-ami"
 _ARCH: Final = {"x86_64": "amd64", "arm64": "arm64"}
 

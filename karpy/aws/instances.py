@@ -38,6 +38,7 @@ from tenacity import (
 )
 
 from karpy.apis import labels as wk
+from karpy.apis.meta import JSON
 from karpy.aws.amis import ami_for, no_ami_reason
 from karpy.aws.cache import UnavailableOfferings
 from karpy.aws.errors import SPOT_ROLE_CODES, error_code, is_ice, is_launch_template_not_found, is_not_found
@@ -56,7 +57,6 @@ from karpy.cloudprovider.types import (
 )
 
 log = structlog.get_logger("karpy.aws.instances")
-JSON = dict[str, Any]
 LIVE_STATES: Final = ("pending", "running", "stopping", "stopped", "shutting-down")
 # DescribeInstances after CreateFleet: 6 reads 0.2 s doubling apart (about 6 s in all) before a launch counts as
 # lost (EC2 is eventually consistent: a just-launched id may be NotFound for a moment).

@@ -31,6 +31,7 @@ import structlog
 
 from karpy.apis import labels as wk
 from karpy.apis.hashing import stable_hash
+from karpy.apis.meta import JSON
 from karpy.apis.quantity import to_canonical
 from karpy.aws.cache import LAUNCH_TEMPLATE_UNUSED, LAUNCH_TEMPLATES, Timer, ttl_cache
 from karpy.aws.errors import is_already_exists, is_not_found
@@ -39,7 +40,6 @@ from karpy.aws.userdata import DEFAULT_CLUSTER_DNS, DEFAULT_SERVICE_CIDR, NodeAd
 from karpy.cloudprovider.types import InstanceType, LaunchRequest
 
 log = structlog.get_logger("karpy.aws.launchtemplates")
-JSON = dict[str, Any]
 NAME_PREFIX: Final = "karpenter.k8s.aws/"
 DEFAULT_METADATA_OPTIONS: Final = {
     "HttpEndpoint": "enabled",

@@ -19,13 +19,12 @@ from typing import Any
 import attrs
 
 from karpy.apis import labels as wk
+from karpy.apis.meta import JSON
 from karpy.aws.amis import AMIProvider, resolve_amis
 from karpy.aws.errors import error_code, is_not_found
 from karpy.aws.instanceprofiles import resolve_instance_profile
 from karpy.aws.securitygroups import resolve_security_groups
 from karpy.aws.subnets import resolve_subnets
-
-JSON = dict[str, Any]
 
 
 @attrs.frozen

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from karpy.apis.meta import JSON
 from karpy.aws.errors import is_not_found
 from karpy.aws.selectors import tag_filters
-
-JSON = dict[str, Any]
 
 
 async def resolve_security_groups(ec2: Any, terms: Sequence[Mapping[str, Any]]) -> list[JSON]:

@@ -7,9 +7,8 @@ are ANDed, and a tag value ``"*"`` matches any value of that key.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-JSON = dict[str, Any]
+from karpy.apis.meta import JSON
 
 
 def tag_filters(tags: Mapping[str, str]) -> list[JSON]:

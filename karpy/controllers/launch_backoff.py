@@ -29,6 +29,7 @@ from typing import Any, Final
 import attrs
 import structlog
 
+from karpy.apis.meta import JSON
 from karpy.apis.nodeclaim import NodeClaim
 from karpy.cloudprovider.types import CloudProvider, CloudProviderError, IncompatibleInstanceTypes
 from karpy.kube.events import WARNING, EventRecorder
@@ -39,7 +40,6 @@ from karpy.state.cluster import ClusterState
 from karpy.state.plans import planned_pods
 
 log = structlog.get_logger("karpy.launch_backoff")
-JSON = dict[str, Any]
 
 BASE_DELAY: Final = 5.0
 """Seconds a pod waits for a new NodeClaim after its first failed launch; doubles per consecutive failure."""

@@ -33,6 +33,7 @@ import structlog
 
 from karpy.apis import labels as wk
 from karpy.apis.hashing import nodeclass_hash, nodepool_hash
+from karpy.apis.meta import JSON
 from karpy.apis.nodeclaim import NodeClaim
 from karpy.apis.nodepool import NodePool
 from karpy.apis.quantity import format_resource_list
@@ -63,7 +64,6 @@ from karpy.state.plans import Plans
 from karpy.state.views import NodeInfo, PodInfo
 
 log = structlog.get_logger("karpy.provisioner")
-JSON = dict[str, Any]
 
 RECHECK_SECONDS = 10.0
 

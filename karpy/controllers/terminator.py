@@ -36,12 +36,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
 
 import structlog
 
 from karpy.apis import labels as wk
 from karpy.apis.conditions import conditions_json, set_condition
+from karpy.apis.meta import JSON
 from karpy.apis.nodeclaim import NodeClaim
 from karpy.apis.taints import taints_json
 from karpy.apis.times import parse_time
@@ -59,7 +59,6 @@ from karpy.state.cluster import ClusterState
 from karpy.state.views import NodeInfo, PodInfo
 
 log = structlog.get_logger("karpy.terminator")
-JSON = dict[str, Any]
 DISRUPTED = Taint(key=wk.TAINT_DISRUPTED_KEY, effect="NoSchedule")
 DRAIN_POLL = 1.0
 TERMINATE_POLL = 5.0

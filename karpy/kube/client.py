@@ -16,11 +16,11 @@ from typing import Any
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
+from karpy.apis.meta import JSON
 from karpy.kube.errors import ApiError
 from karpy.kube.ratelimit import TokenBucket, client_rate_limiter
 from karpy.kube.resources import Resource
 
-JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 

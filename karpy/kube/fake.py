@@ -44,8 +44,9 @@ from typing import Any, Final
 
 import attrs
 
+from karpy.apis.meta import JSON
 from karpy.kube import resources
-from karpy.kube.client import JSON, JSON_PATCH, KubeClient
+from karpy.kube.client import JSON_PATCH, KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.ratelimit import TokenBucket
 from karpy.kube.resources import EVENTS, PDBS, Resource

@@ -16,7 +16,8 @@ from typing import Any, Protocol
 
 import structlog
 
-from karpy.kube.client import JSON, KubeClient
+from karpy.apis.meta import JSON
+from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.resources import Resource
 from karpy.runtime.backoff import Backoff

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from karpy.apis import labels as wk
+from karpy.apis.meta import JSON
 from karpy.apis.quantity import QuantityError, parse_resource_list
 from karpy.apis.resources import Resources, add, max_of
 from karpy.apis.taints import taints
@@ -29,8 +30,6 @@ from karpy.scheduling.model import (
     Toleration,
     TopologySpreadConstraint,
 )
-
-JSON = dict[str, Any]
 
 # Taints a node carries while it boots, which the engine ignores on a managed node that is not initialized yet
 # (Karpenter's known ephemeral taints, core ``pkg/scheduling/taints.go``; initialization waits for them to go,

@@ -40,12 +40,12 @@ from typing import Any, Protocol
 import attrs
 
 from karpy.apis import labels as wk
+from karpy.apis.meta import JSON
 from karpy.apis.quantity import QuantityError, format_resource_list, parse_resource_list
 from karpy.aws.instancetypes import build_instance_type, root_volume_bytes, supported
 from karpy.aws.pricing import static_on_demand_prices
 from karpy.cloudprovider.types import InstanceType, Offering
 
-JSON = dict[str, Any]
 DATA_FILE = "data/ec2-catalogue.json.gz"
 DEFAULT_REGION = "us-east-1"
 DEFAULT_VM_MEMORY_OVERHEAD_PERCENT = 0.075  # the controller's VM_MEMORY_OVERHEAD_PERCENT default

@@ -19,11 +19,10 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
 
+from karpy.apis.meta import JSON
 from karpy.simulate.validation import ManifestError
 
-JSON = dict[str, Any]
 SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # Kubernetes util/rand alphanums (no vowels, no 0/1/3)
 DEFAULT_NAMESPACE = "default"
 UID_NAMESPACE = uuid.UUID("5b6f5d0e-4a8e-4c1e-9f0a-6b6172707973")

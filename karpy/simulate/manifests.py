@@ -12,10 +12,10 @@ controllers create); :func:`collect` runs them in the API server's order.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 import attrs
 
+from karpy.apis.meta import JSON
 from karpy.simulate.defaulting import (
     default_metadata,
     default_priority,
@@ -32,8 +32,6 @@ from karpy.simulate.validation import (
     check_pod_resources,
 )
 from karpy.simulate.workloads import WORKLOAD_KINDS, Workload, expand, pod_count
-
-JSON = dict[str, Any]
 
 # (API group, kind) → the Manifests field that keeps the objects; other kinds are counted as ignored.
 KINDS: Mapping[tuple[str, str], str] = {

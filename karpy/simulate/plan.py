@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 
 from karpy.apis import labels as wk
+from karpy.apis.meta import JSON
 from karpy.apis.quantity import format_resource_list
 from karpy.apis.resources import add
 from karpy.apis.taints import taints
@@ -44,7 +45,6 @@ from karpy.scheduling.volumes import volume_topology
 from karpy.simulate.catalogue import Catalogue
 from karpy.simulate.manifests import Manifests
 
-JSON = dict[str, Any]
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 # Taints the DaemonSet controller tolerates on every DaemonSet pod (Kubernetes ``AddOrUpdateDaemonPodTolerations``).
 DAEMONSET_TOLERATED = frozenset(

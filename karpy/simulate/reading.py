@@ -17,10 +17,10 @@ from typing import Any, TextIO
 import attrs
 import yaml
 
+from karpy.apis.meta import JSON
 from karpy.simulate.defaulting import generate_name
 from karpy.simulate.validation import ManifestError, check_metadata, check_type_fields
 
-JSON = dict[str, Any]
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from karpy.apis.meta import JSON
 from karpy.apis.quantity import QuantityError, parse_resource_list
 
-JSON = dict[str, Any]
 NODE_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
 NODEPOOL_OPERATORS = NODE_OPERATORS | {"Gte", "Lte"}
 

@@ -21,11 +21,11 @@ from typing import Any
 
 import attrs
 
+from karpy.apis.meta import JSON
 from karpy.simulate.defaulting import safe_encode, suffix, uid_for
 from karpy.simulate.reading import Document
 from karpy.simulate.validation import ManifestError, non_negative_int
 
-JSON = dict[str, Any]
 WORKLOAD_KINDS = frozenset({"Deployment", "ReplicaSet", "StatefulSet", "Job"})
 
 

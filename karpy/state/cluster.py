@@ -45,6 +45,7 @@ import structlog
 
 from karpy.apis import labels as wk
 from karpy.apis.ec2nodeclass import EC2NodeClass
+from karpy.apis.meta import JSON
 from karpy.apis.nodeclaim import NodeClaim
 from karpy.apis.nodepool import NodePool
 from karpy.scheduling.model import DaemonSet
@@ -59,7 +60,6 @@ from karpy.state.storage import (
 from karpy.state.views import NodeInfo, PodInfo, node_info, pod_info
 
 log = structlog.get_logger("karpy.state")
-JSON = dict[str, Any]
 Listener = Callable[[str, str, str, Any, Any], None]
 """(kind, event_type, key, old, new) — called after every change."""
 

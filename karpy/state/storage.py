@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from karpy.apis.meta import JSON
 from karpy.scheduling.volumes import DEFAULT_CLASS_ANNOTATION
 
-JSON = dict[str, Any]
 NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 
 

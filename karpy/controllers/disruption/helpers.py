@@ -14,6 +14,7 @@ import attrs
 import structlog
 
 from karpy.apis import labels as wk
+from karpy.apis.meta import JSON
 from karpy.apis.nodeclaim import NodeClaim
 from karpy.apis.nodepool import NodePool
 from karpy.controllers.disruption import consolidation as cons
@@ -28,7 +29,6 @@ from karpy.scheduling import model
 from karpy.state.cluster import ClusterState, deleting
 
 log = structlog.get_logger("karpy.disruption")
-JSON = dict[str, Any]
 Clock = Callable[[], float]
 """Seconds since the epoch (``time.time``; tests drive a fake one)."""
 Sleep = Callable[[float], Awaitable[None]]
