@@ -47,9 +47,7 @@ def ensure_binary(log: Path | None = None) -> Path:
     Raises:
         ReferenceError: the build failed (the tail of its output is in the message).
     """
-    proc = subprocess.run(
-        ["nice", "-n", "19", "bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False
-    )
+    proc = subprocess.run(["nice", "-n", "19", "bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
     if log is not None:
         with log.open("a") as f:
             f.write(proc.stderr)
