@@ -225,3 +225,12 @@ def test_nodeclass_hash_ignores_what_karpenter_ignores(nodeclass_refs: dict[str,
     karpenter_same, karpy_same = _same_as(nodeclass_refs, "al2023", karpy)
     assert karpy_same == karpenter_same
     assert len(set(karpy.values())) == len({r.hash for r in nodeclass_refs.values()})
+
+
+def test_reference_nodeclass_hash_includes_the_ca_bundle(karpenter_ref: KarpenterRef) -> None:
+    """Karpenter hashes the cluster CA bundle with the EC2NodeClass (CLUSTER_CA_BUNDLE, else the base64 of its
+    REST config's CA data: AWS ``pkg/operator/operator.go`` ``GetCABundle``), so karpy adopting a cluster must
+    hash with the same bundle or every NodeClaim would look drifted."""
+    without = karpenter_ref.hashes(NODECLASSES[:1])[0].hash
+    with_ca = karpenter_ref.hashes(NODECLASSES[:1], ca_bundle="LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==")[0].hash
+    assert with_ca != without
