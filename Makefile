@@ -24,6 +24,12 @@ venv: $(STAMP)
 controlplane:
 	bash e2e/cluster/build.sh >/dev/null
 
+# Reference built from Karpenter v1.15's own Go modules (e2e/karpenter_ref), cached in ~/.cache/karpy-karpenter-ref.
+# tests/reference builds it on first use too; this target only builds it ahead of time.
+.PHONY: karpenter-ref
+karpenter-ref:
+	nice -n 19 bash e2e/karpenter_ref/build.sh
+
 lint: venv
 	$(VENV)/bin/ruff check karpy tests e2e conftest.py $(wildcard benchmarks)
 	$(VENV)/bin/mypy
