@@ -464,12 +464,44 @@ def nodeclass_hash(nodeclass: Mapping[str, Any], ca_bundle: str | None = None) -
     return str(_hash_set(elements))
 
 
+# --- karpy's hashes before it computed Karpenter's (same annotation keys and versions: v3, v6) --------------
+
+
+def legacy_nodepool_hash(nodepool: Mapping[str, Any]) -> str:
+    """The ``karpenter.sh/nodepool-hash`` karpy wrote before it computed Karpenter's (SHA-256 over the template's
+    JSON without requirements), under the same version ``v3``: only to recognise NodeClaims karpy stamped
+    from a NodePool's current spec, so that they are re-stamped instead of drifted."""
+    template = dict((nodepool.get("spec") or {}).get("template") or {})
+    spec = dict(template.get("spec") or {})
+    spec.pop("requirements", None)
+    template["spec"] = spec
+    return stable_hash(template)
+
+
+def legacy_nodeclass_hash(nodeclass: Mapping[str, Any]) -> str:
+    """The ``karpenter.k8s.aws/ec2nodeclass-hash`` karpy wrote before it computed Karpenter's (SHA-256 over the
+    spec's JSON without selector terms and ``amiFamily``), under the same version ``v6``; see
+    :func:`legacy_nodepool_hash`."""
+    spec = dict(nodeclass.get("spec") or {})
+    for key in (
+        "subnetSelectorTerms",
+        "securityGroupSelectorTerms",
+        "amiSelectorTerms",
+        "capacityReservationSelectorTerms",
+        "amiFamily",
+    ):
+        spec.pop(key, None)
+    return stable_hash(spec)
+
+
 __all__ = [
     "QuantityError",
     "canonical_quantity",
     "fnv1_64",
     "go_duration_ns",
     "kubelet_string",
+    "legacy_nodeclass_hash",
+    "legacy_nodepool_hash",
     "nodeclass_ami_family",
     "nodeclass_hash",
     "nodepool_hash",

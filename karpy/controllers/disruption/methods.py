@@ -109,9 +109,7 @@ class Methods:
                 attrs.evolve(e, allocatable={}) if e.nodeclaim in drifted_names or e.name in drifted_names else e
                 for e in ctx.existing
             ]
-            result = cons.simulate(
-                [candidate], ctx.pending, ctx.pools, healthy, ctx.daemonsets, options=ctx.options
-            )
+            result = cons.simulate([candidate], ctx.pending, ctx.pools, healthy, ctx.daemonsets, options=ctx.options)
             replacements = cons.replacements_for_drift(candidate, result)
             if replacements is None:
                 ctx.blocked[name] = "drifted, but its pods would not all schedule"
@@ -123,7 +121,9 @@ class Methods:
         """Why drift is halted for ``nodepool`` ("" when it may proceed): see :mod:`.controls`."""
         nodeclass = self.state.nodeclass_view(nodepool.template.node_class_ref.name)
         return controls.drift_halted(
-            nodepool, nodepool_hash(nodepool.raw), nodeclass_hash(nodeclass.raw if nodeclass is not None else {})
+            nodepool,
+            nodepool_hash(nodepool.raw),
+            nodeclass_hash(nodeclass.raw if nodeclass is not None else {}, self.settings.ca_bundle),
         )
 
     def underutilized(self, ctx: Context) -> list[Candidate]:
