@@ -17,7 +17,10 @@ from karpy.apis.ec2nodeclass import EC2NodeClass
 from karpy.apis.hashing import legacy_nodeclass_hash, legacy_nodepool_hash, nodeclass_hash, nodepool_hash
 from karpy.apis.nodeclaim import NodeClaim
 from karpy.apis.nodepool import NodePool
+from karpy.controllers.disruption import controls
+from karpy.controllers.disruption.controls import DisruptionSettings
 from karpy.controllers.disruption.drift import NODECLASS_DRIFTED, NODEPOOL_DRIFTED, static_drift
+from karpy.controllers.disruption.methods import Methods
 from karpy.controllers.hash_restamp import nodeclaim_restamp, nodepool_stamp
 from karpy.controllers.nodeclass_status import NodeClassStatusReconciler
 from karpy.controllers.nodepool_status import NodePoolStatusReconciler
@@ -166,3 +169,18 @@ def test_restamp_rule_for_nodeclaims_without_the_current_version(version: str) -
         wk.ANNOTATION_NODEPOOL_HASH: "new",
     }
     assert nodeclaim_restamp(at_current, owner, stamp) == {}
+
+
+def test_a_drift_halt_recorded_with_legacy_hashes_still_holds() -> None:
+    """A ``karpy.sh/drift-halted`` record written with karpy's earlier hashes holds while the specs are
+    unchanged (the new hash algorithm alone must not lift it), and lifts when the NodePool changes."""
+    nclass = nodeclass()
+    pool = nodepool()
+    record = controls.halt_record("bad AMI", legacy_nodepool_hash(pool), legacy_nodeclass_hash(nclass), "t")
+    pool["metadata"]["annotations"][controls.ANNOTATION_DRIFT_HALTED] = record
+    state, _ = cluster(nclass, pool)
+    methods = Methods(state, None, DisruptionSettings())  # type: ignore[arg-type]  # drift_halt reads no queue
+    assert methods.drift_halt(NodePool.from_json(pool)) == "bad AMI"
+    changed = nodepool(taints=[{"key": "k", "effect": "NoSchedule"}])
+    changed["metadata"]["annotations"][controls.ANNOTATION_DRIFT_HALTED] = record
+    assert methods.drift_halt(NodePool.from_json(changed)) == ""
