@@ -19,8 +19,8 @@ from the JSON object as the API server stores it (CRD defaults applied). hashstr
 
 - the hasher is Go's ``fnv.New64()`` (FNV-1, 64 bit), reset for every primitive;
 - strings hash their bytes; ints/bools are ``binary.Write`` little-endian of the Go kind (``int`` as int64,
-  ``int32`` 4 bytes, ``bool`` as one int8 byte); pointers and interfaces are followed (``ZeroNil``: a nil
-  pointer hashes as its element type's zero value);
+  ``int32`` 4 bytes, ``bool`` as one int8 byte); a ``time.Time`` hashes its ``MarshalBinary`` bytes;
+  pointers and interfaces are followed (``ZeroNil``: a nil pointer hashes as its element type's zero value);
 - a slice is the XOR of its elements' hashes (``SlicesAsSets``, so order never matters; no finishing step);
 - a map is ``fnv(le64(XOR over entries of fnv(le64(h(k)) + le64(h(v)))))``;
 - a struct starts from the hash of its type name; every exported field that is not ``hash:"ignore"`` and
@@ -32,6 +32,7 @@ No I/O: every input is a parameter.
 
 from __future__ import annotations
 
+import calendar
 import hashlib
 import json
 import math
@@ -39,6 +40,7 @@ import re
 import struct as binary
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -135,9 +137,16 @@ def _slice(elem: GoType) -> GoType:
     return GoType("slice", elem=elem)
 
 
-# k8s.io/api core/v1 Taint (TimeAdded, a *metav1.Time, is never set on templates and is not modelled).
+TIME = GoType("time")
+# metav1.Time{time.Time}
+METAV1_TIME = _struct("Time", GoField("Time", "", TIME, embedded=True))
+# k8s.io/api core/v1 Taint
 TAINT = _struct(
-    "Taint", GoField("Key", "key", STRING), GoField("Value", "value", STRING), GoField("Effect", "effect", STRING)
+    "Taint",
+    GoField("Key", "key", STRING),
+    GoField("Value", "value", STRING),
+    GoField("Effect", "effect", STRING),
+    GoField("TimeAdded", "timeAdded", METAV1_TIME, pointer=True),
 )
 # metav1.Duration{Duration time.Duration}
 METAV1_DURATION = _struct("Duration", GoField("Duration", "", DURATION, embedded=True))
@@ -268,6 +277,25 @@ def go_duration_ns(text: str) -> int:
     return sign * int(total)
 
 
+_SECONDS_YEAR1_TO_UNIX = 62_135_596_800
+
+
+def go_time_binary(text: str) -> bytes:
+    """``time.Time.MarshalBinary`` (version 1) of an RFC 3339 ``metav1.Time`` (``""``: the zero time) as
+    Karpenter decodes it: ``metav1.Time.UnmarshalJSON`` converts to the process's local zone, UTC in
+    Karpenter's container, so the offset is 0 minutes (not the -1 that marks the UTC location itself).
+
+    Raises:
+        ValueError: not an RFC 3339 time.
+    """
+    if not text:
+        return b"\x01" + (0).to_bytes(8, "big") + (0).to_bytes(4, "big") + (-1).to_bytes(2, "big", signed=True)
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+    seconds = calendar.timegm(moment.timetuple()) + _SECONDS_YEAR1_TO_UNIX
+    nanos = moment.microsecond * 1000
+    return b"\x01" + seconds.to_bytes(8, "big", signed=True) + nanos.to_bytes(4, "big") + (0).to_bytes(2, "big")
+
+
 _DECIMAL_SUFFIXES = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
 _BINARY_SUFFIXES = ((60, "Ei"), (50, "Pi"), (40, "Ti"), (30, "Gi"), (20, "Mi"), (10, "Ki"))
 
@@ -324,6 +352,8 @@ def _is_zero(gotype: GoType, value: Any, pointer: bool) -> bool:
         return bool(value == "")
     if kind in ("int32", "int64", "duration"):
         return _scalar(gotype, value) == 0
+    if kind == "time":
+        return bool(value == "")
     if kind == "bool":
         return value is False
     if kind in ("map", "slice", "quantity"):
@@ -356,6 +386,8 @@ def _hash_value(gotype: GoType, value: Any) -> int:
         return fnv1_64(binary.pack("<i", 0 if value is None else _as_int(value)))
     if kind in ("int64", "duration"):
         return fnv1_64(binary.pack("<q", 0 if value is None else _scalar(gotype, value)))
+    if kind == "time":
+        return fnv1_64(go_time_binary(str(value or "")))
     if kind == "map":
         acc = 0
         for k, v in (value or {}).items():
@@ -400,7 +432,11 @@ def _nillable_duration(value: Any) -> Any:
 def nodepool_hash(nodepool: Mapping[str, Any]) -> str:
     """Karpenter's ``karpenter.sh/nodepool-hash`` for a NodePool object (as stored: CRD defaults applied):
     the decimal hashstructure v2 hash of ``spec.template`` as core ``NodePool.Hash()`` computes it
-    (requirements excluded; disruption, limits and weight are outside the template)."""
+    (requirements excluded; disruption, limits and weight are outside the template).
+
+    Raises:
+        ValueError: a duration or time the CRD schema would have rejected.
+    """
     template = (nodepool.get("spec") or {}).get("template") or {}
     spec = dict(template.get("spec") or {})
     if "expireAfter" in spec:
@@ -453,7 +489,11 @@ def nodeclass_hash(nodeclass: Mapping[str, Any], ca_bundle: str | None = None) -
     applied), as AWS ``EC2NodeClass.Hash(caBundle)`` computes it: the decimal hashstructure v2 hash of
     ``[spec, AMIFamily(), caBundle or "", kubelet as JSON]``. ``ca_bundle`` is the cluster CA bundle Karpenter
     was started with (``CLUSTER_CA_BUNDLE``, else the base64 of its kubeconfig's CA data); ``None`` hashes
-    as Karpenter does without one."""
+    as Karpenter does without one.
+
+    Raises:
+        ValueError: a quantity the CRD schema would have rejected.
+    """
     spec = nodeclass.get("spec") or {}
     elements = [
         _hash_value(EC2NODECLASS_SPEC, spec),
@@ -499,6 +539,7 @@ __all__ = [
     "canonical_quantity",
     "fnv1_64",
     "go_duration_ns",
+    "go_time_binary",
     "kubelet_string",
     "legacy_nodeclass_hash",
     "legacy_nodepool_hash",

@@ -301,6 +301,9 @@ MORE_NODEPOOLS: list[dict[str, Any]] = [
         "taints-without-value",
         {"taints": [{"key": "a", "effect": "NoSchedule"}, {"key": "b", "value": "", "effect": "NoExecute"}]},
     ),
+    nodepool(
+        "taint-time-added", {"taints": [{"key": "a", "effect": "NoSchedule", "timeAdded": "2026-01-02T03:04:05Z"}]}
+    ),
 ]
 
 

@@ -89,6 +89,13 @@ def test_nodepool_hash_treats_taints_as_a_set() -> None:
     assert forward == backward == "13622956582934619110"
 
 
+def test_nodepool_hash_of_a_taint_time_added() -> None:
+    """``timeAdded`` is a metav1.Time: hashed as ``time.Time.MarshalBinary`` in Karpenter's (UTC) local zone."""
+    taint = {"key": "a", "effect": "NoSchedule", "timeAdded": "2026-01-02T03:04:05Z"}
+    assert nodepool_hash(nodepool({"taints": [taint]})) == "9359460079929171056"
+    assert nodepool_hash(nodepool({"taints": [{"key": "a", "effect": "NoSchedule"}]})) == "8919242258545757417"
+
+
 def test_nodepool_hash_ignores_requirements_and_what_is_outside_the_template() -> None:
     pool = nodepool()
     changed = copy.deepcopy(pool)
