@@ -16,6 +16,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import attrs
 import structlog
 
 from karpy.apis import labels as wk
@@ -68,6 +69,8 @@ class Operator:
             operator wires its EC2NodeClass status controller the same way, outside the core).
         interruption_queue: the interruption queue (None: no interruption handling).
         launch_templates: deletes unused launch templates during garbage collection (None: no cleanup).
+        ca_bundle: the cluster CA bundle the EC2NodeClass drift hash includes (:func:`hash_ca_bundle`; None:
+            none, as Karpenter hashes without one).
 
     Build, then :meth:`wire` (the one place anything subscribes to cluster state or plans), then :meth:`run`
     (which wires first if that was not done).
@@ -82,6 +85,7 @@ class Operator:
         nodeclasses: NodeClassResolver,
         interruption_queue: InterruptionQueue | None = None,
         launch_templates: LaunchTemplateJanitor | None = None,
+        ca_bundle: str | None = None,
     ) -> None:
         self.settings = settings
         self.client = client
@@ -100,6 +104,7 @@ class Operator:
             preference_policy=settings.preference_policy,
             min_values_policy=settings.min_values_policy,
             plans=self.plans,
+            ca_bundle=ca_bundle,
         )
         # The provisioner's error retry starts at its old 1 s and grows to the 10 s recheck cadence.
         self.provisioning = SingletonController(self.provisioner, base_delay=1.0, max_delay=RECHECK_SECONDS)
@@ -122,12 +127,18 @@ class Operator:
         )
         self.nodeclass_status = Controller(
             NodeClassStatusReconciler(
-                client, self.state, nodeclasses, self.events, refresh_interval=settings.subnet_refresh_interval
+                client,
+                self.state,
+                nodeclasses,
+                self.events,
+                refresh_interval=settings.subnet_refresh_interval,
+                ca_bundle=ca_bundle,
             ),
             workers=2,
             key_name="ec2nodeclass",
         )
-        self.disruption = Disruption(client, self.state, self.provisioner, self.events, disruption_settings(settings))
+        knobs = attrs.evolve(disruption_settings(settings), ca_bundle=ca_bundle)
+        self.disruption = Disruption(client, self.state, self.provisioner, self.events, knobs)
         # A failed pass is retried no later than the next poll, as before the loop became a singleton.
         self.disruption_loop = SingletonController(self.disruption, max_delay=self.disruption.settings.poll)
         self.nodeclaim_disruption = Controller(
@@ -415,7 +426,23 @@ def aws_operator(
         nodeclasses=cloud,
         interruption_queue=interruption_queue,
         launch_templates=cloud,
+        ca_bundle=hash_ca_bundle(settings, client),
     )
+
+
+def hash_ca_bundle(settings: Settings, client: KubeClient) -> str:
+    """The cluster CA bundle the EC2NodeClass hash includes, as Karpenter's AWS ``operator.GetCABundle`` finds
+    it: ``CLUSTER_CA_BUNDLE`` when set, else the base64 of the kubeconfig's CA data ("" when it has none).
+
+    Raises:
+        StartupError: the kubeconfig's CA file cannot be read.
+    """
+    if settings.cluster_ca_bundle:
+        return settings.cluster_ca_bundle
+    try:
+        return client.ca_bundle()
+    except OSError as err:
+        raise StartupError(f"cluster CA bundle: cannot read the kubeconfig's CA data: {_one_line(err)}") from None
 
 
 async def _interruption_queue(settings: Settings, sqs: Any) -> SQSInterruptionQueue | None:
@@ -486,4 +513,4 @@ def _one_line(err: BaseException) -> str:
     return text[:300]
 
 
-__all__ = ["Operator", "aws_operator", "run"]
+__all__ = ["Operator", "aws_operator", "hash_ca_bundle", "run"]

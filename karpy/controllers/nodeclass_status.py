@@ -24,7 +24,8 @@ import structlog
 from karpy.apis import labels as wk
 from karpy.apis.conditions import conditions_json, same_conditions, set_condition
 from karpy.apis.ec2nodeclass import EC2NodeClass
-from karpy.apis.hashing import nodeclass_hash
+from karpy.apis.hashing import legacy_nodeclass_hash, nodeclass_hash
+from karpy.controllers.hash_restamp import nodeclass_stamp, restamp_nodeclaims
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.events import WARNING, EventRecorder
@@ -55,7 +56,11 @@ class NodeClassResolver(Protocol):
 
 
 class NodeClassStatusReconciler:
-    """Keyed by EC2NodeClass name."""
+    """Keyed by EC2NodeClass name.
+
+    Args:
+        ca_bundle: the cluster CA bundle the EC2NodeClass hash includes (None: none).
+    """
 
     name = "ec2nodeclass.status"
 
@@ -67,8 +72,10 @@ class NodeClassStatusReconciler:
         events: EventRecorder,
         *,
         refresh_interval: float = 60.0,
+        ca_bundle: str | None = None,
     ) -> None:
         self.client = client
+        self.ca_bundle = ca_bundle
         self.state = state
         self.resolver = resolver
         self.events = events
@@ -136,13 +143,27 @@ class NodeClassStatusReconciler:
         return Result(requeue_after=self.refresh_interval)
 
     async def _ensure_hash(self, nodeclass: EC2NodeClass) -> None:
+        """Stamp the EC2NodeClass's hash annotations (AWS ``pkg/controllers/nodeclass/hash``, the hash including
+        the cluster CA bundle), first re-stamping its NodeClaims when only the hash algorithm changed
+        (:mod:`karpy.controllers.hash_restamp`).
+
+        Raises:
+            ApiError: a patch was refused; the reconcile is retried.
+        """
         annotations = nodeclass.meta.annotations
-        want = nodeclass_hash(nodeclass.raw)
+        want = nodeclass_hash(nodeclass.raw, self.ca_bundle)
         if (
             annotations.get(wk.ANNOTATION_NODECLASS_HASH) == want
             and annotations.get(wk.ANNOTATION_NODECLASS_HASH_VERSION) == wk.NODECLASS_HASH_VERSION
         ):
             return
+        stamp = nodeclass_stamp(want, legacy_nodeclass_hash(nodeclass.raw))
+        claims = [
+            claim
+            for claim in self.state.nodeclaim_views.values()
+            if claim.node_class_ref.ec2nodeclass and claim.node_class_ref.name == nodeclass.name
+        ]
+        await restamp_nodeclaims(self.client, self.state, claims, annotations, stamp)
         patch = {
             "metadata": {
                 "annotations": {

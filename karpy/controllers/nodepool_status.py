@@ -20,11 +20,12 @@ import structlog
 
 from karpy.apis import labels as wk
 from karpy.apis.conditions import conditions_json, same_conditions, set_condition
-from karpy.apis.hashing import nodepool_hash
+from karpy.apis.hashing import legacy_nodepool_hash, nodepool_hash
 from karpy.apis.nodepool import NodePool
 from karpy.apis.quantity import QuantityError, format_resource_list, parse_resource_list
 from karpy.apis.resources import add
 from karpy.cloudprovider.types import CloudProvider, CloudProviderError, InstanceType
+from karpy.controllers.hash_restamp import nodepool_stamp, restamp_nodeclaims
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.events import WARNING, EventRecorder
@@ -197,6 +198,12 @@ class NodePoolStatusReconciler:
         self.events.publish(ref, WARNING, "NoCompatibleInstanceTypes", NO_COMPATIBLE_TYPES)
 
     async def _ensure_hash(self, nodepool: NodePool) -> None:
+        """Stamp the NodePool's hash annotations (Karpenter core ``pkg/controllers/nodepool/hash``), first
+        re-stamping its NodeClaims when only the hash algorithm changed (:mod:`karpy.controllers.hash_restamp`).
+
+        Raises:
+            ApiError: a patch was refused; the reconcile is retried.
+        """
         annotations = nodepool.meta.annotations
         want = nodepool_hash(nodepool.raw)
         if (
@@ -204,6 +211,9 @@ class NodePoolStatusReconciler:
             and annotations.get(wk.ANNOTATION_NODEPOOL_HASH_VERSION) == wk.NODEPOOL_HASH_VERSION
         ):
             return
+        stamp = nodepool_stamp(want, legacy_nodepool_hash(nodepool.raw))
+        claims = self.state.nodeclaim_views_of(nodepool.name)
+        await restamp_nodeclaims(self.client, self.state, claims, annotations, stamp)
         patch = {
             "metadata": {
                 "annotations": {

@@ -100,8 +100,10 @@ class Provisioner:
         plans: Plans,
         launch_backoff: LaunchBackoff | None = None,
         clock: Clock | None = None,
+        ca_bundle: str | None = None,
     ) -> None:
         self.client = client
+        self.ca_bundle = ca_bundle  # what the EC2NodeClass hash stamped on new NodeClaims includes
         self.plans = plans
         self.preference_policy = preference_policy
         self.min_values_policy = min_values_policy
@@ -441,7 +443,8 @@ class Provisioner:
 
     async def _create(self, plan: model.NewNodeClaim, nodepool: NodePool, batch: str) -> JSON | None:
         nodeclass = self.state.nodeclass_view(nodepool.template.node_class_ref.name)
-        body = nodeclaim_from_plan(plan, nodepool.raw, nodeclass.raw if nodeclass is not None else None, batch=batch)
+        nodeclass_raw = nodeclass.raw if nodeclass is not None else None
+        body = nodeclaim_from_plan(plan, nodepool.raw, nodeclass_raw, batch=batch, ca_bundle=self.ca_bundle)
         try:
             created = await self.client.create(NODECLAIMS, body)
         except ApiError as err:
@@ -555,6 +558,7 @@ def nodeclaim_from_plan(
     nodeclass: Mapping[str, Any] | None = None,
     *,
     batch: str = "",
+    ca_bundle: str | None = None,
 ) -> JSON:
     """The NodeClaim JSON Karpenter would create for a plan (core ``provisioning/scheduling/nodeclaim.go``
     ``ToNodeClaim`` and ``provisioner.go`` ``Create``): generateName, labels, annotations,
@@ -565,7 +569,8 @@ def nodeclaim_from_plan(
 
     With ``nodeclass`` (the EC2NodeClass it launches from) the NodeClaim also carries the EC2NodeClass hash
     (``karpenter.k8s.aws/ec2nodeclass-hash`` + version), as Karpenter's AWS provider stamps it at launch, so
-    a later change of the EC2NodeClass is detected as ``NodeClassDrift``."""
+    a later change of the EC2NodeClass is detected as ``NodeClassDrift``; ``ca_bundle`` is the cluster CA
+    bundle that hash includes (AWS ``cloudprovider.go`` ``Create`` stamps ``nodeClass.Hash(caBundle)``)."""
     meta = nodepool.get("metadata") or {}
     template = (nodepool.get("spec") or {}).get("template") or {}
     tmeta = template.get("metadata") or {}
@@ -593,7 +598,7 @@ def nodeclaim_from_plan(
         **plan.annotations,
     }
     if nodeclass is not None:
-        annotations[wk.ANNOTATION_NODECLASS_HASH] = nodeclass_hash(nodeclass)
+        annotations[wk.ANNOTATION_NODECLASS_HASH] = nodeclass_hash(nodeclass, ca_bundle)
         annotations[wk.ANNOTATION_NODECLASS_HASH_VERSION] = wk.NODECLASS_HASH_VERSION
     spec: JSON = {
         "requirements": [requirement_to_json(r) for r in plan.requirements],

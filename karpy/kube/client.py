@@ -7,6 +7,7 @@ generated model objects are built on hot paths (a 20,000-pod list stays plain di
 
 from __future__ import annotations
 
+import base64
 import builtins
 import json
 import os
@@ -65,6 +66,19 @@ class KubeClient:
     def host(self) -> str:
         """The apiserver URL."""
         return str(self._api.configuration.host)
+
+    def ca_bundle(self) -> str:
+        """The base64 of the CA certificates this client trusts for the apiserver ("" when none is configured),
+        as Karpenter's AWS ``operator.GetCABundle`` takes it from its REST config's CA data.
+
+        Raises:
+            OSError: the CA file the kubeconfig loader wrote cannot be read.
+        """
+        path = getattr(self._api.configuration, "ssl_ca_cert", None)
+        if not path:
+            return ""
+        with open(path, "rb") as f:
+            return base64.b64encode(f.read()).decode()
 
     async def close(self) -> None:
         """Close the connection pool."""

@@ -8,8 +8,7 @@ ipPrefixCount, budget fields) never enter it, and disruption, limits and weight 
 Both sides hash the manifest as the API server stores it: the reference prunes and defaults it with
 Karpenter's CRD schemas and returns that object, which is what karpy is given.
 
-The value comparisons are ``xfail(strict=True)`` until issue 9 makes karpy's hashes Karpenter's: the suite
-stays green, and turns red the moment one starts matching unnoticed (then drop its mark).
+karpy computes both exactly (``karpy/apis/hashing.py``): every value comparison must hold.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import pytest
 from e2e.karpenter_ref import HashResult, KarpenterRef
 from karpy.apis.hashing import nodeclass_hash, nodepool_hash
 
-NOT_YET = "issue 9: karpy's hash is not Karpenter v1.15's yet"
 NODE_CLASS_REF = {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
 
 
@@ -184,14 +182,12 @@ def test_reference_excludes_what_karpenter_ignores(
         assert (ref.hash == nodeclass_refs["al2023"].hash) == (name in same_nc or name == "al2023"), name
 
 
-@pytest.mark.xfail(strict=True, reason=NOT_YET)
 @pytest.mark.parametrize("name", _names(NODEPOOLS))
 def test_nodepool_hash_matches_karpenter(name: str, nodepool_refs: dict[str, HashResult]) -> None:
     ref = nodepool_refs[name]
     assert nodepool_hash(copy.deepcopy(ref.object)) == ref.hash
 
 
-@pytest.mark.xfail(strict=True, reason=NOT_YET)
 @pytest.mark.parametrize("name", _names(NODECLASSES))
 def test_nodeclass_hash_matches_karpenter(name: str, nodeclass_refs: dict[str, HashResult]) -> None:
     ref = nodeclass_refs[name]
@@ -214,11 +210,6 @@ def test_nodepool_hash_ignores_what_karpenter_ignores(nodepool_refs: dict[str, H
     assert len(set(karpy.values())) == len({r.hash for r in nodepool_refs.values()})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 9: karpy leaves out the AMI family an amiSelectorTerms alias resolves to; Karpenter hashes "
-    "EC2NodeClass.AMIFamily(), so switching al2023@latest to bottlerocket@latest drifts only in Karpenter",
-)
 def test_nodeclass_hash_ignores_what_karpenter_ignores(nodeclass_refs: dict[str, HashResult]) -> None:
     """Even before the values match, karpy must drift on exactly the EC2NodeClass changes Karpenter drifts on."""
     karpy = {n: nodeclass_hash(copy.deepcopy(r.object)) for n, r in nodeclass_refs.items()}
@@ -234,3 +225,94 @@ def test_reference_nodeclass_hash_includes_the_ca_bundle(karpenter_ref: Karpente
     without = karpenter_ref.hashes(NODECLASSES[:1])[0].hash
     with_ca = karpenter_ref.hashes(NODECLASSES[:1], ca_bundle="LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==")[0].hash
     assert with_ca != without
+
+
+CA_BUNDLE = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg=="
+
+# Further fields and encodings (each hashed differently by hashstructure: int32/int64 kinds, pointers to
+# zero values, embedded durations, resource.Quantity's canonical String(), the kubelet map's Go JSON text,
+# present-but-empty lists and maps), checked with and without a CA bundle.
+MORE_NODECLASSES: list[dict[str, Any]] = [
+    nodeclass(
+        "network-interfaces",
+        networkInterfaces=[
+            {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"},
+            {"networkCardIndex": 1, "deviceIndex": 1, "interfaceType": "efa-only"},
+        ],
+    ),
+    nodeclass("enclave-off", enclaveOptions={"enabled": False}),
+    nodeclass("enclave-on", enclaveOptions={"enabled": True}),
+    nodeclass("connection-tracking", connectionTracking={"tcpEstablishedTimeout": 300, "udpTimeout": 30}),
+    nodeclass("cpu-options", cpuOptions={"nestedVirtualization": "enabled"}),
+    nodeclass("placement-group", placementGroupSelector={"name": "my-pg"}),
+    nodeclass("context", context="arn:aws:ec2:us-west-2:123456789012:context"),
+    nodeclass(
+        "volume-1024Gi",
+        blockDeviceMappings=[
+            {
+                "deviceName": "/dev/xvda",
+                "ebs": {
+                    "volumeSize": "1024Gi",
+                    "deleteOnTermination": False,
+                    "kmsKeyID": "key",
+                    "snapshotID": "snap-0123",
+                    "volumeInitializationRate": 100,
+                },
+            }
+        ],
+    ),
+    nodeclass(
+        "volume-decimal",
+        blockDeviceMappings=[
+            {"deviceName": "/dev/xvda", "ebs": {"volumeSize": "20G"}},
+            {"deviceName": "/dev/xvdc", "ebs": {"volumeSize": "1500M"}},
+            {"deviceName": "/dev/xvdd", "ebs": {"volumeSize": "1000"}},
+        ],
+    ),
+    nodeclass("windows2022", amiSelectorTerms=[{"alias": "windows2022@latest"}]),
+    nodeclass("al2", amiSelectorTerms=[{"alias": "al2@latest"}]),
+    nodeclass(
+        "kubelet-nested",
+        kubelet={
+            "clusterDNS": ["10.0.0.10"],
+            "kubeReserved": {"cpu": "1", "memory": "1Gi"},
+            "evictionSoft": {"memory.available": "<10%&"},
+            "imageGCHighThresholdPercent": 85,
+            "cpuCFSQuota": True,
+        },
+    ),
+    nodeclass("empty-tags", tags={}),
+    nodeclass("ip-prefix-count", ipPrefixCount=3),
+    nodeclass(
+        "metadata-options-all",
+        metadataOptions={
+            "httpEndpoint": "disabled",
+            "httpProtocolIPv6": "enabled",
+            "httpPutResponseHopLimit": 1,
+            "httpTokens": "required",
+        },
+    ),
+]
+MORE_NODEPOOLS: list[dict[str, Any]] = [
+    nodepool("empty-taints", {"taints": []}),
+    nodepool("empty-labels", metadata={"labels": {}}),
+    nodepool("tgp-composite", {"terminationGracePeriod": "1h30m0s"}),
+    nodepool(
+        "taints-without-value",
+        {"taints": [{"key": "a", "effect": "NoSchedule"}, {"key": "b", "value": "", "effect": "NoExecute"}]},
+    ),
+    nodepool(
+        "taint-time-added", {"taints": [{"key": "a", "effect": "NoSchedule", "timeAdded": "2026-01-02T03:04:05Z"}]}
+    ),
+]
+
+
+@pytest.mark.parametrize("ca_bundle", [None, CA_BUNDLE])
+def test_more_hashes_match_karpenter(karpenter_ref: KarpenterRef, ca_bundle: str | None) -> None:
+    """Every further field and encoding hashes as Karpenter hashes it, with and without the CA bundle."""
+    results = karpenter_ref.hashes([*MORE_NODECLASSES, *MORE_NODEPOOLS], ca_bundle=ca_bundle)
+    assert len(results) == len(MORE_NODECLASSES) + len(MORE_NODEPOOLS)
+    for ref in results:
+        obj = copy.deepcopy(ref.object)
+        mine = nodeclass_hash(obj, ca_bundle) if ref.kind == "EC2NodeClass" else nodepool_hash(obj)
+        assert mine == ref.hash, ref.name

@@ -55,6 +55,7 @@ class DisruptionSettings:
         pause_namespace: the Namespace whose ``karpy.sh/disruption-paused`` annotation pauses the cluster.
         spot_to_spot: feature gate ``SpotToSpotConsolidation``.
         drift_check_interval: seconds between cloud lookups (subnet, security groups) per NodeClaim.
+        ca_bundle: the cluster CA bundle the EC2NodeClass hash includes (Karpenter's ``GetCABundle``; None: none).
     """
 
     poll: float = 10.0
@@ -67,6 +68,7 @@ class DisruptionSettings:
     pause_namespace: str = "kube-system"
     spot_to_spot: bool = False
     drift_check_interval: float = 300.0
+    ca_bundle: str | None = None
 
 
 def from_settings(settings: Settings) -> DisruptionSettings:

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 
 from karpy.apis import labels as wk
 from karpy.apis.ec2nodeclass import EC2NodeClass
-from karpy.apis.hashing import nodeclass_hash, nodepool_hash
+from karpy.apis.hashing import legacy_nodeclass_hash, legacy_nodepool_hash, nodeclass_hash, nodepool_hash
 from karpy.apis.nodeclaim import NodeClaim, NodeSelectorRequirement
 from karpy.apis.nodepool import NodePool
 from karpy.cloudprovider.types import CloudInstance
@@ -67,14 +67,19 @@ def requirement_admits(req: NodeSelectorRequirement, labels: Mapping[str, str]) 
     return True
 
 
-def static_drift(claim: NodeClaim, nodepool: NodePool, nodeclass: EC2NodeClass | None) -> str:
+def static_drift(
+    claim: NodeClaim, nodepool: NodePool, nodeclass: EC2NodeClass | None, ca_bundle: str | None = None
+) -> str:
     """The first drift reason found from the objects alone ("" when none), in Karpenter's order. The hashes are
-    computed from the NodePool's and EC2NodeClass's JSON (``raw``), as Karpenter hashes the written spec."""
+    computed from the NodePool's and EC2NodeClass's JSON (``raw``), as Karpenter hashes the written spec
+    (the EC2NodeClass's with the cluster CA bundle ``ca_bundle``). A NodeClaim still carrying the hash karpy
+    computed for the same spec before it computed Karpenter's (same version) has not drifted: its owner's
+    status reconciler re-stamps it (:mod:`karpy.controllers.hash_restamp`)."""
     notes = claim.meta.annotations
     if (
         notes.get(wk.ANNOTATION_NODEPOOL_HASH)
         and notes.get(wk.ANNOTATION_NODEPOOL_HASH_VERSION) == wk.NODEPOOL_HASH_VERSION
-        and notes[wk.ANNOTATION_NODEPOOL_HASH] != nodepool_hash(nodepool.raw)
+        and notes[wk.ANNOTATION_NODEPOOL_HASH] not in (nodepool_hash(nodepool.raw), legacy_nodepool_hash(nodepool.raw))
     ):
         return NODEPOOL_DRIFTED
     labels = claim.meta.labels
@@ -85,7 +90,8 @@ def static_drift(claim: NodeClaim, nodepool: NodePool, nodeclass: EC2NodeClass |
     if (
         notes.get(wk.ANNOTATION_NODECLASS_HASH)
         and notes.get(wk.ANNOTATION_NODECLASS_HASH_VERSION, wk.NODECLASS_HASH_VERSION) == wk.NODECLASS_HASH_VERSION
-        and notes[wk.ANNOTATION_NODECLASS_HASH] != nodeclass_hash(nodeclass.raw)
+        and notes[wk.ANNOTATION_NODECLASS_HASH]
+        not in (nodeclass_hash(nodeclass.raw, ca_bundle), legacy_nodeclass_hash(nodeclass.raw))
     ):
         return NODECLASS_DRIFTED
     amis = {a.id for a in nodeclass.amis}

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from karpy.apis import labels as wk
-from karpy.apis.hashing import nodeclass_hash, nodepool_hash
+from karpy.apis.hashing import legacy_nodeclass_hash, legacy_nodepool_hash, nodeclass_hash, nodepool_hash
 from karpy.apis.nodepool import NodePool
 from karpy.controllers.budgets import allowed_disruptions
 from karpy.controllers.disruption import consolidation as cons
@@ -109,9 +109,7 @@ class Methods:
                 attrs.evolve(e, allocatable={}) if e.nodeclaim in drifted_names or e.name in drifted_names else e
                 for e in ctx.existing
             ]
-            result = cons.simulate(
-                [candidate], ctx.pending, ctx.pools, healthy, ctx.daemonsets, options=ctx.options
-            )
+            result = cons.simulate([candidate], ctx.pending, ctx.pools, healthy, ctx.daemonsets, options=ctx.options)
             replacements = cons.replacements_for_drift(candidate, result)
             if replacements is None:
                 ctx.blocked[name] = "drifted, but its pods would not all schedule"
@@ -122,9 +120,13 @@ class Methods:
     def drift_halt(self, nodepool: NodePool) -> str:
         """Why drift is halted for ``nodepool`` ("" when it may proceed): see :mod:`.controls`."""
         nodeclass = self.state.nodeclass_view(nodepool.template.node_class_ref.name)
-        return controls.drift_halted(
-            nodepool, nodepool_hash(nodepool.raw), nodeclass_hash(nodeclass.raw if nodeclass is not None else {})
+        nodeclass_raw = nodeclass.raw if nodeclass is not None else {}
+        halted = controls.drift_halted(
+            nodepool, nodepool_hash(nodepool.raw), nodeclass_hash(nodeclass_raw, self.settings.ca_bundle)
         )
+        # A halt recorded by a karpy that wrote its own SHA-256 hashes holds while the specs are unchanged.
+        legacy = (legacy_nodepool_hash(nodepool.raw), legacy_nodeclass_hash(nodeclass_raw))
+        return halted or controls.drift_halted(nodepool, *legacy)
 
     def underutilized(self, ctx: Context) -> list[Candidate]:
         """Candidates consolidation may move: policy ``WhenEmptyOrUnderutilized``, priced, Consolidatable and out

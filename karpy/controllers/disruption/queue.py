@@ -232,7 +232,8 @@ class Queue:
         if nodepool is None:
             raise _Abort(f"NodePool {plan.nodepool} is gone", halt=False)
         nodeclass = self.state.nodeclass_view(nodepool.template.node_class_ref.name)
-        body = nodeclaim_from_plan(plan, nodepool.raw, nodeclass.raw if nodeclass is not None else None)
+        nodeclass_raw = nodeclass.raw if nodeclass is not None else None
+        body = nodeclaim_from_plan(plan, nodepool.raw, nodeclass_raw, ca_bundle=self.settings.ca_bundle)
         body["metadata"]["annotations"][controls.ANNOTATION_DECISION] = json.dumps(
             {**command.record(), "replacementFor": [c.name for c in command.candidates]}, sort_keys=True
         )
@@ -314,7 +315,7 @@ class Queue:
         record = controls.halt_record(
             reason,
             nodepool_hash(nodepool.raw),
-            nodeclass_hash(nodeclass.raw if nodeclass is not None else {}),
+            nodeclass_hash(nodeclass.raw if nodeclass is not None else {}, self.settings.ca_bundle),
             now_rfc3339(),
         )
         try:
