@@ -21,12 +21,6 @@ def add(*maps: Mapping[str, int]) -> Resources:
     return total
 
 
-def subtract(a: Mapping[str, int], b: Mapping[str, int]) -> Resources:
-    """``a - b`` per resource; may go negative (callers test :func:`fits`)."""
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = out.get(k, 0) - v
-    return out
 
 
 def fits(requests: Mapping[str, int], available: Mapping[str, int]) -> bool:
@@ -43,7 +37,3 @@ def max_of(maps: Iterable[Mapping[str, int]]) -> Resources:
                 out[k] = v
     return out
 
-
-def exceeded_by(requests: Mapping[str, int], limits: Mapping[str, int]) -> list[str]:
-    """The resources named in ``limits`` that ``requests`` goes over (Karpenter: ``ExceededBy``)."""
-    return [k for k, limit in limits.items() if requests.get(k, 0) > limit]

@@ -104,4 +104,4 @@ class SingletonController:
         await self._clock.wait_event(self._wake, delay)
 
 
-__all__ = ["Backoff", "Singleton", "SingletonController"]
+__all__ = ["Singleton", "SingletonController"]

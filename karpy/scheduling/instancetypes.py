@@ -45,9 +45,6 @@ def pod_matches_labels(pod: Pod, labels: Mapping[str, str]) -> bool:
     return not pod.required_terms or any(term and rq.matches(term, labels) for term in pod.required_terms)
 
 
-def to_vector(resources: Mapping[str, int], index: Sequence[str]) -> Vector:
-    """Dense vector of ``resources`` over ``index`` (missing resources are zero)."""
-    return tuple(resources.get(name, 0) for name in index)
 
 
 def requests_vector(pod: Pod, index: Sequence[str]) -> Vector:
