@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from karpy.apis import labels as wk
+from karpy.apis.kubelet import validate_kubelet
 from karpy.apis.meta import JSON
 from karpy.apis.quantity import QuantityError, parse_resource_list
 
@@ -168,6 +169,18 @@ def check_nodepool_labels(spec: Mapping[str, Any], where: str) -> None:
             reason = f"label {key} is restricted: karpy sets it"
         if reason:
             raise ManifestError(f"{where}: {reason} (template {what}s)")
+
+
+def check_nodeclass(obj: Mapping[str, Any], origin: str) -> None:
+    """An EC2NodeClass's ``spec.kubelet`` block, free-form in the CRD, is one Karpenter v1.15 accepts
+    (:func:`karpy.apis.kubelet.validate_kubelet`; Karpenter reports it as ``ValidationSucceeded=False``).
+
+    Raises:
+        ManifestError: naming the document, the EC2NodeClass and the first problem.
+    """
+    errors = validate_kubelet((obj.get("spec") or {}).get("kubelet"))
+    if errors:
+        raise ManifestError(f"{origin}: EC2NodeClass {obj['metadata']['name']}: {errors[0]}")
 
 
 def check_node(obj: Mapping[str, Any], origin: str) -> None:
