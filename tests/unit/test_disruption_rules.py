@@ -291,7 +291,12 @@ def test_hash_drift_compares_the_owners_annotation_not_its_spec() -> None:
     [
         ({"key": "k", "operator": "In", "values": ["a"]}, {"k": "a"}, True),
         ({"key": "k", "operator": "In", "values": ["a"]}, {"k": "b"}, False),
-        ({"key": "k", "operator": "In", "values": ["a"]}, {}, True),
+        # A label the NodeClaim lacks: only NotIn/DoesNotExist are compatible (Karpenter's Compatible).
+        ({"key": "k", "operator": "In", "values": ["a"]}, {}, False),
+        ({"key": "k", "operator": "Exists"}, {}, False),
+        ({"key": "k", "operator": "Gt", "values": ["4"]}, {}, False),
+        ({"key": "k", "operator": "NotIn", "values": ["a"]}, {}, True),
+        ({"key": "k", "operator": "DoesNotExist"}, {}, True),
         ({"key": "k", "operator": "NotIn", "values": ["a"]}, {"k": "a"}, False),
         ({"key": "k", "operator": "DoesNotExist"}, {"k": "a"}, False),
         ({"key": "k", "operator": "Gt", "values": ["4"]}, {"k": "8"}, True),

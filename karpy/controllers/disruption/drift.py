@@ -52,12 +52,14 @@ def _number(value: str) -> float | None:
 def requirement_admits(req: NodeSelectorRequirement, labels: Mapping[str, str]) -> bool:
     """Whether one NodePool requirement is still compatible with the NodeClaim's labels.
 
-    Only keys the NodeClaim carries are judged (an absent label is undecided, as Karpenter's
-    ``Compatible`` treats it); ``DoesNotExist`` fails on a present label.
+    Karpenter's ``areRequirementsDrifted`` (core ``nodeclaim/disruption/drift.go``): the NodeClaim's labels as
+    ``In [value]`` requirements must be ``Compatible`` with the NodePool's, so a label the NodeClaim lacks
+    admits only ``NotIn`` and ``DoesNotExist`` (core ``scheduling/requirements.go`` ``Compatible``: a key without
+    known values is denied otherwise); ``DoesNotExist`` fails on a present label.
     """
     key = wk.NORMALIZED_LABELS.get(req.key, req.key)
     if key not in labels:
-        return True
+        return req.operator in ("NotIn", "DoesNotExist")
     value, op, values = labels[key], req.operator, req.values
     if op == "In":
         return value in values
