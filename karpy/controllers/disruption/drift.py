@@ -6,7 +6,8 @@ Drift reasons, checked in Karpenter's order (core ``nodeclaim/disruption/drift.g
 
 * ``NodePoolDrifted``: the NodeClaim's ``karpenter.sh/nodepool-hash`` differs from the NodePool's
   ``karpenter.sh/nodepool-hash`` *annotation* (behavioural fields — weight, limits, disruption — are not hashed);
-* ``RequirementsDrifted``: a NodePool requirement no longer admits the NodeClaim's label for that key;
+* ``RequirementsDrifted``: a NodePool requirement no longer admits the NodeClaim's label for that key (or the
+  NodeClaim lacks the label and the operator is neither ``NotIn`` nor ``DoesNotExist``);
 * ``NodeClassDrift``: the NodeClaim's ``karpenter.k8s.aws/ec2nodeclass-hash`` differs from the EC2NodeClass's
   annotation;
 * ``AMIDrift``: ``status.imageID`` is not among the EC2NodeClass's resolved ``status.amis``;
@@ -17,9 +18,10 @@ The hashes are compared as Karpenter compares them (core ``areStaticFieldsDrifte
 ``areStaticFieldsDrifted``): the NodeClaim's annotation against its owner's annotation, never against a hash
 recomputed from the owner's spec, and only when both carry the hash and the hash-version annotations and the
 versions are equal. The owner's annotation is written by its hash stamping (the NodePool and EC2NodeClass status
-reconcilers, as Karpenter's ``nodepool/hash`` and ``nodeclass/hash`` controllers): a spec change drifts the
-NodeClaims once it is stamped, and a NodeClaim Karpenter launched is never drifted by a hash karpy would compute
-differently. A hash-version change re-stamps the NodeClaims instead (:mod:`karpy.controllers.hash_restamp`).
+reconcilers, as Karpenter's ``nodepool/hash`` and ``nodeclass/hash`` controllers, with Karpenter's own hashes
+from :mod:`karpy.apis.hashing`): a spec change drifts the NodeClaims once it is stamped, and the stamps Karpenter
+left on a cluster karpy adopts stand unchanged. A hash-version change re-stamps the NodeClaims instead
+(:mod:`karpy.controllers.hash_restamp`).
 """
 
 from __future__ import annotations
