@@ -8,7 +8,9 @@ already has a ``Drifted`` condition, the owner's current hash: a new hash algori
 karpy adds one case Karpenter does not have: karpy wrote the same version strings (``v3``, ``v6``) with its
 own SHA-256 hash before it computed Karpenter's. An owner whose stored hash is that legacy hash of its
 current spec was stamped by such a karpy; its NodeClaims carrying the same legacy value were stamped from
-that spec, so they get the current hash too (the others keep theirs and drift, as they did before).
+that spec, so they get the current hash too (the others keep theirs and drift, as they did before). Until the
+owner is re-stamped, drift compares the NodeClaim's hash with the owner's annotation (Karpenter's rule,
+:func:`karpy.controllers.disruption.drift.hash_drifted`), so those NodeClaims do not drift in between either.
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ class NodeClaimDisruption:
         nodeclass = self.state.nodeclass_view(claim.node_class_ref.name) or self.state.nodeclass_view(
             nodepool.template.node_class_ref.name
         )
-        reason = dr.static_drift(claim, nodepool, nodeclass, self.settings.ca_bundle)
+        reason = dr.static_drift(claim, nodepool, nodeclass)
         if not reason and nodeclass is not None:
             reason = await self._instance_drift_reason(claim, nodeclass, now)
         if not reason and controls.expiration_budgeted(nodepool) and dr.expired(claim, now):

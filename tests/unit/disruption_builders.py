@@ -4,6 +4,7 @@ and a cluster state loaded with them (the apiserver is :class:`karpy.kube.fake.F
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -150,6 +151,20 @@ def nodeclaim(
             "conditions": conditions,
         },
     }
+
+
+def hash_stamped(obj: JSON, ca_bundle: str | None = None) -> JSON:
+    """A copy of ``obj`` (a NodePool or EC2NodeClass) with the hash annotations its hash stamping writes for its
+    current spec (Karpenter's ``nodepool/hash`` / ``nodeclass/hash`` controllers; karpy's status reconcilers)."""
+    obj = copy.deepcopy(obj)
+    notes = obj["metadata"].setdefault("annotations", {})
+    if obj["kind"] == "NodePool":
+        notes[wk.ANNOTATION_NODEPOOL_HASH] = nodepool_hash(obj)
+        notes[wk.ANNOTATION_NODEPOOL_HASH_VERSION] = wk.NODEPOOL_HASH_VERSION
+    else:
+        notes[wk.ANNOTATION_NODECLASS_HASH] = nodeclass_hash(obj, ca_bundle)
+        notes[wk.ANNOTATION_NODECLASS_HASH_VERSION] = wk.NODECLASS_HASH_VERSION
+    return obj
 
 
 def node(

@@ -33,6 +33,7 @@ from tests.unit.disruption_builders import (
     CATALOGUE,
     T0,
     cloud_instance,
+    hash_stamped,
     loaded_state,
     node,
     nodeclaim,
@@ -218,11 +219,13 @@ def test_empty_command_respects_per_pool_budget_and_skips_busy_nodes() -> None:
 
 
 def test_static_drift_reasons_in_order() -> None:
+    """Owners stamped by their hash stamping (as Karpenter's hash controllers would): the reasons in Karpenter's
+    order."""
     nclass, pool = nodeclass(), nodepool()
     claim = claim_view(nodeclaim("a", pool, nclass))
 
     def drift(claim: NodeClaim, pool: dict, nclass: dict) -> str:
-        return dr.static_drift(claim, pool_view(pool), class_view(nclass))
+        return dr.static_drift(claim, pool_view(hash_stamped(pool)), class_view(hash_stamped(nclass)))
 
     assert drift(claim, pool, nclass) == ""
     assert dr.static_drift(claim, pool_view(pool), None) == "", "no EC2NodeClass: only the NodePool is judged"
@@ -248,12 +251,52 @@ def test_static_drift_reasons_in_order() -> None:
     assert drift(claim_view(unstamped), pool, changed_class) == "", "no hash recorded: no NodeClassDrift"
 
 
+def test_hash_drift_compares_the_owners_annotation_not_its_spec() -> None:
+    """Karpenter's ``areStaticFieldsDrifted`` (core ``nodeclaim/disruption/drift.go``, AWS
+    ``cloudprovider/drift.go``): the NodeClaim's hash against the owner's hash *annotation*, only when both carry
+    the hash and the version and the versions are equal. A spec change drifts once it is stamped; an owner and
+    NodeClaim stamped by Karpenter with values karpy would not compute never drift while they agree."""
+    claim = claim_view(
+        nodeclaim(
+            "a",
+            nodepool(),
+            annotations={wk.ANNOTATION_NODEPOOL_HASH: "4242", wk.ANNOTATION_NODECLASS_HASH: "1717"},
+        )
+    )
+    karpenters = nodepool(
+        annotations={wk.ANNOTATION_NODEPOOL_HASH: "4242", wk.ANNOTATION_NODEPOOL_HASH_VERSION: "v3"},
+        expireAfter="24h",  # whatever the spec: the annotations agree
+    )
+    nclass = nodeclass()
+    nclass["metadata"]["annotations"] = {
+        wk.ANNOTATION_NODECLASS_HASH: "1717",
+        wk.ANNOTATION_NODECLASS_HASH_VERSION: "v6",
+    }
+    assert dr.static_drift(claim, pool_view(karpenters), class_view(nclass)) == ""
+    assert dr.static_drift(claim, pool_view(hash_stamped(karpenters)), class_view(nclass)) == dr.NODEPOOL_DRIFTED
+    assert dr.static_drift(claim, pool_view(nodepool()), class_view(nclass)) == "", "owner not stamped yet"
+    assert dr.static_drift(claim, pool_view(karpenters), class_view(hash_stamped(nclass))) == dr.NODECLASS_DRIFTED
+
+    notes = {"h": "1", "v": "v3"}
+    assert dr.hash_drifted(notes, {"h": "2", "v": "v3"}, "h", "v")
+    assert not dr.hash_drifted(notes, {"h": "1", "v": "v3"}, "h", "v")
+    assert not dr.hash_drifted(notes, {"h": "2", "v": "v2"}, "h", "v"), "other version: re-stamped, not drift"
+    assert not dr.hash_drifted(notes, {"h": "2"}, "h", "v"), "NodeClaim without a version"
+    assert not dr.hash_drifted({"h": "1"}, {"h": "2", "v": "v3"}, "h", "v"), "owner without a version"
+    assert dr.hash_drifted({"h": "", "v": ""}, {"h": "2", "v": ""}, "h", "v"), "present, even empty, counts"
+
+
 @pytest.mark.parametrize(
     ("req", "labels", "admits"),
     [
         ({"key": "k", "operator": "In", "values": ["a"]}, {"k": "a"}, True),
         ({"key": "k", "operator": "In", "values": ["a"]}, {"k": "b"}, False),
-        ({"key": "k", "operator": "In", "values": ["a"]}, {}, True),
+        # A label the NodeClaim lacks: only NotIn/DoesNotExist are compatible (Karpenter's Compatible).
+        ({"key": "k", "operator": "In", "values": ["a"]}, {}, False),
+        ({"key": "k", "operator": "Exists"}, {}, False),
+        ({"key": "k", "operator": "Gt", "values": ["4"]}, {}, False),
+        ({"key": "k", "operator": "NotIn", "values": ["a"]}, {}, True),
+        ({"key": "k", "operator": "DoesNotExist"}, {}, True),
         ({"key": "k", "operator": "NotIn", "values": ["a"]}, {"k": "a"}, False),
         ({"key": "k", "operator": "DoesNotExist"}, {"k": "a"}, False),
         ({"key": "k", "operator": "Gt", "values": ["4"]}, {"k": "8"}, True),
@@ -272,6 +315,8 @@ def test_instance_drift_subnet_and_security_groups() -> None:
     assert dr.instance_drift(nclass, cloud_instance(claim)) == ""
     assert dr.instance_drift(nclass, cloud_instance(claim, subnet="subnet-z")) == dr.SUBNET_DRIFTED
     assert dr.instance_drift(nclass, cloud_instance(claim, groups=("sg-1", "sg-2"))) == dr.SECURITY_GROUP_DRIFTED
+    both = cloud_instance(claim, subnet="subnet-z", groups=("sg-2",))
+    assert dr.instance_drift(nclass, both) == dr.SECURITY_GROUP_DRIFTED, "security groups first, as Karpenter"
 
 
 def test_expired_and_drift_order() -> None:

@@ -31,7 +31,7 @@ from karpy.kube.resources import NODECLAIMS, NODEPOOLS
 from karpy.operator import hash_ca_bundle
 from karpy.settings import Settings
 from karpy.state.cluster import ClusterState
-from tests.unit.disruption_builders import nodeclaim, nodeclass, nodepool
+from tests.unit.disruption_builders import hash_stamped, nodeclaim, nodeclass, nodepool
 
 CA = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg=="
 DRIFTED = {"type": wk.COND_DRIFTED, "status": "True", "reason": "NodePoolDrifted", "lastTransitionTime": "x"}
@@ -135,8 +135,12 @@ async def test_nodeclass_restamp_uses_the_ca_bundle() -> None:
     assert want != nodeclass_hash(nclass)
     assert notes(kube, "c")[wk.ANNOTATION_NODECLASS_HASH] == want
     restamped = NodeClaim.from_json(state.nodeclaims["c"])
-    assert static_drift(restamped, NodePool.from_json(pool), view, CA) == ""
-    assert static_drift(restamped, NodePool.from_json(pool), view, None) == NODECLASS_DRIFTED
+    stamped_class = EC2NodeClass.from_json(state.nodeclasses["nc"])
+    assert stamped_class.meta.annotations[wk.ANNOTATION_NODECLASS_HASH] == want
+    assert static_drift(restamped, NodePool.from_json(pool), stamped_class) == ""
+    # Drift compares the EC2NodeClass's annotation (Karpenter's rule): one stamped without the CA bundle differs.
+    without_ca = hash_stamped(state.nodeclasses["nc"])
+    assert static_drift(restamped, NodePool.from_json(pool), EC2NodeClass.from_json(without_ca)) == NODECLASS_DRIFTED
 
 
 async def test_hash_ca_bundle_prefers_the_setting_then_the_kubeconfig_ca(tmp_path: Path) -> None:
@@ -184,3 +188,28 @@ def test_a_drift_halt_recorded_with_legacy_hashes_still_holds() -> None:
     changed = nodepool(taints=[{"key": "k", "effect": "NoSchedule"}])
     changed["metadata"]["annotations"][controls.ANNOTATION_DRIFT_HALTED] = record
     assert methods.drift_halt(NodePool.from_json(changed)) == ""
+
+
+async def test_a_cluster_karpenter_stamped_is_adopted_without_restamp_or_drift() -> None:
+    """NodePool, EC2NodeClass and NodeClaim carrying the hashes and versions Karpenter v1.15 writes (values
+    pinned against the reference in tests/reference/test_karpenter_hashes.py): karpy's hash stamping patches
+    nothing and no NodeClaim drifts; a hash-version change on the owner re-stamps the NodeClaim, never drifts it."""
+    nclass, pool = hash_stamped(nodeclass(), CA), hash_stamped(nodepool())
+    claim = nodeclaim("k", pool, annotations={wk.ANNOTATION_NODECLASS_HASH: nodeclass_hash(nclass, CA)})
+    state, kube = cluster(nclass, pool, claim)
+    await NodePoolStatusReconciler(kube, state, EventRecorder(kube))._ensure_hash(NodePool.from_json(pool))
+    rec = NodeClassStatusReconciler(kube, state, None, EventRecorder(kube), ca_bundle=CA)  # type: ignore[arg-type]
+    await rec._ensure_hash(EC2NodeClass.from_json(nclass))
+    assert kube.requests_to("PATCH") == []
+    views = NodeClaim.from_json(claim), NodePool.from_json(pool), EC2NodeClass.from_json(nclass)
+    assert static_drift(*views) == ""
+
+    older = np_notes(hash_stamped(nodepool(expireAfter="24h")), "1", "v2")  # as an older Karpenter left it
+    older_claim = claim_np(nodeclaim("o", older), "1", "v2")
+    state, kube = cluster(nclass, older, older_claim)
+    assert static_drift(NodeClaim.from_json(older_claim), NodePool.from_json(older), None) == ""
+    await NodePoolStatusReconciler(kube, state, EventRecorder(kube))._ensure_hash(NodePool.from_json(older))
+    assert notes(kube, "o")[wk.ANNOTATION_NODEPOOL_HASH] == nodepool_hash(older)
+    stored = kube.object(NODEPOOLS, "np")
+    assert stored is not None
+    assert static_drift(NodeClaim.from_json(state.nodeclaims["o"]), NodePool.from_json(stored), None) == ""

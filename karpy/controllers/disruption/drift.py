@@ -4,15 +4,24 @@
 Drift reasons, checked in Karpenter's order (core ``nodeclaim/disruption/drift.go``, AWS
 ``pkg/cloudprovider/drift.go``):
 
-* ``NodePoolDrifted``: the NodeClaim's ``karpenter.sh/nodepool-hash`` differs from the NodePool's template hash
-  (same hash version; behavioural fields — weight, limits, disruption — are not hashed);
-* ``RequirementsDrifted``: a NodePool requirement no longer admits the NodeClaim's label for that key;
-* ``NodeClassDrift``: the NodeClaim's ``karpenter.k8s.aws/ec2nodeclass-hash`` differs from the EC2NodeClass's;
+* ``NodePoolDrifted``: the NodeClaim's ``karpenter.sh/nodepool-hash`` differs from the NodePool's
+  ``karpenter.sh/nodepool-hash`` *annotation* (behavioural fields — weight, limits, disruption — are not hashed);
+* ``RequirementsDrifted``: a NodePool requirement no longer admits the NodeClaim's label for that key (or the
+  NodeClaim lacks the label and the operator is neither ``NotIn`` nor ``DoesNotExist``);
+* ``NodeClassDrift``: the NodeClaim's ``karpenter.k8s.aws/ec2nodeclass-hash`` differs from the EC2NodeClass's
+  annotation;
 * ``AMIDrift``: ``status.imageID`` is not among the EC2NodeClass's resolved ``status.amis``;
-* ``SubnetDrift`` / ``SecurityGroupDrift``: the instance's subnet is not in ``status.subnets``, or its security
-  group set differs from ``status.securityGroups`` (needs the cloud's view of the instance).
+* ``SecurityGroupDrift`` / ``SubnetDrift``: the instance's security group set differs from
+  ``status.securityGroups``, or its subnet is not in ``status.subnets`` (needs the cloud's view of the instance).
 
-A NodeClaim without a hash annotation never drifts on that hash (Karpenter does the same).
+The hashes are compared as Karpenter compares them (core ``areStaticFieldsDrifted``, AWS
+``areStaticFieldsDrifted``): the NodeClaim's annotation against its owner's annotation, never against a hash
+recomputed from the owner's spec, and only when both carry the hash and the hash-version annotations and the
+versions are equal. The owner's annotation is written by its hash stamping (the NodePool and EC2NodeClass status
+reconcilers, as Karpenter's ``nodepool/hash`` and ``nodeclass/hash`` controllers, with Karpenter's own hashes
+from :mod:`karpy.apis.hashing`): a spec change drifts the NodeClaims once it is stamped, and the stamps Karpenter
+left on a cluster karpy adopts stand unchanged. A hash-version change re-stamps the NodeClaims instead
+(:mod:`karpy.controllers.hash_restamp`).
 """
 
 from __future__ import annotations
@@ -21,7 +30,6 @@ from collections.abc import Mapping, Sequence
 
 from karpy.apis import labels as wk
 from karpy.apis.ec2nodeclass import EC2NodeClass
-from karpy.apis.hashing import legacy_nodeclass_hash, legacy_nodepool_hash, nodeclass_hash, nodepool_hash
 from karpy.apis.nodeclaim import NodeClaim, NodeSelectorRequirement
 from karpy.apis.nodepool import NodePool
 from karpy.cloudprovider.types import CloudInstance
@@ -46,12 +54,14 @@ def _number(value: str) -> float | None:
 def requirement_admits(req: NodeSelectorRequirement, labels: Mapping[str, str]) -> bool:
     """Whether one NodePool requirement is still compatible with the NodeClaim's labels.
 
-    Only keys the NodeClaim carries are judged (an absent label is undecided, as Karpenter's
-    ``Compatible`` treats it); ``DoesNotExist`` fails on a present label.
+    Karpenter's ``areRequirementsDrifted`` (core ``nodeclaim/disruption/drift.go``): the NodeClaim's labels as
+    ``In [value]`` requirements must be ``Compatible`` with the NodePool's, so a label the NodeClaim lacks
+    admits only ``NotIn`` and ``DoesNotExist`` (core ``scheduling/requirements.go`` ``Compatible``: a key without
+    known values is denied otherwise); ``DoesNotExist`` fails on a present label.
     """
     key = wk.NORMALIZED_LABELS.get(req.key, req.key)
     if key not in labels:
-        return True
+        return req.operator in ("NotIn", "DoesNotExist")
     value, op, values = labels[key], req.operator, req.values
     if op == "In":
         return value in values
@@ -67,31 +77,31 @@ def requirement_admits(req: NodeSelectorRequirement, labels: Mapping[str, str]) 
     return True
 
 
-def static_drift(
-    claim: NodeClaim, nodepool: NodePool, nodeclass: EC2NodeClass | None, ca_bundle: str | None = None
-) -> str:
-    """The first drift reason found from the objects alone ("" when none), in Karpenter's order. The hashes are
-    computed from the NodePool's and EC2NodeClass's JSON (``raw``), as Karpenter hashes the written spec
-    (the EC2NodeClass's with the cluster CA bundle ``ca_bundle``). A NodeClaim still carrying the hash karpy
-    computed for the same spec before it computed Karpenter's (same version) has not drifted: its owner's
-    status reconciler re-stamps it (:mod:`karpy.controllers.hash_restamp`)."""
+def hash_drifted(owner: Mapping[str, str], claim: Mapping[str, str], hash_key: str, version_key: str) -> bool:
+    """Whether a NodeClaim's hash annotation (``claim``: its annotations) differs from its owner's (``owner``:
+    the NodePool's or EC2NodeClass's annotations), Karpenter's ``areStaticFieldsDrifted``: False when either
+    lacks the hash or the hash-version annotation, or when the two versions differ (a new hash algorithm is
+    re-stamped, never drift)."""
+    if any(key not in notes for key in (hash_key, version_key) for notes in (owner, claim)):
+        return False
+    if owner[version_key] != claim[version_key]:
+        return False
+    return owner[hash_key] != claim[hash_key]
+
+
+def static_drift(claim: NodeClaim, nodepool: NodePool, nodeclass: EC2NodeClass | None) -> str:
+    """The first drift reason found from the objects alone ("" when none), in Karpenter's order: NodePool hash,
+    requirements, EC2NodeClass hash, AMI. The hashes compare annotations (:func:`hash_drifted`)."""
     notes = claim.meta.annotations
-    if (
-        notes.get(wk.ANNOTATION_NODEPOOL_HASH)
-        and notes.get(wk.ANNOTATION_NODEPOOL_HASH_VERSION) == wk.NODEPOOL_HASH_VERSION
-        and notes[wk.ANNOTATION_NODEPOOL_HASH] not in (nodepool_hash(nodepool.raw), legacy_nodepool_hash(nodepool.raw))
-    ):
+    if hash_drifted(nodepool.meta.annotations, notes, wk.ANNOTATION_NODEPOOL_HASH, wk.ANNOTATION_NODEPOOL_HASH_VERSION):
         return NODEPOOL_DRIFTED
     labels = claim.meta.labels
     if not all(requirement_admits(r, labels) for r in nodepool.template.requirements):
         return REQUIREMENTS_DRIFTED
     if nodeclass is None:
         return ""
-    if (
-        notes.get(wk.ANNOTATION_NODECLASS_HASH)
-        and notes.get(wk.ANNOTATION_NODECLASS_HASH_VERSION, wk.NODECLASS_HASH_VERSION) == wk.NODECLASS_HASH_VERSION
-        and notes[wk.ANNOTATION_NODECLASS_HASH]
-        not in (nodeclass_hash(nodeclass.raw, ca_bundle), legacy_nodeclass_hash(nodeclass.raw))
+    if hash_drifted(
+        nodeclass.meta.annotations, notes, wk.ANNOTATION_NODECLASS_HASH, wk.ANNOTATION_NODECLASS_HASH_VERSION
     ):
         return NODECLASS_DRIFTED
     amis = {a.id for a in nodeclass.amis}
@@ -102,13 +112,14 @@ def static_drift(
 
 
 def instance_drift(nodeclass: EC2NodeClass, instance: CloudInstance) -> str:
-    """Subnet or security-group drift of a running instance against the EC2NodeClass status ("" when none)."""
-    subnets = {s.id for s in nodeclass.subnets}
-    if subnets and instance.subnet_id and instance.subnet_id not in subnets:
-        return SUBNET_DRIFTED
+    """Security-group or subnet drift of a running instance against the EC2NodeClass status ("" when none), in
+    AWS ``pkg/cloudprovider/drift.go``'s order (security groups first)."""
     groups = {g.id for g in nodeclass.security_groups}
     if groups and instance.security_group_ids and set(instance.security_group_ids) != groups:
         return SECURITY_GROUP_DRIFTED
+    subnets = {s.id for s in nodeclass.subnets}
+    if subnets and instance.subnet_id and instance.subnet_id not in subnets:
+        return SUBNET_DRIFTED
     return ""
 
 
