@@ -505,7 +505,7 @@ def finalize(s: SolveState, claim: Claim) -> NewNodeClaim | str:
     out = dict(reqs)
     for key, lowered in relaxed.items():
         r = out[key]
-        out[key] = rq.Req(key, r.complement, r.values, r.gt, r.lt, min_values=lowered)
+        out[key] = rq.Req(key, r.complement, r.values, r.gte, r.lte, min_values=lowered)
     names = tuple(table.names[t] for t in priced)
     out.pop(wk.LABEL_INSTANCE_TYPE, None)
     shapes = {table.offer_shape[t]: t for t in priced}
