@@ -531,8 +531,12 @@ def finalize(s: SolveState, claim: Claim) -> NewNodeClaim | str:
     requests = {n: claim.used[i] + overhead[i] for i, n in enumerate(s.index) if claim.used[i] + overhead[i] > 0}
     labels = {**table.pool.labels, wk.LABEL_NODEPOOL: table.name}
     for key, req in sorted(reqs.items()):
-        if req.operator() == IN and len(req.values) == 1 and not is_restricted_node_label(key):
+        if is_restricted_node_label(key):
+            continue
+        if req.operator() == IN and len(req.values) == 1:
             labels[key] = next(iter(req.values))
+        elif (value := rq.bounded_value(req)) is not None:
+            labels[key] = value
     return NewNodeClaim(
         nodepool=table.name,
         requirements=requirements,

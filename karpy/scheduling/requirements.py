@@ -130,6 +130,25 @@ def within_bounds(value: str, gte: int | None, lte: int | None) -> bool:
     return (gte is None or number >= gte) and (lte is None or number <= lte)
 
 
+def bounded_value(req: Req) -> str | None:
+    """The value a NodeClaim's custom label takes from a Gte/Lte-bounded requirement, None when ``req`` has no
+    bound or no value fits.
+
+    Karpenter ``NodeClaimTemplate.resolveCustomLabelsFromRequirements`` labels the NodeClaim with
+    ``Requirement.Any()``, a random integer within the bounds (from 0 when only ``Lte`` is set); karpy takes the
+    lowest one the set allows, so a plan is reproducible and the label satisfies the requirement.
+    """
+    if not req.complement or (req.gte is None and req.lte is None):
+        return None
+    value = req.gte if req.gte is not None else 0
+    high = req.lte if req.lte is not None else MAX_INT
+    while value <= high:  # at most len(req.values) + 1 rounds
+        if str(value) not in req.values:
+            return str(value)
+        value += 1
+    return None
+
+
 def _format(req: Requirement) -> str:
     if req.operator in (IN, NOT_IN):
         return f"{req.key} {req.operator} [{', '.join(req.values)}]"

@@ -175,3 +175,46 @@ def test_pod_node_affinity_with_an_operator_kubernetes_rejects_matches_nothing(o
     }
     ((r,),) = node_selector_terms(gt)
     assert rq.matches_requirement(r, {CPU: "8"}) and not rq.matches_requirement(r, {CPU: "4"})
+
+
+def test_a_bounded_custom_label_gets_a_value_within_the_bounds() -> None:
+    """Karpenter labels the NodeClaim with a value of a custom key's bounded requirement (``Requirement.Any``);
+    karpy takes the lowest allowed one, after the pod's own bound narrowed it."""
+    tier = "example.com/tier"
+    pool = nodepool(requirements=[req(tier, "Gte", "4"), req(tier, "Lte", "8")])
+    (claim,) = solve([pod(cpu="1")], [pool], [], []).new_nodeclaims
+    assert claim.labels[tier] == "4"
+    p = pod(cpu="1", terms=[[req(tier, "Gt", "5"), req(tier, "NotIn", "6")]])
+    (claim,) = solve([p], [pool], [], []).new_nodeclaims
+    assert claim.labels[tier] == "7"
+    assert [r for r in claim.requirements if r.key == tier] == [req(tier, "Gte", "6"), req(tier, "Lte", "8")]
+    # Well-known keys get their labels from the instance type, never from the bounds.
+    (claim,) = solve([pod(cpu="1")], [nodepool(requirements=[req(CPU, "Gte", "4")])], [], []).new_nodeclaims
+    assert CPU not in claim.labels
+
+
+@pytest.mark.parametrize(
+    ("reqs", "value"),
+    [
+        ([req("k", "Gte", "4")], "4"),
+        ([req("k", "Lte", "8")], "0"),
+        ([req("k", "Gte", "4"), req("k", "NotIn", "4", "5")], "6"),
+        ([req("k", "Gte", "4"), req("k", "Lte", "4"), req("k", "NotIn", "4")], None),
+        ([req("k", "Exists")], None),
+        ([req("k", "In", "3")], None),
+    ],
+)
+def test_bounded_value(reqs: list[Requirement], value: str | None) -> None:
+    assert rq.bounded_value(build(*reqs)) == value
+
+
+def test_min_values_on_a_bounded_key_counts_distinct_values_within_the_bounds() -> None:
+    pool = nodepool(requirements=[req(CPU, "Gte", "4", min_values=2), req(CPU, "Lte", "8")])
+    (claim,) = solve([pod(cpu="1")], [pool], [], []).new_nodeclaims
+    assert len({it.labels[CPU] for it in claim.instance_types}) >= 2
+    written = [r for r in claim.requirements if r.key == CPU]
+    assert written == [req(CPU, "Gte", "4", min_values=2), req(CPU, "Lte", "8", min_values=2)]
+    narrow = nodepool(requirements=[req(CPU, "Gte", "4", min_values=2), req(CPU, "Lte", "4")])
+    p = pod(cpu="1")
+    result = solve([p], [narrow], [], [])
+    assert not result.new_nodeclaims and "minValues" in result.errors[p.key], result.errors
