@@ -89,3 +89,14 @@ def test_nodepool_gte_needs_one_non_negative_integer(
     pool = nodepool(requirements=[{"key": CPU, "operator": "Gte", "values": values}])
     code, _, err = run(capsys, "-f", write(tmp_path, nodeclass(), pool, deployment("web", 1)))
     assert code == 2 and message in err, err
+
+
+def test_a_static_nodepool_is_not_used_for_pods(tmp_path: Path, capsys: Any) -> None:
+    """Karpenter never provisions for pods from a NodePool with ``spec.replicas``; the simulation says why."""
+    static = nodepool("static")
+    static["spec"]["replicas"] = 2
+    path = write(tmp_path, nodeclass(), static, nodepool("dynamic"), deployment("web", 1, cpu="900m"))
+    result = run_json(capsys, "-f", path, "--catalogue", _catalogue(tmp_path))
+    assert [n["nodePool"] for n in result["newNodes"]] == ["dynamic"]
+    (unusable,) = result["unusableNodePools"]
+    assert unusable["nodePool"] == "static" and "static NodePool (spec.replicas)" in unusable["reason"]
