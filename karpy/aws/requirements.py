@@ -8,6 +8,7 @@ from typing import Any, Final
 
 from karpy.apis import labels as wk
 from karpy.cloudprovider.types import Offering
+from karpy.scheduling.requirements import parse_int
 
 OFFERING_KEYS: Final = frozenset({wk.LABEL_ZONE, wk.LABEL_CAPACITY_TYPE, wk.LABEL_ZONE_ID})
 # Keys that describe the NodeClaim, not the instance type: never used to filter types.
@@ -34,9 +35,9 @@ def requirement_allows(requirement: Mapping[str, Any], value: str | None) -> boo
     if op == "DoesNotExist":
         return value is None
     if op in ("Gt", "Lt", "Gte", "Lte"):
-        try:
-            have, bound = int(value or ""), int(values[0])
-        except (ValueError, IndexError):
+        # Integers as Go's strconv.Atoi reads them (Karpenter ``withinBounds``); Gte/Lte are inclusive.
+        have, bound = parse_int(value or ""), parse_int(values[0]) if values else None
+        if have is None or bound is None:
             return False
         return {"Gt": have > bound, "Lt": have < bound, "Gte": have >= bound, "Lte": have <= bound}[op]
     return False

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import builtins
 import itertools
+import operator
+import re
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -65,8 +67,22 @@ def _instance_id_of(provider_id: str) -> str:
     return provider_id.rsplit("/", 1)[-1]
 
 
+_BOUNDS: dict[str, Callable[[int, int], bool]] = {
+    "Gt": operator.gt,
+    "Lt": operator.lt,
+    "Gte": operator.ge,
+    "Lte": operator.le,
+}
+
+
+def _integer(value: str | None) -> int | None:
+    """``value`` as Go's ``strconv.Atoi`` reads it (optional sign, decimal digits), else None."""
+    return int(value) if value is not None and re.fullmatch(r"[+-]?[0-9]+", value) else None
+
+
 def _admits(requirements: Sequence[Mapping[str, Any]], labels: Mapping[str, str]) -> bool:
-    """True when ``labels`` satisfy every NodeSelectorRequirement (In, NotIn, Exists, DoesNotExist, Gt, Lt)."""
+    """True when ``labels`` satisfy every NodeSelectorRequirement (In, NotIn, Exists, DoesNotExist, Gt, Lt, and
+    Karpenter's inclusive Gte, Lte; bounds compare integers only, as Karpenter's ``withinBounds``)."""
     for req in requirements:
         key, op = str(req.get("key", "")), str(req.get("operator", "In"))
         values = [str(v) for v in req.get("values") or ()]
@@ -79,10 +95,9 @@ def _admits(requirements: Sequence[Mapping[str, Any]], labels: Mapping[str, str]
             return False
         if op == "DoesNotExist" and value is not None:
             return False
-        if op in ("Gt", "Lt"):
-            if value is None or not value.lstrip("-").isdigit():
-                return False
-            if (int(value) <= int(values[0])) if op == "Gt" else (int(value) >= int(values[0])):
+        if op in _BOUNDS:
+            have, bound = _integer(value), _integer(values[0] if values else None)
+            if have is None or bound is None or not _BOUNDS[op](have, bound):
                 return False
     return True
 

@@ -12,9 +12,19 @@ A Ready NodePool whose requirements (and template labels) no instance type of it
 a Warning event ``NoCompatibleInstanceTypes`` and a log line, as Karpenter's scheduler publishes when a
 NodePool's requirements filter out every instance type; like Karpenter it stays Ready (no condition: Karpenter
 v1 has none for this). "Ever" ignores offering availability (an ICE'd or unpriced offering may come back).
+
+A NodePool using a Karpenter v1.15 capability karpy does not implement yet is never silently treated as something
+else: it gets the condition ``FeaturesSupported=False`` (reason ``UnsupportedFeature``, the message names each field
+and what karpy does instead; the condition is absent otherwise, as Karpenter has none) and a Warning event
+``UnsupportedFeature`` whenever that message changes. Where karpy cannot honour the field at all it also sets
+``ValidationSucceeded=False`` with reason ``UnsupportedFeature``, so the NodePool is not Ready and karpy does not
+provision from it (:func:`unsupported_features`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, NamedTuple
 
 import structlog
 
@@ -57,6 +67,114 @@ def validate(nodepool: NodePool) -> str:
     except QuantityError as err:
         return f"invalid limits: {err}"
     return ""
+
+
+COND_FEATURES_SUPPORTED: Final = "FeaturesSupported"
+UNSUPPORTED_FEATURE: Final = "UnsupportedFeature"
+BALANCED: Final = "Balanced"
+
+
+class Unsupported(NamedTuple):
+    """A Karpenter capability a NodePool uses that karpy does not implement yet.
+
+    ``message`` names the field and says what karpy does instead; ``blocking`` is True when karpy cannot honour it
+    at all, so the NodePool is not Ready (karpy does not provision from it).
+    """
+
+    field: str
+    message: str
+    blocking: bool
+
+
+def unsupported_features(nodepool: NodePool, nodeclass_raw: Mapping[str, Any] | None) -> list[Unsupported]:
+    """The Karpenter v1.15 capabilities ``nodepool`` (with its EC2NodeClass's JSON, if found) uses that karpy does
+    not implement yet, in field order. Per capability (gates from core ``pkg/operator/options/options.go``):
+
+    * ``spec.replicas`` (static NodePool; gate ``StaticCapacity``, default off). Karpenter never provisions for pods
+      from a static NodePool nor consolidates its nodes (core ``provisioner.go`` ``NewScheduler``,
+      ``disruption/types.go`` ``OwnedByStaticNodePool``); it keeps ``replicas`` nodes only with the gate on.
+      karpy keeps no node count: blocking (not Ready, no provisioning), and its nodes are not disrupted.
+    * ``spec.disruption.consolidationPolicy: Balanced`` (not gated in v1.15; core ``disruption/balanced.go``):
+      Balanced deletes empty nodes like every policy and moves underutilized ones only when the savings score
+      approves. karpy deletes only empty nodes (as under ``WhenEmpty``), a subset of what Balanced disrupts: not
+      blocking, provisioning is unaffected. Ignored on a static NodePool, as Karpenter ignores it there.
+    * Capacity reservations (gate ``ReservedCapacity``, default on): karpy launches no ``reserved`` capacity. A
+      NodePool allowing only ``karpenter.sh/capacity-type`` ``reserved`` can never launch: blocking. One that also
+      allows on-demand or spot, whose EC2NodeClass selects reservations (``capacityReservationSelectorTerms``),
+      launches those instead: not blocking. Allowing ``reserved`` with no reservations selected is what Karpenter
+      does too (no reserved offering exists): nothing to report.
+
+    NodeOverlay and node repair are no NodePool fields: with Karpenter's defaults (gates ``NodeOverlay`` and
+    ``NodeRepair`` off) Karpenter ignores NodeOverlays and repairs no node, as karpy does.
+    """
+    spec = nodepool.raw.get("spec") or {}
+    out: list[Unsupported] = []
+    replicas = spec.get("replicas")
+    if replicas is not None:
+        out.append(
+            Unsupported(
+                "spec.replicas",
+                f"spec.replicas ({replicas}, a static NodePool) is not implemented by karpy yet: karpy neither "
+                "provisions nodes from this NodePool nor disrupts its nodes",
+                True,
+            )
+        )
+    elif nodepool.disruption.consolidation_policy == BALANCED:
+        out.append(
+            Unsupported(
+                "spec.disruption.consolidationPolicy",
+                "spec.disruption.consolidationPolicy Balanced is not implemented by karpy yet: karpy consolidates "
+                "only empty nodes of this NodePool (as WhenEmpty), never underutilized ones",
+                False,
+            )
+        )
+    out.extend(_reserved_capacity(nodepool, nodeclass_raw))
+    return out
+
+
+def _reserved_capacity(nodepool: NodePool, nodeclass_raw: Mapping[str, Any] | None) -> list[Unsupported]:
+    """The capacity-reservation part of :func:`unsupported_features`."""
+    template_spec = ((nodepool.raw.get("spec") or {}).get("template") or {}).get("spec") or {}
+    reqs = rq.build(requirement_from_json(r) for r in template_spec.get("requirements") or [])
+    for req in rq.from_labels(nodepool.template.labels).values():
+        rq.add(reqs, req)
+    capacity_type = reqs.get(wk.LABEL_CAPACITY_TYPE)
+    if capacity_type is not None and not capacity_type.has(wk.CAPACITY_TYPE_RESERVED):
+        return []
+    others = capacity_type is None or any(
+        capacity_type.has(t) for t in (wk.CAPACITY_TYPE_ON_DEMAND, wk.CAPACITY_TYPE_SPOT)
+    )
+    if not others:
+        return [
+            Unsupported(
+                f"requirement {wk.LABEL_CAPACITY_TYPE}",
+                f"requirement {wk.LABEL_CAPACITY_TYPE} In [reserved] (capacity reservations) is not implemented by "
+                "karpy yet: karpy launches no reserved capacity and this NodePool allows no other capacity type",
+                True,
+            )
+        ]
+    terms = ((nodeclass_raw or {}).get("spec") or {}).get("capacityReservationSelectorTerms")
+    if not terms:
+        return []
+    name = nodepool.template.node_class_ref.name
+    return [
+        Unsupported(
+            "capacityReservationSelectorTerms",
+            f"EC2NodeClass {name} spec.capacityReservationSelectorTerms (capacity reservations) is not implemented "
+            "by karpy yet: this NodePool launches on-demand or spot capacity, never into the selected reservations",
+            False,
+        )
+    ]
+
+
+def _features_condition(
+    conditions: list[Any], unsupported: list[Unsupported], generation: int | None
+) -> list[Any]:
+    """``conditions`` with ``FeaturesSupported=False`` naming ``unsupported``, or without that condition."""
+    if not unsupported:
+        return [c for c in conditions if c.get("type") != COND_FEATURES_SUPPORTED]
+    message = "; ".join(u.message for u in unsupported)
+    return set_condition(conditions, COND_FEATURES_SUPPORTED, "False", UNSUPPORTED_FEATURE, message, generation)
 
 
 def nodeclass_readiness(nodepool: NodePool, state: ClusterState) -> tuple[str, str, str]:
@@ -129,19 +247,19 @@ class NodePoolStatusReconciler:
         await self._ensure_hash(nodepool)
         generation = nodepool.meta.generation
         stored = conditions_json(nodepool.raw)
-        invalid = validate(nodepool)
-        conditions = set_condition(
-            stored,
-            wk.COND_VALIDATION_SUCCEEDED,
-            "False" if invalid else "True",
-            "ValidationFailed" if invalid else "ValidationSucceeded",
-            invalid,
-            generation,
-        )
+        nodeclass = self.state.nodeclass_view(nodepool.template.node_class_ref.name)
+        unsupported = unsupported_features(nodepool, nodeclass.raw if nodeclass is not None else None)
+        validation = ("True", "ValidationSucceeded", "")
+        if invalid := validate(nodepool):
+            validation = ("False", "ValidationFailed", invalid)
+        elif blocking := "; ".join(u.message for u in unsupported if u.blocking):
+            validation = ("False", UNSUPPORTED_FEATURE, blocking)
+        conditions = set_condition(stored, wk.COND_VALIDATION_SUCCEEDED, *validation, generation)
+        conditions = _features_condition(conditions, unsupported, generation)
         nc_status, nc_reason, nc_message = nodeclass_readiness(nodepool, self.state)
         conditions = set_condition(conditions, wk.COND_NODECLASS_READY, nc_status, nc_reason, nc_message, generation)
-        if invalid:
-            ready = ("False", "ValidationFailed", invalid)
+        if validation[0] != "True":
+            ready = validation
         elif nc_status != "True":
             ready = (nc_status, nc_reason, nc_message)
         else:
@@ -165,12 +283,24 @@ class NodePoolStatusReconciler:
                 return Result()
             raise
         self.state.apply("NodePool", "MODIFIED", updated)
+        self._report_unsupported(key, updated, nodepool, unsupported)
         if ready[0] != "True" and was_ready != ready[0]:
             log.info("nodepool not ready", nodepool=key, reason=ready[1], message=ready[2])
             self.events.publish(updated, WARNING, ready[1], f"NodePool {key} is not ready: {ready[2]}")
         elif ready[0] == "True" and was_ready != "True":
             log.info("nodepool ready", nodepool=key)
         return Result()
+
+    def _report_unsupported(
+        self, key: str, updated: Mapping[str, Any], before: NodePool, unsupported: list[Unsupported]
+    ) -> None:
+        """A Warning event (and a log line) when the unsupported capabilities changed and some remain."""
+        previous = before.condition(COND_FEATURES_SUPPORTED)
+        message = "; ".join(u.message for u in unsupported)
+        if not unsupported or (previous is not None and previous.message == message):
+            return
+        log.warning("nodepool uses unsupported features", nodepool=key, fields=[u.field for u in unsupported])
+        self.events.publish(updated, WARNING, UNSUPPORTED_FEATURE, f"NodePool {key}: {message}")
 
     async def _check_instance_types(self, key: str, nodepool: NodePool) -> None:
         """Warn (event + log) when no instance type of the NodePool's EC2NodeClass can satisfy it."""

@@ -505,7 +505,7 @@ def finalize(s: SolveState, claim: Claim) -> NewNodeClaim | str:
     out = dict(reqs)
     for key, lowered in relaxed.items():
         r = out[key]
-        out[key] = rq.Req(key, r.complement, r.values, r.gt, r.lt, min_values=lowered)
+        out[key] = rq.Req(key, r.complement, r.values, r.gte, r.lte, min_values=lowered)
     names = tuple(table.names[t] for t in priced)
     out.pop(wk.LABEL_INSTANCE_TYPE, None)
     shapes = {table.offer_shape[t]: t for t in priced}
@@ -531,8 +531,12 @@ def finalize(s: SolveState, claim: Claim) -> NewNodeClaim | str:
     requests = {n: claim.used[i] + overhead[i] for i, n in enumerate(s.index) if claim.used[i] + overhead[i] > 0}
     labels = {**table.pool.labels, wk.LABEL_NODEPOOL: table.name}
     for key, req in sorted(reqs.items()):
-        if req.operator() == IN and len(req.values) == 1 and not is_restricted_node_label(key):
+        if is_restricted_node_label(key):
+            continue
+        if req.operator() == IN and len(req.values) == 1:
             labels[key] = next(iter(req.values))
+        elif (value := rq.bounded_value(req)) is not None:
+            labels[key] = value
     return NewNodeClaim(
         nodepool=table.name,
         requirements=requirements,

@@ -2,8 +2,8 @@
 
 Karpenter core ``pkg/scheduling/requirement.go`` / ``requirements.go`` represent every node selector
 requirement as a set of allowed values over one label key, possibly a complement (``NotIn``/``Exists``) and
-possibly bounded by integers (``Gt``/``Lt``). Sets intersect, which is how a NodePool's requirements narrow
-with every pod added to a NodeClaim. karpy follows the same model:
+possibly bounded by inclusive integer bounds. Sets intersect, which is how a NodePool's requirements narrow
+with every pod added to a NodeClaim. karpy follows the same model (Karpenter v1.15):
 
 =================  ==========  ==========  ==============
 operator           complement  values      bounds
@@ -12,10 +12,16 @@ operator           complement  values      bounds
 ``NotIn [a b]``    True        {a, b}
 ``Exists``         True        {}
 ``DoesNotExist``   False       {}
-``Gt n``           True        {}          greater than n
-``Lt n``           True        {}          less than n
-``Gte n``/``Lte``  as ``Gt n-1`` / ``Lt n+1`` (Karpenter extensions)
+``Gt n``           True        {}          ``gte`` n+1 (``Gt`` 2^63-1 reads ``DoesNotExist``)
+``Lt n``           True        {}          ``lte`` n-1
+``Gte n``          True        {}          ``gte`` n (Karpenter's operator; NodePools and NodeClaims only)
+``Lte n``          True        {}          ``lte`` n
 =================  ==========  ==========  ==============
+
+Bounds read back the way Karpenter writes them on a NodeClaim (``Requirement.NodeSelectorRequirement`` and
+``BoundedNodeSelectorRequirements``): ``Gte n``, ``Lte n``, or both (each with the minValues), so a NodePool's
+``Gt 4`` becomes the NodeClaim requirement ``Gte 5``. A bounded complement reads as ``Exists``, or ``NotIn`` when
+it still excludes values inside its bounds (:meth:`Req.operator`).
 
 A requirement set (:data:`Reqs`) is a plain ``dict`` from label key to :class:`Req`; the hot path of the
 scheduler keys its caches by :func:`signature`. Label matching against a concrete node (:func:`matches`)
@@ -26,7 +32,9 @@ intersection loses the difference between ``NotIn [a]`` (absent label allowed) a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Final
 
 from karpy.apis import labels as wk
 from karpy.scheduling.model import DOES_NOT_EXIST, EXISTS, GT, GTE, IN, LT, LTE, NOT_IN, Requirement
@@ -37,53 +45,45 @@ Signature = tuple[tuple[str, bool, frozenset[str], int | None, int | None, int |
 class Req:
     """The allowed values of one label key (Karpenter ``Requirement``); immutable by convention.
 
-    ``gt``/``lt`` are exclusive integer bounds that apply to every allowed value (values that are not
-    integers are then excluded). ``min_values`` is Karpenter's minimum number of distinct values the
-    NodeClaim's instance types must cover (None when unset).
+    ``gte``/``lte`` are inclusive integer bounds (Karpenter's ``gte``/``lte``) that only a complement carries:
+    they apply to every allowed value (values that are not integers are then excluded). ``min_values`` is
+    Karpenter's minimum number of distinct values the NodeClaim's instance types must cover (None when unset).
     """
 
-    __slots__ = ("complement", "gt", "key", "lt", "min_values", "values")
+    __slots__ = ("complement", "gte", "key", "lte", "min_values", "values")
 
     def __init__(
         self,
         key: str,
         complement: bool,
         values: frozenset[str] = frozenset(),
-        gt: int | None = None,
-        lt: int | None = None,
+        gte: int | None = None,
+        lte: int | None = None,
         min_values: int | None = None,
     ) -> None:
         self.key = key
         self.complement = complement
         self.values = values
-        self.gt = gt
-        self.lt = lt
+        self.gte = gte
+        self.lte = lte
         self.min_values = min_values
 
     @property
     def sig(self) -> tuple[str, bool, frozenset[str], int | None, int | None, int | None]:
         """Hashable identity (cache key)."""
-        return (self.key, self.complement, self.values, self.gt, self.lt, self.min_values)
-
-    def _in_bounds(self, value: str) -> bool:
-        if self.gt is None and self.lt is None:
-            return True
-        try:
-            number = int(value)
-        except ValueError:
-            return False
-        return (self.gt is None or number > self.gt) and (self.lt is None or number < self.lt)
+        return (self.key, self.complement, self.values, self.gte, self.lte, self.min_values)
 
     def has(self, value: str) -> bool:
         """True when ``value`` is allowed (Karpenter ``Requirement.Has``)."""
         if self.complement:
-            return value not in self.values and self._in_bounds(value)
+            return value not in self.values and within_bounds(value, self.gte, self.lte)
         return value in self.values
 
     def empty(self) -> bool:
-        """True when no value is allowed (Karpenter ``Len() == 0``)."""
+        """True when no value is allowed (Karpenter ``Len() == 0``; crossed bounds never survive an
+        intersection, which reads them as ``DoesNotExist``)."""
         if self.complement:
-            return self.gt is not None and self.lt is not None and self.gt + 1 >= self.lt
+            return self.gte is not None and self.lte is not None and self.gte > self.lte
         return not self.values
 
     def allows_absent(self) -> bool:
@@ -91,37 +91,62 @@ class Req:
         return self.operator() in (NOT_IN, DOES_NOT_EXIST)
 
     def operator(self) -> str:
-        """The Kubernetes operator this set reads as (bounds read as Gt, then Lt)."""
+        """The Kubernetes operator this set reads as (Karpenter ``Requirement.Operator``): bounds do not change
+        it, so ``Gte 4`` reads ``Exists`` and ``NotIn [5]`` with ``Gte 4`` reads ``NotIn``."""
         if self.complement:
-            if self.values:
-                return NOT_IN
-            if self.gt is not None:
-                return GT
-            if self.lt is not None:
-                return LT
-            return EXISTS
+            return NOT_IN if self.values else EXISTS
         return IN if self.values else DOES_NOT_EXIST
 
     def to_model(self) -> list[Requirement]:
-        """Back to node selector requirements (one per bound when both bounds are set)."""
-        op = self.operator()
-        if op in (IN, NOT_IN):
-            out = [Requirement(self.key, op, tuple(sorted(self.values)), self.min_values)]
-        elif op in (GT, LT):
+        """The NodeClaim requirements Karpenter writes for this set (core ``Requirement.NodeSelectorRequirement``
+        and ``BoundedNodeSelectorRequirements``): a bounded set is written as its bounds only, ``Gte`` then
+        ``Lte``, each with the minValues (the values a bounded ``NotIn`` excludes are not written, as in Karpenter;
+        the NodeClaim's instance-type list already leaves them out)."""
+        if self.gte is not None or self.lte is not None:
             out = []
-            if self.gt is not None:
-                out.append(Requirement(self.key, GT, (str(self.gt),), self.min_values))
-            if self.lt is not None:
-                out.append(Requirement(self.key, LT, (str(self.lt),), None if out else self.min_values))
-        else:
-            out = [Requirement(self.key, op, (), self.min_values)]
-        return out
+            if self.gte is not None:
+                out.append(Requirement(self.key, GTE, (str(self.gte),), self.min_values))
+            if self.lte is not None:
+                out.append(Requirement(self.key, LTE, (str(self.lte),), self.min_values))
+            return out
+        op = self.operator()
+        values = tuple(sorted(self.values)) if op in (IN, NOT_IN) else ()
+        return [Requirement(self.key, op, values, self.min_values)]
 
     def __str__(self) -> str:
         return " and ".join(_format(r) for r in self.to_model())
 
     def __repr__(self) -> str:
         return f"Req({self})"
+
+
+def within_bounds(value: str, gte: int | None, lte: int | None) -> bool:
+    """``value`` is an integer inside the inclusive bounds, or there are none (Karpenter ``withinBounds``)."""
+    if gte is None and lte is None:
+        return True
+    number = parse_int(value)
+    if number is None:
+        return False
+    return (gte is None or number >= gte) and (lte is None or number <= lte)
+
+
+def bounded_value(req: Req) -> str | None:
+    """The value a NodeClaim's custom label takes from a Gte/Lte-bounded requirement, None when ``req`` has no
+    bound or no value fits.
+
+    Karpenter ``NodeClaimTemplate.resolveCustomLabelsFromRequirements`` labels the NodeClaim with
+    ``Requirement.Any()``, a random integer within the bounds (from 0 when only ``Lte`` is set); karpy takes the
+    lowest one the set allows, so a plan is reproducible and the label satisfies the requirement.
+    """
+    if not req.complement or (req.gte is None and req.lte is None):
+        return None
+    value = req.gte if req.gte is not None else 0
+    high = req.lte if req.lte is not None else MAX_INT
+    while value <= high:  # at most len(req.values) + 1 rounds
+        if str(value) not in req.values:
+            return str(value)
+        value += 1
+    return None
 
 
 def _format(req: Requirement) -> str:
@@ -137,17 +162,26 @@ def format_requirement(req: Requirement) -> str:
     return _format(req)
 
 
+# Go's math.MaxInt on 64-bit platforms: Karpenter reads ``Gt`` MaxInt as ``DoesNotExist``.
+MAX_INT: Final = 2**63 - 1
+_INTEGER: Final = re.compile(r"[+-]?[0-9]+")
+
+
+def parse_int(value: str) -> int | None:
+    """``value`` as Go's ``strconv.Atoi`` reads it (optional sign, decimal digits only), else None."""
+    return int(value) if _INTEGER.fullmatch(value) else None
+
+
 def _int(values: Sequence[str]) -> int | None:
-    try:
-        return int(values[0]) if values else None
-    except ValueError:
-        return None
+    return parse_int(values[0]) if values else None
 
 
 def from_requirement(req: Requirement) -> Req:
     """A :class:`Req` from a node selector requirement; legacy keys normalised.
 
-    An unparsable Gt/Lt/Gte/Lte bound allows nothing (Kubernetes: the requirement never matches).
+    Gt/Lt become inclusive bounds (Karpenter ``NewRequirementWithFlexibility``: ``Gt n`` is ``Gte n+1``,
+    ``Lt n`` is ``Lte n-1``, ``Gt`` MaxInt is ``DoesNotExist``). An unparsable Gt/Lt/Gte/Lte bound allows nothing
+    (Kubernetes: the requirement never matches; the CRDs admit only non-negative integers).
     """
     key = wk.NORMALIZED_LABELS.get(req.key, req.key)
     op = req.operator
@@ -163,12 +197,13 @@ def from_requirement(req: Requirement) -> Req:
         if bound is None:
             return Req(key, False, min_values=mv)
         if op == GT:
-            return Req(key, True, gt=bound, min_values=mv)
+            # Karpenter returns a plain DoesNotExist here, without the minValues.
+            return Req(key, False) if bound >= MAX_INT else Req(key, True, gte=bound + 1, min_values=mv)
         if op == GTE:
-            return Req(key, True, gt=bound - 1, min_values=mv)
+            return Req(key, True, gte=bound, min_values=mv)
         if op == LT:
-            return Req(key, True, lt=bound, min_values=mv)
-        return Req(key, True, lt=bound + 1, min_values=mv)
+            return Req(key, True, lte=bound - 1, min_values=mv)
+        return Req(key, True, lte=bound, min_values=mv)
     # DoesNotExist, and any unknown operator, allows no value.
     return Req(key, False, min_values=mv)
 
@@ -186,25 +221,30 @@ def _min_opt(a: int | None, b: int | None) -> int | None:
 
 
 def intersect(a: Req, b: Req) -> Req:
-    """The values both allow (Karpenter ``Requirement.Intersection``); minValues is the larger one."""
-    gt = _max_opt(a.gt, b.gt)
-    lt = _min_opt(a.lt, b.lt)
+    """The values both allow (Karpenter ``Requirement.Intersection``); minValues is the larger one.
+
+    Crossed bounds give ``DoesNotExist``; values outside the bounds are dropped (from a complement too, so
+    ``NotIn [1]`` with ``Gte 3`` reads ``Exists``); a concrete (``In``) result keeps no bounds.
+    """
+    gte = _max_opt(a.gte, b.gte)
+    lte = _min_opt(a.lte, b.lte)
     mv = _max_opt(a.min_values, b.min_values)
-    if gt is not None and lt is not None and gt + 1 >= lt:
+    if gte is not None and lte is not None and gte > lte:
         return Req(a.key, False, min_values=mv)
-    if a.complement and b.complement:
-        return Req(a.key, True, a.values | b.values, gt, lt, mv)
-    if a.complement:
+    complement = a.complement and b.complement
+    if complement:
+        values = a.values | b.values
+    elif a.complement:
         values = b.values - a.values
     elif b.complement:
         values = a.values - b.values
     else:
         values = a.values & b.values
-    out = Req(a.key, False, values, gt, lt, mv)
-    if gt is not None or lt is not None:
-        out.values = frozenset(v for v in values if out._in_bounds(v))
-        out.gt = out.lt = None
-    return out
+    if gte is not None or lte is not None:
+        values = frozenset(v for v in values if within_bounds(v, gte, lte))
+    if not complement:
+        gte = lte = None
+    return Req(a.key, complement, values, gte, lte, mv)
 
 
 Reqs = dict[str, Req]
@@ -276,7 +316,9 @@ def compatible(template: Reqs, pod: Reqs, allow_undefined: frozenset[str] = wk.W
 
 
 def matches_requirement(req: Requirement, labels: Mapping[str, str]) -> bool:
-    """Kubernetes ``NodeSelectorRequirement`` matching against a node's labels."""
+    """Kubernetes ``NodeSelectorRequirement`` matching against a node's labels, plus Karpenter's inclusive
+    ``Gte``/``Lte`` (only NodePool and NodeClaim requirements carry them: pod node affinity never does, see
+    :func:`karpy.scheduling.translate.node_selector_terms`)."""
     key = wk.NORMALIZED_LABELS.get(req.key, req.key)
     value = labels.get(key)
     op = req.operator
@@ -290,12 +332,8 @@ def matches_requirement(req: Requirement, labels: Mapping[str, str]) -> bool:
         return value is None
     if value is None:
         return False
-    bound = _int(req.values)
-    try:
-        number = int(value)
-    except ValueError:
-        return False
-    if bound is None:
+    bound, number = _int(req.values), parse_int(value)
+    if bound is None or number is None:
         return False
     if op == GT:
         return number > bound

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from karpy.apis import labels as wk
 from karpy.apis.meta import JSON
@@ -85,9 +85,19 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     return total
 
 
+# The operators Kubernetes allows in a pod's node affinity (core/v1 NodeSelectorOperator): not Karpenter's Gte/Lte.
+POD_NODE_OPERATORS: Final = frozenset({model.IN, model.NOT_IN, model.EXISTS, model.DOES_NOT_EXIST, model.GT, model.LT})
+
+
 def _affinity_requirement(expr: Mapping[str, Any]) -> Requirement:
+    """A pod node-affinity requirement. An operator Kubernetes does not define (Karpenter's ``Gte``/``Lte``
+    included: the apiserver rejects such a pod) matches no node, as kube-scheduler's
+    ``NodeSelectorRequirementsAsSelector`` fails the term: it reads ``In []``."""
     key = wk.NORMALIZED_LABELS.get(expr.get("key", ""), expr.get("key", ""))
-    return Requirement(key, str(expr.get("operator", "")), tuple(expr.get("values") or ()))
+    op = str(expr.get("operator", ""))
+    if op not in POD_NODE_OPERATORS:
+        return Requirement(key, model.IN, ())
+    return Requirement(key, op, tuple(expr.get("values") or ()))
 
 
 def node_selector_terms(affinity: Mapping[str, Any] | None) -> tuple[tuple[Requirement, ...], ...]:

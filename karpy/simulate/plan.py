@@ -140,12 +140,16 @@ def _ready_false(obj: Mapping[str, Any]) -> bool:
 
 
 def usable_nodeclass(nodepool: Mapping[str, Any], nodeclasses: Mapping[str, JSON]) -> JSON | str:
-    """The NodePool's EC2NodeClass, or why the NodePool cannot launch (missing or not Ready NodeClass).
+    """The NodePool's EC2NodeClass, or why the NodePool cannot launch (being deleted, static, missing or not Ready
+    NodeClass).
 
     A NodeClass without status counts as resolved: the simulation has no AWS to resolve it against.
     """
     if (nodepool.get("metadata") or {}).get("deletionTimestamp"):
         return "NodePool is being deleted"
+    if (nodepool.get("spec") or {}).get("replicas") is not None:
+        # Karpenter never provisions for pods from a static NodePool (core provisioner.go NewScheduler).
+        return "a static NodePool (spec.replicas): not provisioned for pods; karpy does not implement it yet"
     ref = (((nodepool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
     kind, group = ref.get("kind", "EC2NodeClass"), ref.get("group", wk.AWS_GROUP)
     if kind != "EC2NodeClass" or group != wk.AWS_GROUP:

@@ -17,8 +17,11 @@ from karpy.apis.kubelet import validate_kubelet
 from karpy.apis.meta import JSON
 from karpy.apis.quantity import QuantityError, parse_resource_list
 
+# Pod node affinity takes Kubernetes' operators only (core/v1 NodeSelectorOperator: the apiserver rejects Gte/Lte);
+# NodePool requirements take Karpenter's Gte/Lte too (core pkg/apis/v1/nodepool.go, v1.15).
 NODE_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
 NODEPOOL_OPERATORS = NODE_OPERATORS | {"Gte", "Lte"}
+BOUNDED_OPERATORS = frozenset({"Gt", "Lt", "Gte", "Lte"})
 
 
 class ManifestError(Exception):
@@ -73,7 +76,8 @@ def check_requirement(expr: Any, operators: frozenset[str], where: str) -> None:
     """A node selector requirement is well formed (Kubernetes ``ValidateNodeSelectorRequirement``).
 
     Raises:
-        ManifestError: unknown operator, values present/absent against the operator, non-integer Gt/Lt.
+        ManifestError: unknown operator (Gte/Lte in a pod's node affinity), values present/absent against the
+            operator, a non-integer Gt/Lt/Gte/Lte value (negative in a NodePool).
     """
     if not isinstance(expr, dict) or not expr.get("key"):
         raise ManifestError(f"{where}: requirement without a key")
@@ -84,8 +88,12 @@ def check_requirement(expr: Any, operators: frozenset[str], where: str) -> None:
         raise ManifestError(f"{where}: {key} {op} needs values")
     if op in ("Exists", "DoesNotExist") and values:
         raise ManifestError(f"{where}: {key} {op} takes no values")
-    if op in ("Gt", "Lt", "Gte", "Lte") and (len(values) != 1 or not str(values[0]).lstrip("-").isdigit()):
+    if op in BOUNDED_OPERATORS and (len(values) != 1 or not str(values[0]).lstrip("-").isdigit()):
         raise ManifestError(f"{where}: {key} {op} needs exactly one integer value")
+    # The NodePool CRD's CEL rule: "requirements operator 'Gt', 'Lt', 'Gte', or 'Lte' must have a single positive
+    # integer value" (int(values[0]) >= 0).
+    if op in BOUNDED_OPERATORS and operators is NODEPOOL_OPERATORS and int(str(values[0])) < 0:
+        raise ManifestError(f"{where}: {key} {op} needs a non-negative integer value, got {values[0]}")
     min_values = expr.get("minValues")
     if min_values is not None and (isinstance(min_values, bool) or not isinstance(min_values, int) or min_values < 1):
         raise ManifestError(f"{where}: {key}: minValues must be a positive integer")

@@ -50,11 +50,14 @@ def test_operators_round_trip() -> None:
         req("k", "NotIn", "a"),
         req("k", "Exists"),
         req("k", "DoesNotExist"),
-        req("k", "Gt", "3"),
-        req("k", "Lt", "3"),
+        req("k", "Gte", "3"),
+        req("k", "Lte", "3"),
     ]:
         assert rq.from_requirement(r).to_model() == [r]
-    assert rq.from_requirement(req("k", "Gte", "3")).to_model() == [req("k", "Gt", "2")]
+    # Karpenter v1.15 canonicalises Gt n to Gte n+1 and Lt n to Lte n-1 and writes them so on NodeClaims
+    # (core pkg/scheduling/requirement.go NewRequirementWithFlexibility, NodeSelectorRequirement).
+    assert rq.from_requirement(req("k", "Gt", "3")).to_model() == [req("k", "Gte", "4")]
+    assert rq.from_requirement(req("k", "Lt", "3")).to_model() == [req("k", "Lte", "2")]
 
 
 def test_min_values_survives_intersection() -> None:

@@ -34,6 +34,7 @@ from karpy.apis.nodeclaim import NodeClaim, NodeSelectorRequirement
 from karpy.apis.nodepool import NodePool
 from karpy.cloudprovider.types import CloudInstance
 from karpy.controllers.disruption.candidates import expire_after
+from karpy.scheduling.requirements import parse_int
 
 NODEPOOL_DRIFTED = "NodePoolDrifted"
 REQUIREMENTS_DRIFTED = "RequirementsDrifted"
@@ -44,11 +45,10 @@ SECURITY_GROUP_DRIFTED = "SecurityGroupDrift"
 EXPIRED = "Expired"
 
 
-def _number(value: str) -> float | None:
-    try:
-        return float(value)
-    except ValueError:
-        return None
+def _number(value: str) -> int | None:
+    """``value`` as an integer the way Karpenter's ``withinBounds`` reads it (Go ``strconv.Atoi``), else None:
+    a Gt/Lt/Gte/Lte requirement never admits a non-integer label such as ``4.5``."""
+    return parse_int(value)
 
 
 def requirement_admits(req: NodeSelectorRequirement, labels: Mapping[str, str]) -> bool:

@@ -1,0 +1,129 @@
+"""Karpenter v1.15 capabilities karpy does not implement yet, on the real apiserver (v1.15 CRDs): a NodePool using
+``consolidationPolicy: Balanced`` or ``spec.replicas`` is accepted, gets ``FeaturesSupported=False`` (reason
+``UnsupportedFeature``) and a Warning Event ``UnsupportedFeature`` naming the field, and loses both once the field
+is gone. Balanced keeps the NodePool Ready (karpy consolidates only its empty nodes); a static NodePool is not Ready
+(``ValidationSucceeded=False``), so karpy does not provision from it. The CRD forbids turning a static NodePool
+dynamic (Karpenter's CEL rule), so ``replicas`` goes by recreating the NodePool without it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import pytest
+
+from e2e.helpers import ec2nodeclass, nodepool
+from karpy.apis import labels as wk
+from karpy.apis.conditions import condition
+from karpy.controllers.nodepool_status import COND_FEATURES_SUPPORTED, UNSUPPORTED_FEATURE, NodePoolStatusReconciler
+from karpy.kube import resources as r
+from karpy.kube.client import KubeClient
+from karpy.kube.errors import ApiError
+from karpy.kube.events import WARNING, EventRecorder
+from karpy.state.cluster import ClusterState
+
+pytestmark = [pytest.mark.integration]
+NODECLASS = "gates-status"
+BALANCED, STATIC = "gates-balanced", "gates-static"
+
+
+def _status(obj: dict[str, Any], type_: str) -> tuple[str, str] | None:
+    c = condition(obj, type_)
+    return None if c is None else (c["status"], c["reason"])
+
+
+class Env:
+    def __init__(self, kube: KubeClient) -> None:
+        self.kube = kube
+        self.state = ClusterState()
+        self.events = EventRecorder(kube)
+        self.reconciler = NodePoolStatusReconciler(kube, self.state, self.events)
+
+    async def reconcile(self, name: str) -> dict[str, Any]:
+        """Reconcile NodePool ``name`` from what the apiserver has; the stored object after."""
+        self.state.apply("NodePool", "MODIFIED", await self.kube.get(r.NODEPOOLS, name))
+        await self.reconciler.reconcile(name)
+        await self.events.flush()  # the event POSTs (fire and forget) done
+        return await self.kube.get(r.NODEPOOLS, name)
+
+    async def warnings(self, name: str) -> list[str]:
+        query = {"fieldSelector": f"involvedObject.name={name},involvedObject.kind=NodePool"}
+        items = (await self.kube.list(r.EVENTS, "default", query=query))[0]
+        return [e["message"] for e in items if e["type"] == WARNING and e["reason"] == UNSUPPORTED_FEATURE]
+
+
+async def _ready_nodeclass(kube: KubeClient) -> dict[str, Any]:
+    await kube.create(r.EC2NODECLASSES, ec2nodeclass(NODECLASS, "gates"))
+    ready = {"type": wk.COND_READY, "status": "True", "reason": "Ready", "message": ""}
+    patch = {"status": {"conditions": [{**ready, "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
+    return await kube.merge_patch(r.EC2NODECLASSES, NODECLASS, patch, subresource="status")
+
+
+async def test_balanced_and_static_nodepools_are_reported_then_cleared(kube: KubeClient) -> None:
+    env = Env(kube)
+    try:
+        env.state.apply("EC2NodeClass", "ADDED", await _ready_nodeclass(kube))
+        balanced = nodepool(
+            BALANCED, nodeclass=NODECLASS, disruption={"consolidationPolicy": "Balanced", "consolidateAfter": "30s"}
+        )
+        static = nodepool(STATIC, nodeclass=NODECLASS, replicas=2)
+        await kube.create(r.NODEPOOLS, balanced)
+        await kube.create(r.NODEPOOLS, static)
+
+        # Balanced: accepted, reported, still Ready.
+        stored = await env.reconcile(BALANCED)
+        assert _status(stored, COND_FEATURES_SUPPORTED) == ("False", UNSUPPORTED_FEATURE)
+        assert (
+            "consolidationPolicy Balanced is not implemented by karpy yet"
+            in condition(stored, COND_FEATURES_SUPPORTED)["message"]
+        )
+        assert _status(stored, wk.COND_READY) == ("True", "Ready")
+        (warning,) = await env.warnings(BALANCED)
+        assert "spec.disruption.consolidationPolicy Balanced is not implemented by karpy yet" in warning
+
+        # Static: accepted, reported, not Ready.
+        stored = await env.reconcile(STATIC)
+        assert _status(stored, COND_FEATURES_SUPPORTED) == ("False", UNSUPPORTED_FEATURE)
+        assert _status(stored, wk.COND_VALIDATION_SUCCEEDED) == ("False", UNSUPPORTED_FEATURE)
+        assert _status(stored, wk.COND_READY) == ("False", UNSUPPORTED_FEATURE)
+        assert "spec.replicas (2, a static NodePool) is not implemented" in condition(stored, wk.COND_READY)["message"]
+        assert [w for w in await env.warnings(STATIC) if "spec.replicas (2, a static NodePool)" in w]
+
+        # The fields go: Balanced by an edit, replicas by recreating the NodePool (the CRD refuses the edit).
+        edit = {"spec": {"disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized"}}}
+        await kube.merge_patch(r.NODEPOOLS, BALANCED, edit)
+        stored = await env.reconcile(BALANCED)
+        assert condition(stored, COND_FEATURES_SUPPORTED) is None
+        assert _status(stored, wk.COND_READY) == ("True", "Ready")
+        assert len(await env.warnings(BALANCED)) == 1
+
+        with pytest.raises(ApiError) as refused:
+            await kube.merge_patch(r.NODEPOOLS, STATIC, {"spec": {"replicas": None}})
+        assert "Cannot transition NodePool between static" in str(refused.value)
+        await kube.delete(r.NODEPOOLS, STATIC)
+        await _gone(kube, STATIC)
+        await kube.create(r.NODEPOOLS, nodepool(STATIC, nodeclass=NODECLASS))
+        stored = await env.reconcile(STATIC)
+        assert condition(stored, COND_FEATURES_SUPPORTED) is None
+        assert _status(stored, wk.COND_VALIDATION_SUCCEEDED) == ("True", "ValidationSucceeded")
+        assert _status(stored, wk.COND_READY) == ("True", "Ready")
+    finally:
+        for name in (BALANCED, STATIC):
+            with contextlib.suppress(ApiError):
+                await kube.delete(r.NODEPOOLS, name)
+        with contextlib.suppress(ApiError):
+            await kube.delete(r.EC2NODECLASSES, NODECLASS)
+
+
+async def _gone(kube: KubeClient, name: str) -> None:
+    """Wait (bounded) until NodePool ``name`` no longer exists (no finalizer holds it here)."""
+    for _ in range(100):
+        try:
+            await kube.get(r.NODEPOOLS, name)
+        except ApiError as err:
+            if err.not_found:
+                return
+            raise
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"NodePool {name} still exists")

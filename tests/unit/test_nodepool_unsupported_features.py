@@ -1,0 +1,210 @@
+"""Karpenter v1.15 capabilities karpy does not implement yet are never silently ignored: a NodePool using one gets
+``FeaturesSupported=False`` (reason ``UnsupportedFeature``) and a Warning event naming the field; where karpy cannot
+honour it at all, ``ValidationSucceeded=False`` makes the NodePool not Ready (no provisioning from it). The
+condition goes away when the field does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from karpy.apis import labels as wk
+from karpy.apis.conditions import condition
+from karpy.apis.nodepool import NodePool
+from karpy.controllers.nodepool_status import (
+    COND_FEATURES_SUPPORTED,
+    UNSUPPORTED_FEATURE,
+    NodePoolStatusReconciler,
+    unsupported_features,
+)
+from karpy.kube.events import EventRecorder
+from karpy.kube.fake import FakeKube
+from karpy.kube.resources import NODEPOOLS
+from karpy.state.cluster import ClusterState
+
+CT = wk.LABEL_CAPACITY_TYPE
+TERMS = [{"id": "cr-0123456789abcdef0"}]
+
+
+def nodepool(
+    *requirements: dict[str, Any], policy: str | None = None, replicas: int | None = None, generation: int = 1
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "template": {
+            "spec": {
+                "requirements": list(requirements),
+                "nodeClassRef": {"group": wk.AWS_GROUP, "kind": "EC2NodeClass", "name": "nc"},
+            }
+        },
+    }
+    if policy is not None:
+        spec["disruption"] = {"consolidationPolicy": policy, "consolidateAfter": "0s"}
+    if replicas is not None:
+        spec["replicas"] = replicas
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "np", "generation": generation, "resourceVersion": str(generation)},
+        "spec": spec,
+    }
+
+
+def nodeclass(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "karpenter.k8s.aws/v1",
+        "kind": "EC2NodeClass",
+        "metadata": {"name": "nc", "resourceVersion": "1"},
+        "spec": spec,
+        "status": {"conditions": [{"type": wk.COND_READY, "status": "True", "reason": "Ready"}]},
+    }
+
+
+def fields(pool: dict[str, Any], nc: dict[str, Any] | None = None) -> list[tuple[str, bool]]:
+    return [(u.field, u.blocking) for u in unsupported_features(NodePool.from_json(pool), nc)]
+
+
+def req(key: str, op: str, *values: str) -> dict[str, Any]:
+    return {"key": key, "operator": op, "values": list(values)}
+
+
+@pytest.mark.parametrize(
+    ("pool", "nc", "expected"),
+    [
+        (nodepool(), nodeclass(), []),
+        (nodepool(policy="WhenEmpty"), nodeclass(), []),
+        (nodepool(policy="WhenEmptyOrUnderutilized"), nodeclass(), []),
+        (nodepool(policy="Balanced"), nodeclass(), [("spec.disruption.consolidationPolicy", False)]),
+        (nodepool(replicas=3), nodeclass(), [("spec.replicas", True)]),
+        (nodepool(replicas=0), nodeclass(), [("spec.replicas", True)]),
+        # Karpenter ignores consolidationPolicy on a static NodePool.
+        (nodepool(policy="Balanced", replicas=2), nodeclass(), [("spec.replicas", True)]),
+        # Reserved only: karpy can never launch for it.
+        (nodepool(req(CT, "In", "reserved")), nodeclass(), [(f"requirement {CT}", True)]),
+        (
+            nodepool(req(CT, "In", "reserved")),
+            nodeclass(capacityReservationSelectorTerms=TERMS),
+            [(f"requirement {CT}", True)],
+        ),
+        # Reserved among others: only a difference when the EC2NodeClass selects reservations.
+        (nodepool(req(CT, "In", "reserved", "on-demand")), nodeclass(), []),
+        (
+            nodepool(req(CT, "In", "reserved", "on-demand")),
+            nodeclass(capacityReservationSelectorTerms=TERMS),
+            [("capacityReservationSelectorTerms", False)],
+        ),
+        (nodepool(), nodeclass(capacityReservationSelectorTerms=TERMS), [("capacityReservationSelectorTerms", False)]),
+        (nodepool(req(CT, "NotIn", "reserved")), nodeclass(capacityReservationSelectorTerms=TERMS), []),
+        (nodepool(req(CT, "In", "spot")), nodeclass(capacityReservationSelectorTerms=TERMS), []),
+        (nodepool(req(CT, "In", "spot")), None, []),
+    ],
+)
+def test_unsupported_features(
+    pool: dict[str, Any], nc: dict[str, Any] | None, expected: list[tuple[str, bool]]
+) -> None:
+    assert fields(pool, nc) == expected
+
+
+class Harness:
+    """One NodePool ``np`` over a FakeKube; reconciles and reads back the stored object and the events."""
+
+    def __init__(self, pool: dict[str, Any], nc: dict[str, Any]) -> None:
+        self.state = ClusterState()
+        self.state.apply("EC2NodeClass", "ADDED", nc)
+        self.state.apply("NodePool", "ADDED", pool)
+        self.kube = FakeKube([pool])
+        self.events = EventRecorder(self.kube)
+        self.rec = NodePoolStatusReconciler(self.kube, self.state, self.events)
+
+    async def reconcile(self) -> dict[str, Any]:
+        await self.rec.reconcile("np")
+        await self.events.flush()
+        return self.state.nodepools["np"]
+
+    async def update_spec(self, pool: dict[str, Any]) -> None:
+        """A user's edit of the spec (keeps the stored status, bumps the generation)."""
+        stored = self.state.nodepools["np"]
+        edited = {**pool, "metadata": {**stored["metadata"], "generation": stored["metadata"]["generation"] + 1}}
+        edited["status"] = stored.get("status", {})
+        await self.kube.replace(NODEPOOLS, "np", edited)
+        self.state.apply("NodePool", "MODIFIED", await self.kube.get(NODEPOOLS, "np"))
+
+    def warnings(self) -> list[str]:
+        return [e["message"] for e in self.kube.events(UNSUPPORTED_FEATURE)]
+
+
+def status(stored: dict[str, Any], type_: str) -> tuple[str, str] | None:
+    c = condition(stored, type_)
+    return None if c is None else (c["status"], c["reason"])
+
+
+async def test_balanced_keeps_the_nodepool_ready_with_a_condition_and_an_event_then_clears() -> None:
+    h = Harness(nodepool(policy="Balanced"), nodeclass())
+    stored = await h.reconcile()
+    assert status(stored, COND_FEATURES_SUPPORTED) == ("False", UNSUPPORTED_FEATURE)
+    assert (
+        "consolidationPolicy Balanced is not implemented by karpy yet"
+        in condition(stored, COND_FEATURES_SUPPORTED)["message"]
+    )
+    assert status(stored, wk.COND_VALIDATION_SUCCEEDED) == ("True", "ValidationSucceeded")
+    assert status(stored, wk.COND_READY) == ("True", "Ready")
+    (warning,) = h.warnings()
+    assert warning.startswith("NodePool np: spec.disruption.consolidationPolicy Balanced is not implemented")
+    # Unchanged: no second event.
+    await h.reconcile()
+    assert len(h.warnings()) == 1
+    await h.update_spec(nodepool(policy="WhenEmptyOrUnderutilized"))
+    stored = await h.reconcile()
+    assert condition(stored, COND_FEATURES_SUPPORTED) is None
+    assert status(stored, wk.COND_READY) == ("True", "Ready")
+    assert len(h.warnings()) == 1
+
+
+async def test_static_nodepool_is_not_ready_with_an_event_then_ready_when_replicas_go() -> None:
+    h = Harness(nodepool(replicas=2), nodeclass())
+    stored = await h.reconcile()
+    assert status(stored, COND_FEATURES_SUPPORTED) == ("False", UNSUPPORTED_FEATURE)
+    assert status(stored, wk.COND_VALIDATION_SUCCEEDED) == ("False", UNSUPPORTED_FEATURE)
+    assert status(stored, wk.COND_READY) == ("False", UNSUPPORTED_FEATURE)
+    assert (
+        "spec.replicas (2, a static NodePool) is not implemented by karpy yet"
+        in condition(stored, wk.COND_READY)["message"]
+    )
+    assert [m for m in h.warnings() if m.startswith("NodePool np: spec.replicas (2, a static NodePool)")]
+    await h.update_spec(nodepool())
+    stored = await h.reconcile()
+    assert condition(stored, COND_FEATURES_SUPPORTED) is None
+    assert status(stored, wk.COND_VALIDATION_SUCCEEDED) == ("True", "ValidationSucceeded")
+    assert status(stored, wk.COND_READY) == ("True", "Ready")
+
+
+async def test_a_changed_set_of_unsupported_features_is_reported_again() -> None:
+    terms = nodeclass(capacityReservationSelectorTerms=TERMS)
+    h = Harness(nodepool(policy="Balanced", generation=1), terms)
+    await h.reconcile()
+    assert len(h.warnings()) == 1
+    await h.update_spec(nodepool(policy="Balanced", generation=2))
+    await h.reconcile()
+    assert len(h.warnings()) == 1, "same features: no new event"
+    await h.update_spec(nodepool(req(CT, "In", "spot"), policy="Balanced"))
+    stored = await h.reconcile()
+    assert len(h.warnings()) == 2
+    assert "capacityReservationSelectorTerms" not in condition(stored, COND_FEATURES_SUPPORTED)["message"]
+
+
+def test_static_nodepool_nodes_are_no_disruption_candidates() -> None:
+    """Karpenter never consolidates a static NodePool's nodes; karpy, which does not keep spec.replicas nodes
+    either, leaves them alone (no emptiness, consolidation or drift replacement)."""
+    from disruption_builders import loaded_state, node
+    from disruption_builders import nodeclaim as claim_of
+    from disruption_builders import nodepool as pool_of
+
+    from karpy.controllers.disruption.candidates import node_blocker
+
+    static, dynamic = pool_of("static"), pool_of("dynamic")
+    static["spec"]["replicas"] = 1
+    a, b = claim_of("a", static), claim_of("b", dynamic)
+    state = loaded_state([static, dynamic, a, b, node(a), node(b)])
+    blocker = node_blocker(state, state.nodeclaim_views["a"], set(), set())[0]
+    assert blocker == "its NodePool is static (spec.replicas), which karpy does not implement yet"
+    assert node_blocker(state, state.nodeclaim_views["b"], set(), set())[0] == ""
