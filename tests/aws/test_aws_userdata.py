@@ -1,4 +1,4 @@
-"""AL2023 nodeadm user data rendering (pure)."""
+"""AL2023 nodeadm user data rendering (pure), in Karpenter v1.15's form."""
 
 from __future__ import annotations
 
@@ -35,7 +35,9 @@ def test_renders_a_mime_document_with_one_nodeconfig_part() -> None:
 
 
 def test_nodeconfig_carries_cluster_kubelet_config_and_flags() -> None:
-    """Cluster block, explicit maxPods/kubeReserved/systemReserved/evictionHard, labels and taints as flags."""
+    """Cluster block, explicit maxPods/kubeReserved/evictionHard (an empty systemReserved is left out, as
+    Karpenter v1.15 leaves out reservations it was not given), labels as a Go-quoted flag and taints in the
+    kubelet config's ``registerWithTaints`` (Karpenter v1.15's ``generateInlineKubeletConfiguration``)."""
     doc = parse_node_config(render(node_input()))
     assert doc["apiVersion"] == "node.eks.aws/v1alpha1"
     assert doc["spec"]["cluster"] == {
@@ -47,12 +49,13 @@ def test_nodeconfig_carries_cluster_kubelet_config_and_flags() -> None:
     config = doc["spec"]["kubelet"]["config"]
     assert config["maxPods"] == 29
     assert config["kubeReserved"] == {"cpu": "70m", "memory": "574Mi", "ephemeral-storage": "1Gi"}
-    assert config["systemReserved"] == {}
+    assert "systemReserved" not in config
     assert config["evictionHard"] == {"memory.available": "100Mi", "nodefs.available": "10%"}
     assert config["clusterDNS"] == ["10.100.0.10"]
-    assert doc["spec"]["kubelet"]["flags"] == [
-        "--node-labels=karpenter.sh/nodepool=default,team=a",
-        "--register-with-taints=dedicated=gpu:NoSchedule,karpenter.sh/unregistered:NoExecute",
+    assert doc["spec"]["kubelet"]["flags"] == ['--node-labels="karpenter.sh/nodepool=default,team=a"']
+    assert config["registerWithTaints"] == [
+        {"effect": "NoSchedule", "key": "dedicated", "value": "gpu"},
+        {"effect": "NoExecute", "key": "karpenter.sh/unregistered"},
     ]
     labels, taints = parse_flags(doc)
     assert labels == {"karpenter.sh/nodepool": "default", "team": "a"}
@@ -66,8 +69,8 @@ def test_unregistered_taint_is_not_duplicated_and_valueless_taints_format() -> N
     """A taint without value renders ``key:Effect``; the unregistered taint appears once."""
     assert format_taint({"key": "a", "effect": "NoExecute"}) == "a:NoExecute"
     text = render(node_input(taints=[{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]))
-    flags = parse_node_config(text)["spec"]["kubelet"]["flags"]
-    assert flags[-1] == "--register-with-taints=karpenter.sh/unregistered:NoExecute"
+    config = parse_node_config(text)["spec"]["kubelet"]["config"]
+    assert config["registerWithTaints"] == [{"effect": "NoExecute", "key": "karpenter.sh/unregistered"}]
 
 
 def test_nodeclass_kubelet_fields_pass_through_and_cluster_dns_wins() -> None:
