@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+from karpy.apis.hashing import nodeclass_ami_family
 from karpy.aws.amifamily import al2, al2023, bottlerocket, custom, windows
 from karpy.aws.amifamily.bootstrap import BootstrapOptions
 
@@ -62,14 +63,10 @@ def alias_parts(spec: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def family_of(spec: Mapping[str, Any]) -> str:
-    """The EC2NodeClass's AMI family (see the module docstring); an unknown ``amiFamily`` is returned as is and
-    renders as AL2, as Karpenter's ``GetAMIFamily`` falls back."""
-    if spec.get("amiFamily"):
-        return str(spec["amiFamily"])
-    parts = alias_parts(spec)
-    if parts is not None:
-        return ALIAS_FAMILIES.get(parts[0], CUSTOM)
-    return CUSTOM
+    """The EC2NodeClass's AMI family (see the module docstring; ``EC2NodeClass.AMIFamily()``, shared with the
+    hash, :func:`karpy.apis.hashing.nodeclass_ami_family`); an unknown family renders as AL2, as Karpenter's
+    ``GetAMIFamily`` falls back."""
+    return nodeclass_ami_family(spec)
 
 
 def is_windows(family: str) -> bool:
