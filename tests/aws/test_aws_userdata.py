@@ -221,3 +221,25 @@ def test_block_device_mappings_of_the_nodeclass_win_and_custom_has_none() -> Non
     assert block_device_mappings(launch_request("al2023@latest", amiFamily="Custom").nodeclass) == []
     assert amifamily.ephemeral_block_device("Bottlerocket") == "/dev/xvdb"
     assert amifamily.ephemeral_block_device("Custom") is None
+
+
+def test_ec2nodeclass_view_exposes_family_user_data_and_block_devices() -> None:
+    from karpy.apis.ec2nodeclass import EC2NodeClass
+
+    obj = {
+        "metadata": {"name": "br"},
+        "spec": {
+            "amiSelectorTerms": [{"alias": "bottlerocket@v1.46.0"}],
+            "userData": "[settings.kubernetes]\n",
+            "instanceStorePolicy": "RAID0",
+            "blockDeviceMappings": [{"deviceName": "/dev/xvdb", "ebs": {"volumeSize": "50Gi"}}],
+        },
+    }
+    view = EC2NodeClass.from_json(obj)
+    assert (view.family, view.user_data, view.instance_store_policy) == (
+        "Bottlerocket",
+        "[settings.kubernetes]\n",
+        "RAID0",
+    )
+    assert view.block_device_mappings == ({"deviceName": "/dev/xvdb", "ebs": {"volumeSize": "50Gi"}},)
+    assert EC2NodeClass.from_json({"metadata": {"name": "c"}, "spec": {"amiFamily": "Custom"}}).family == "Custom"

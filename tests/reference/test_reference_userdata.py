@@ -259,3 +259,53 @@ def test_karpy_custom_user_data_passes_through_as_karpenter(
     nc["spec"]["amiSelectorTerms"] = [{"id": "ami-0123456789abcdef0"}]
     family, expected = reference(karpenter_ref, nc)
     assert _karpy(nc["spec"], _claim(), ca_bundle="Y2E=") == (family, expected)
+
+
+BLOCK_DEVICE_TABLE: list[tuple[str, dict[str, Any]]] = [
+    *[
+        (a, nodeclass(a))
+        for a in (
+            "al2023@latest",
+            "al2@latest",
+            "bottlerocket@latest",
+            "windows2019@latest",
+            "windows2022@latest",
+            "windows2025@latest",
+        )
+    ],
+    (
+        "custom",
+        {
+            **nodeclass("al2023@latest", amiFamily="Custom"),
+            "spec": {
+                **nodeclass("al2023@latest")["spec"],
+                "amiFamily": "Custom",
+                "amiSelectorTerms": [{"id": "ami-0123456789abcdef0"}],
+            },
+        },
+    ),
+    (
+        "nodeclass-mappings",
+        nodeclass(
+            "bottlerocket@latest",
+            blockDeviceMappings=[
+                {"deviceName": "/dev/xvda", "ebs": {"volumeSize": "4Gi", "volumeType": "gp3", "encrypted": True}},
+                {
+                    "deviceName": "/dev/xvdb",
+                    "ebs": {"volumeSize": "100Gi", "volumeType": "io2", "iops": 3000},
+                    "rootVolume": False,
+                },
+            ],
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "nc"), BLOCK_DEVICE_TABLE, ids=[n for n, _ in BLOCK_DEVICE_TABLE])
+def test_karpy_block_device_mappings_match_karpenter(
+    karpenter_ref: KarpenterRef, name: str, nc: dict[str, Any]
+) -> None:
+    """The EC2NodeClass's mappings, else the family's ``DefaultBlockDeviceMappings``, in EC2NodeClass form."""
+    expected = karpenter_ref.launch_template(nc, NODECLAIM, cluster_cidr="10.100.0.0/16").block_device_mappings
+    family = amifamily.family_of(nc["spec"])
+    assert amifamily.block_device_mappings(nc["spec"], family) == expected

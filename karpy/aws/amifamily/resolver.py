@@ -169,8 +169,12 @@ def ephemeral_block_device(family: str) -> str | None:
 
 
 def block_device_mappings(spec: Mapping[str, Any], family: str) -> list[dict[str, Any]]:
-    """``spec.blockDeviceMappings`` when non-empty, else the family's defaults."""
-    return [dict(m) for m in spec.get("blockDeviceMappings") or []] or default_block_device_mappings(family)
+    """``spec.blockDeviceMappings`` when non-empty (``rootVolume: false`` left out, as Go's omitempty does),
+    else the family's defaults."""
+    mappings = [
+        {k: v for k, v in m.items() if not (k == "rootVolume" and not v)} for m in spec.get("blockDeviceMappings") or []
+    ]
+    return mappings or default_block_device_mappings(family)
 
 
 def bootstrap_options(
