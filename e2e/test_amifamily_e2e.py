@@ -38,7 +38,7 @@ from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 
 pytestmark = [pytest.mark.e2e]
-# pool/nodeclass name → (alias or "" for AL2 by tags, OS, marker of the family's user data, launch template block devices)
+# pool/nodeclass name → (alias, "" for AL2 by tags; OS; marker of the family's user data; template block devices)
 FAMILIES = {
     "fam-bottlerocket": ("bottlerocket@latest", "linux", "[settings.kubernetes]", ["/dev/xvda", "/dev/xvdb"]),
     "fam-al2": ("", "linux", "/etc/eks/bootstrap.sh", ["/dev/xvda"]),
