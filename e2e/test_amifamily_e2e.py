@@ -1,11 +1,11 @@
-"""Nodes of the non-AL2023 AMI families reach Ready on the local cluster (issue 9, AMI families).
+"""Nodes of every Linux AMI family reach Ready on the local cluster (issue 9, AMI families).
 
-One EC2NodeClass per family (``bottlerocket@latest`` by alias; ``amiFamily: AL2`` on the seeded golden AMI by
-tags, since Karpenter refuses AL2 aliases on Kubernetes 1.33+), each
-with a NodePool and a pending Deployment selecting it. karpy resolves the alias through the seeded SSM
-parameters, launches with the family's user data (Bottlerocket TOML, AL2 ``bootstrap.sh`` MIME) and block
-devices; the node agent reads that user data back as kubelet would and registers the
-Node. Each NodeClaim must become Ready, its Node carry the NodePool label and the family's OS,
+One EC2NodeClass per family (``al2023@latest`` and ``bottlerocket@latest`` by alias; ``amiFamily: AL2`` on the
+seeded golden AMI by tags, since Karpenter refuses AL2 aliases on Kubernetes 1.33+), each with a NodePool and a
+pending Deployment selecting it. karpy resolves the alias through the seeded SSM parameters, launches with the
+family's user data (nodeadm NodeConfig, Bottlerocket TOML, AL2 ``bootstrap.sh`` MIME) and block devices; the
+node agent reads that user data back as kubelet would and registers the Node. Each NodeClaim must become Ready,
+its Node carry the NodePool label, its taint and the family's OS,
 its launch template hold the family's block devices, and the pods run there. (Windows is not here: karpy's
 instance types offer ``kubernetes.io/os=linux`` only, so a Windows NodePool has no instance type yet.)
 """
@@ -40,6 +40,7 @@ from karpy.kube.errors import ApiError
 pytestmark = [pytest.mark.e2e]
 # pool/nodeclass name → (alias, "" for AL2 by tags; OS; marker of the family's user data; template block devices)
 FAMILIES = {
+    "fam-al2023": ("al2023@latest", "linux", "kind: NodeConfig", ["/dev/xvda"]),
     "fam-bottlerocket": ("bottlerocket@latest", "linux", "[settings.kubernetes]", ["/dev/xvda", "/dev/xvdb"]),
     "fam-al2": ("", "linux", "/etc/eks/bootstrap.sh", ["/dev/xvda"]),
 }
@@ -140,6 +141,8 @@ async def test_every_family_reaches_ready(local_cluster: Any, env: tuple[KubeCli
         node = await client.get(r.NODES, claim["status"]["nodeName"])
         assert node["metadata"]["labels"]["kubernetes.io/os"] == os_name
         assert node["metadata"]["labels"][wk.LABEL_NODEPOOL] == pool
+        # The NodePool's taint reached the Node through the family's own taint syntax.
+        assert {"key": "karpy-e2e/family", "value": pool, "effect": "NoSchedule"} in node["spec"]["taints"]
         instance_id = claim["status"]["providerID"].rsplit("/", 1)[-1]
         attribute = ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
         assert marker in base64.b64decode(attribute["UserData"]["Value"]).decode()
