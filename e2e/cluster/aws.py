@@ -2,16 +2,18 @@
 
 ``start_moto()`` runs ``moto.server.ThreadedMotoServer`` on 127.0.0.1 (port 0 = a free port) in this process;
 ``seed_cluster()`` creates, for one cluster name: a VPC 10.0.0.0/16, three subnets (us-east-1a/b/c) and a
-security group tagged ``karpenter.sh/discovery=<cluster>``, the IAM role ``KarpenterNodeRole-<cluster>``, and
-AL2023 EKS AMIs (x86_64 and arm64) published under the public SSM parameters
-``/aws/service/eks/optimized-ami/<k8s>/amazon-linux-2023/<arch>/standard/recommended/image_id`` (and the
-versioned ``…/amazon-eks-node-al2023-<arch>-standard-<k8s>-v20250101/image_id``), and the SQS queue
+security group tagged ``karpenter.sh/discovery=<cluster>``, the IAM role ``KarpenterNodeRole-<cluster>``, the
+AMIs of every family Karpenter resolves aliases for, published under the public SSM parameters Karpenter reads
+(``seed_amis``: AL2023 standard/nvidia/neuron, AL2 standard/arm64/GPU, Bottlerocket standard and nvidia on
+x86_64 and arm64, EKS-optimized Windows Server Core 2019/2022/2025; see :func:`seed_images`), an in-house
+"custom" AMI of another account with no SSM parameter (:func:`custom_image`), and the SQS queue
 ``<cluster>-interruption`` for ``INTERRUPTION_QUEUE``.
 
-moto refuses ``PutParameter`` under ``/aws/service/`` and its RegisterImage takes no architecture, so those two
-are written through moto's in-process backends: ``seed_cluster`` must run in the process that started the
-server. Spot prices cannot be seeded: moto answers DescribeSpotPriceHistory with a fixed ``0.00001`` for every
-offered (type, zone).
+moto refuses ``PutParameter`` under ``/aws/service/`` and its RegisterImage takes no architecture, platform,
+owner or creation date, so those are written through moto's in-process backends: ``seed_cluster`` must run in
+the process that started the server. The AWS-published AMIs are owned by moto's own account (``self``), not
+Amazon's (Karpenter's default owners for a name term, ``self`` and ``amazon``, find them either way). Spot prices
+cannot be seeded: moto answers DescribeSpotPriceHistory with a fixed ``0.00001`` for every offered (type, zone).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+import attrs
 import boto3
 
 AWS_ENV: dict[str, str] = {
@@ -31,6 +34,11 @@ AWS_ENV: dict[str, str] = {
     "AWS_DEFAULT_REGION": "us-east-1",
 }
 AMI_VERSION = "v20250101"
+BOTTLEROCKET_VERSION = "1.49.0"
+WINDOWS_YEARS = ("2019", "2022", "2025")
+CUSTOM_AMI_NAME = "acme-golden-al2023-x86_64-2025.01.01"
+CUSTOM_AMI_OWNER = "111122223333"
+CUSTOM_AMI_TAGS = {"acme.io/image": "golden", "acme.io/team": "platform"}
 ZONE_SUFFIXES = ("a", "b", "c")
 DISCOVERY_TAG = "karpenter.sh/discovery"
 
@@ -133,47 +141,156 @@ def _seed_role(iam: Any, cluster_name: str) -> str:
     return role
 
 
-def _seed_amis(ec2: Any, k8s_version: str, region: str) -> dict[str, str]:
+@attrs.frozen
+class SeedImage:
+    """One AMI the local AWS publishes: its name, architecture, platform ("" or "windows"), the SSM parameters
+    naming it, its owner account ("" = moto's own, as ``self``), tags and creation date."""
+
+    name: str
+    arch: str
+    parameters: tuple[str, ...] = ()
+    platform: str = ""
+    owner: str = ""
+    tags: tuple[tuple[str, str], ...] = ()
+    created: datetime = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def _eks(k8s: str) -> str:
+    return f"/aws/service/eks/optimized-ami/{k8s}"
+
+
+def _al2023_images(k8s: str) -> list[SeedImage]:
+    """AL2023 standard (latest and pinned), nvidia and neuron (pinned only: ``al2023@latest`` keeps resolving
+    to the standard AMIs alone, which the launch-failure tests rely on). The arm64 image is a minute newer, so
+    ``status.amis`` (newest first) lists it first."""
+    out = []
+    for arch, variant in (
+        ("x86_64", "standard"),
+        ("arm64", "standard"),
+        ("x86_64", "nvidia"),
+        ("arm64", "nvidia"),
+        ("x86_64", "neuron"),
+    ):
+        name = f"amazon-eks-node-al2023-{arch}-{variant}-{k8s}-{AMI_VERSION}"
+        base = f"{_eks(k8s)}/amazon-linux-2023/{arch}/{variant}"
+        params = (f"{base}/{name}/image_id",) + ((f"{base}/recommended/image_id",) if variant == "standard" else ())
+        created = datetime(2025, 1, 1, 0, 1 if arch == "arm64" else 0, tzinfo=UTC)
+        out.append(SeedImage(name, arch, params, created=created))
+    return out
+
+
+def _al2_images(k8s: str) -> list[SeedImage]:
+    """AL2: x86_64, arm64 and the GPU image (Karpenter's nvidia and neuron AMI), latest and pinned."""
+    out = []
+    for arch, path, prefix in (
+        ("x86_64", "amazon-linux-2", "amazon-eks-node"),
+        ("arm64", "amazon-linux-2-arm64", "amazon-eks-arm64-node"),
+        ("x86_64", "amazon-linux-2-gpu", "amazon-eks-gpu-node"),
+    ):
+        name = f"{prefix}-{k8s}-{AMI_VERSION}"
+        out.append(
+            SeedImage(name, arch, (f"{_eks(k8s)}/{path}/recommended/image_id", f"{_eks(k8s)}/{path}/{name}/image_id"))
+        )
+    return out
+
+
+def _bottlerocket_images(k8s: str) -> list[SeedImage]:
+    """Bottlerocket standard and nvidia, x86_64 and arm64, latest and pinned (``BOTTLEROCKET_VERSION``)."""
+    out = []
+    for flavour in ("", "-nvidia"):
+        for arch in ("x86_64", "arm64"):
+            root = f"/aws/service/bottlerocket/aws-k8s-{k8s}{flavour}/{arch}"
+            name = f"bottlerocket-aws-k8s-{k8s}{flavour}-{arch}-v{BOTTLEROCKET_VERSION}-4ce1a5b2"
+            out.append(SeedImage(name, arch, (f"{root}/latest/image_id", f"{root}/{BOTTLEROCKET_VERSION}/image_id")))
+    return out
+
+
+def _windows_images(k8s: str) -> list[SeedImage]:
+    """EKS-optimized Windows Server Core 2019/2022/2025 (x86_64, platform windows), latest only as AWS has it."""
+    out = []
+    for year in WINDOWS_YEARS:
+        base = f"Windows_Server-{year}-English-Core-EKS_Optimized-{k8s}"
+        param = f"/aws/service/ami-windows-latest/{base}/image_id"
+        out.append(SeedImage(f"{base}-2025.01.01", "x86_64", (param,), platform="windows"))
+    return out
+
+
+def custom_image() -> SeedImage:
+    """An in-house AMI: no SSM parameter, a non-EKS name, another account's, tagged (amiSelectorTerms by id, by
+    name + owner, by tags; a name without owner does not find it: Karpenter's owners default to self, amazon)."""
+    return SeedImage(CUSTOM_AMI_NAME, "x86_64", owner=CUSTOM_AMI_OWNER, tags=tuple(sorted(CUSTOM_AMI_TAGS.items())))
+
+
+def seed_images(k8s_version: str) -> list[SeedImage]:
+    """Every AMI :func:`seed_amis` publishes for ``k8s_version``, AL2023 standard first (tests that take "any
+    self-owned image" get an AL2023 one)."""
+    return [
+        *_al2023_images(k8s_version),
+        *_al2_images(k8s_version),
+        *_bottlerocket_images(k8s_version),
+        *_windows_images(k8s_version),
+        custom_image(),
+    ]
+
+
+def _publish(ssm: Any, path: str, image_id: str) -> None:
+    """Put ``image_id`` under the public SSM parameter ``path`` (moto refuses PutParameter under /aws/service)."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.ssm.models import Parameter
+
+    versions = ssm._parameters[path]
+    if versions and versions[-1].value == image_id:
+        return
+    versions.append(
+        Parameter(
+            account_id=DEFAULT_ACCOUNT_ID,
+            name=path,
+            value=image_id,
+            parameter_type="String",
+            description=None,
+            allowed_pattern=None,
+            keyid=None,
+            last_modified_date=datetime.now(UTC),
+            version=len(versions) + 1,
+            data_type="aws:ec2:image",
+        )
+    )
+
+
+def _register(ec2: Any, backend: Any, image: SeedImage) -> str:
+    """The id of ``image`` in moto, registering it the first time (idempotent by name)."""
+    found = ec2.describe_images(Filters=[{"Name": "name", "Values": [image.name]}])["Images"]
+    if found:
+        return str(found[0]["ImageId"])
+    image_id = str(ec2.register_image(Name=image.name, Description=image.name)["ImageId"])
+    ami = backend.amis[image_id]  # RegisterImage in moto ignores these fields
+    ami.architecture = image.arch
+    ami.virtualization_type = "hvm"
+    ami.root_device_name = "/dev/sda1" if image.platform == "windows" else "/dev/xvda"
+    ami.creation_date = image.created
+    ami.platform = image.platform or None
+    if image.owner:
+        ami.owner_id = image.owner
+    tags = [{"Key": "Name", "Value": image.name}, *({"Key": k, "Value": v} for k, v in image.tags)]
+    ec2.create_tags(Resources=[image_id], Tags=tags)
+    return image_id
+
+
+def seed_amis(endpoint_url: str, k8s_version: str, region: str = "us-east-1") -> dict[str, str]:
+    """Register every :func:`seed_images` AMI for ``k8s_version`` in moto and publish its SSM parameters
+    (idempotent; runs in the process that started moto). Returns {image name: id}."""
     from moto.core import DEFAULT_ACCOUNT_ID
     from moto.ec2.models import ec2_backends
-    from moto.ssm.models import Parameter, ssm_backends
+    from moto.ssm.models import ssm_backends
 
+    ec2 = _client("ec2", endpoint_url, region)
     backend = ec2_backends[DEFAULT_ACCOUNT_ID][region]
     ssm = ssm_backends[DEFAULT_ACCOUNT_ID][region]
     out = {}
-    for arch in ("x86_64", "arm64"):
-        name = f"amazon-eks-node-al2023-{arch}-standard-{k8s_version}-{AMI_VERSION}"
-        images = ec2.describe_images(Filters=[{"Name": "name", "Values": [name]}], Owners=["self"])["Images"]
-        if images:
-            image_id = images[0]["ImageId"]
-        else:
-            image_id = ec2.register_image(Name=name, Description=f"EKS Kubernetes Worker AMI AL2023 {arch}")["ImageId"]
-            ami = backend.amis[image_id]  # RegisterImage in moto ignores these fields
-            ami.architecture = arch
-            ami.virtualization_type = "hvm"
-            ami.root_device_name = "/dev/xvda"
-            ami.creation_date = datetime(2025, 1, 1, tzinfo=UTC)
-            ec2.create_tags(Resources=[image_id], Tags=[{"Key": "Name", "Value": name}])
-        base = f"/aws/service/eks/optimized-ami/{k8s_version}/amazon-linux-2023/{arch}/standard"
-        for path in (f"{base}/recommended/image_id", f"{base}/{name}/image_id"):
-            versions = ssm._parameters[path]
-            if versions and versions[-1].value == image_id:
-                continue
-            versions.append(
-                Parameter(
-                    account_id=DEFAULT_ACCOUNT_ID,
-                    name=path,
-                    value=image_id,
-                    parameter_type="String",
-                    description=None,
-                    allowed_pattern=None,
-                    keyid=None,
-                    last_modified_date=datetime.now(UTC),
-                    version=len(versions) + 1,
-                    data_type="aws:ec2:image",
-                )
-            )
-        out[arch] = image_id
+    for image in seed_images(k8s_version):
+        out[image.name] = _register(ec2, backend, image)
+        for path in image.parameters:
+            _publish(ssm, path, out[image.name])
     return out
 
 
@@ -193,13 +310,18 @@ def seed_cluster(
     endpoint_url: str, cluster_name: str, k8s_version: str = "1.34", region: str = "us-east-1"
 ) -> dict[str, Any]:
     """Seed moto for ``cluster_name`` (idempotent: existing resources are reused) and return their ids:
-    ``{"vpc_id", "subnet_ids": {zone: id}, "security_group_id", "role_name", "ami_ids": {arch: id},
-    "interruption_queue", "interruption_queue_url"}`` (the SQS queue ``<cluster>-interruption``)."""
+    ``{"vpc_id", "subnet_ids": {zone: id}, "security_group_id", "role_name", "images": {AMI name: id},
+    "ami_ids": {arch: id of the AL2023 standard AMI}, "interruption_queue", "interruption_queue_url"}`` (the SQS
+    queue ``<cluster>-interruption``)."""
     ec2 = _client("ec2", endpoint_url, region)
     iam = _client("iam", endpoint_url, region)
     seeded = _seed_network(ec2, cluster_name, region)
     seeded["role_name"] = _seed_role(iam, cluster_name)
-    seeded["ami_ids"] = _seed_amis(ec2, k8s_version, region)
+    seeded["images"] = seed_amis(endpoint_url, k8s_version, region)
+    seeded["ami_ids"] = {
+        arch: seeded["images"][f"amazon-eks-node-al2023-{arch}-standard-{k8s_version}-{AMI_VERSION}"]
+        for arch in ("x86_64", "arm64")
+    }
     seeded["interruption_queue"], seeded["interruption_queue_url"] = _seed_queue(
         _client("sqs", endpoint_url, region), cluster_name
     )

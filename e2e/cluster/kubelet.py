@@ -2,9 +2,13 @@
 
 Pure functions, no I/O, so they are unit-tested on their own (``tests/cluster/test_kubelet.py``):
 
-- :func:`parse_user_data` reads AL2023 **nodeadm** user data: a MIME multipart document whose
-  ``application/node.eks.aws`` parts hold ``NodeConfig`` YAML (``apiVersion: node.eks.aws/v1alpha1``). Several
-  parts are merged in order, as nodeadm does (later maps override earlier keys, flag lists are concatenated).
+- :func:`parse_user_data` reads the user data of every Karpenter AMI family into one :class:`NodeConfig`:
+  AL2023 **nodeadm** (a MIME multipart document whose ``application/node.eks.aws`` parts hold ``NodeConfig``
+  YAML, ``apiVersion: node.eks.aws/v1alpha1``; several parts are merged in order, as nodeadm does: later maps
+  override earlier keys, flag lists are concatenated), AL2 (a MIME part running ``/etc/eks/bootstrap.sh``, whose
+  ``--kubelet-extra-args`` are kubelet flags), Bottlerocket (TOML ``[settings.kubernetes]``) and Windows
+  (``<powershell>`` calling ``Start-EKSBootstrap.ps1 ... -KubeletExtraArgs '...'``). Anything else (a custom
+  AMI's own script) is not understood, so no Node is registered for it.
 - :func:`parse_flags` turns kubelet's ``--node-labels`` / ``--register-with-taints`` flags into labels and taints.
 - :func:`capacity` is what kubelet reports in ``status.capacity`` for an instance type (DescribeInstanceTypes).
 - :func:`effective_kubelet_config` is the kubelet configuration the node runs with: nodeadm's own base config,
@@ -43,6 +47,7 @@ import email.policy
 import math
 import shlex
 import struct
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +76,13 @@ KUBELET_DEFAULT_EVICTION_HARD = {
 # (pkg/kubelet/cm/helpers.go hardEvictionReservation); the others (inodes, imagefs, pids) reserve nothing.
 EVICTION_SIGNALS = {"memory.available": "memory", "nodefs.available": "ephemeral-storage"}
 KUBELET_VERSION = "v1.34.4-eks"
+# nodeInfo.osImage per AMI family, as each image's kubelet reports it.
+OS_IMAGES = {
+    "AL2023": "Amazon Linux 2023",
+    "AL2": "Amazon Linux 2",
+    "Bottlerocket": "Bottlerocket OS 1.30.0 (aws-k8s-1.34)",
+    "Windows": "Windows Server Datacenter",
+}
 
 
 class UserDataError(ValueError):
@@ -84,6 +96,13 @@ class NodeConfig:
     kubelet_config: dict[str, Any] = field(default_factory=dict)
     flags: list[str] = field(default_factory=list)
     cluster: dict[str, Any] = field(default_factory=dict)
+    # The AMI family whose user data this was (AL2023, AL2, Bottlerocket, Windows) and so the node's OS.
+    family: str = "AL2023"
+
+    @property
+    def os(self) -> str:
+        """``kubernetes.io/os`` of the node: ``windows`` for the Windows families, else ``linux``."""
+        return "windows" if self.family == "Windows" else "linux"
 
 
 def decode_user_data(value: str | bytes | None) -> bytes:
@@ -120,32 +139,19 @@ def _nodeconfig_docs(text: str) -> list[dict[str, Any]]:
     return out
 
 
-def parse_user_data(data: bytes | str) -> NodeConfig | None:
-    """The merged NodeConfig in nodeadm user data, or None when there is none (e.g. a shell script, AL2).
+def _mime_parts(raw: bytes) -> list[tuple[str, str]]:
+    message = email.message_from_bytes(raw.lstrip(), policy=email.policy.compat32)
+    out = []
+    for part in message.walk():
+        if part.is_multipart():
+            continue
+        payload = part.get_payload(decode=True)
+        if isinstance(payload, bytes):
+            out.append((part.get_content_type(), payload.decode(errors="replace")))
+    return out
 
-    Accepts a MIME multipart document (what Karpenter writes for AL2023) or a bare NodeConfig YAML document.
 
-    Raises:
-        UserDataError: a ``application/node.eks.aws`` part (or bare document) that is not a valid NodeConfig.
-    """
-    raw = data.encode() if isinstance(data, str) else data
-    docs: list[dict[str, Any]] = []
-    head = raw.lstrip()[:4096].lower()
-    if b"mime-version" in head or b"content-type:" in head:
-        message = email.message_from_bytes(raw.lstrip(), policy=email.policy.compat32)
-        for part in message.walk():
-            if part.get_content_type() != NODECONFIG_CONTENT_TYPE:
-                continue
-            payload = part.get_payload(decode=True)
-            if isinstance(payload, bytes):
-                docs.extend(_nodeconfig_docs(payload.decode(errors="replace")))
-    else:
-        text = raw.decode(errors="replace")
-        if "kind: NodeConfig" not in text and '"kind": "NodeConfig"' not in text:
-            return None
-        docs.extend(_nodeconfig_docs(text))
-    if not docs:
-        return None
+def _nodeadm_config(docs: list[dict[str, Any]]) -> NodeConfig:
     config = NodeConfig()
     for doc in docs:
         spec = doc.get("spec") or {}
@@ -154,6 +160,190 @@ def parse_user_data(data: bytes | str) -> NodeConfig | None:
         config.flags.extend(str(f) for f in kubelet.get("flags") or [])
         _deep_merge(config.cluster, spec.get("cluster") or {})
     return config
+
+
+def parse_user_data(data: bytes | str) -> NodeConfig | None:
+    """The node configuration in an instance's user data, or None when the agent cannot read it (a bare shell
+    script, a custom AMI's own format).
+
+    Accepts a MIME multipart document (what Karpenter writes for AL2023 and AL2), a bare NodeConfig YAML
+    document, Bottlerocket TOML and Windows ``<powershell>`` user data (see the module docstring).
+
+    Raises:
+        UserDataError: a ``application/node.eks.aws`` part (or bare document) that is not a valid NodeConfig,
+            Bottlerocket TOML that does not parse, or bootstrap arguments that do not split.
+    """
+    raw = data.encode() if isinstance(data, str) else data
+    text = raw.decode(errors="replace")
+    stripped = text.lstrip()
+    if stripped.startswith("<powershell>"):
+        return _windows_config(text)
+    head = raw.lstrip()[:4096].lower()
+    if b"mime-version" in head or b"content-type:" in head:
+        parts = _mime_parts(raw)
+        docs: list[dict[str, Any]] = []
+        for content_type, body in parts:
+            if content_type == NODECONFIG_CONTENT_TYPE:
+                docs.extend(_nodeconfig_docs(body))
+        if docs:
+            return _nodeadm_config(docs)
+        for content_type, body in parts:
+            if content_type == "text/x-shellscript" and "/etc/eks/bootstrap.sh" in body:
+                return _al2_config(body)
+        return None
+    if "[settings" in text and not stripped.startswith("#!"):
+        return _bottlerocket_config(text)
+    if "kind: NodeConfig" not in text and '"kind": "NodeConfig"' not in text:
+        return None
+    docs = _nodeconfig_docs(text)
+    return _nodeadm_config(docs) if docs else None
+
+
+def _split(text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError as err:
+        raise UserDataError(f"bootstrap arguments do not split: {err}") from err
+
+
+def _option(words: list[str], name: str) -> str | None:
+    """The value after ``name`` (``-Name value``/``--name value``) in a bootstrap command line."""
+    for i, word in enumerate(words):
+        if word == name and i + 1 < len(words):
+            return words[i + 1]
+    return None
+
+
+def _map_flag(value: str, separator: str) -> dict[str, str]:
+    """``k1=v1,k2=v2`` (``separator`` ``=``) or ``signal<threshold,...`` (``<``) as a map."""
+    out: dict[str, str] = {}
+    for item in value.split(","):
+        key, sep, val = item.strip().partition(separator)
+        if sep:
+            out[key] = val
+    return out
+
+
+# kubelet flags Karpenter writes into --kubelet-extra-args (provider bootstrap/bootstrap.go kubeletExtraArgs) and
+# the kubelet configuration field each sets: (field, kind) with kind "int", "map=" or "map<".
+_KUBELET_FLAG_FIELDS = {
+    "--max-pods": ("maxPods", "int"),
+    "--pods-per-core": ("podsPerCore", "int"),
+    "--system-reserved": ("systemReserved", "map="),
+    "--kube-reserved": ("kubeReserved", "map="),
+    "--eviction-hard": ("evictionHard", "map<"),
+    "--eviction-soft": ("evictionSoft", "map<"),
+}
+
+
+def _extra_args_config(family: str, extra_args: str | None, cluster: dict[str, Any]) -> NodeConfig:
+    """A NodeConfig from kubelet flags (AL2's and Windows' ``--kubelet-extra-args``): the label and taint flags
+    stay flags, the others become the kubelet configuration fields they set."""
+    config = NodeConfig(family=family, cluster=cluster)
+    for word in _split(extra_args or ""):
+        name, _, value = word.partition("=")
+        if name in ("--node-labels", "--register-with-taints"):
+            config.flags.append(word)
+        elif name in _KUBELET_FLAG_FIELDS:
+            field_name, kind = _KUBELET_FLAG_FIELDS[name]
+            try:
+                config.kubelet_config[field_name] = int(value) if kind == "int" else _map_flag(value, kind[-1])
+            except ValueError as err:
+                raise UserDataError(f"invalid kubelet flag {word!r}") from err
+    return config
+
+
+def _al2_config(script: str) -> NodeConfig:
+    """AL2: the ``/etc/eks/bootstrap.sh`` command line (continuation lines joined) of Karpenter's shell part."""
+    joined = script.replace("\\\n", " ")
+    line = next(ln for ln in joined.splitlines() if "/etc/eks/bootstrap.sh" in ln)
+    words = _split(line[line.index("/etc/eks/bootstrap.sh") :])
+    cluster = {"name": words[1] if len(words) > 1 else "", "apiServerEndpoint": _option(words, "--apiserver-endpoint")}
+    config = _extra_args_config("AL2", _option(words, "--kubelet-extra-args"), cluster)
+    dns = _option(words, "--dns-cluster-ip")
+    if dns:
+        config.kubelet_config["clusterDNS"] = [dns]
+    return config
+
+
+def _windows_config(text: str) -> NodeConfig:
+    """Windows: the ``& $EKSBootstrapScriptFile -EKSClusterName ... -KubeletExtraArgs '...'`` line."""
+    line = next((ln for ln in text.splitlines() if "$EKSBootstrapScriptFile -" in ln), None)
+    if line is None:
+        raise UserDataError("Windows user data without a Start-EKSBootstrap.ps1 call")
+    words = _split(line.replace("$", ""))
+    cluster = {"name": _option(words, "-EKSClusterName"), "apiServerEndpoint": _option(words, "-APIServerEndpoint")}
+    config = _extra_args_config("Windows", _option(words, "-KubeletExtraArgs"), cluster)
+    dns = _option(words, "-DNSClusterIP")
+    if dns:
+        config.kubelet_config["clusterDNS"] = [dns]
+    return config
+
+
+# Bottlerocket ``settings.kubernetes`` keys and the kubelet configuration field each sets.
+_BOTTLEROCKET_FIELDS = {
+    "max-pods": "maxPods",
+    "kube-reserved": "kubeReserved",
+    "system-reserved": "systemReserved",
+    "eviction-hard": "evictionHard",
+    "eviction-soft": "evictionSoft",
+}
+
+
+def _bottlerocket_config(text: str) -> NodeConfig:
+    """Bottlerocket: ``[settings.kubernetes]`` ``node-labels``, ``node-taints`` (``key = ["value:Effect"]``),
+    ``max-pods``, reservations and ``cluster-dns-ip`` (bottlerocket-settings-models' kubernetes settings)."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise UserDataError(f"Bottlerocket user data is not TOML: {err}") from err
+    k8s = (doc.get("settings") or {}).get("kubernetes")
+    if not isinstance(k8s, dict):
+        raise UserDataError("Bottlerocket user data without [settings.kubernetes]")
+    config = NodeConfig(
+        family="Bottlerocket", cluster={"name": k8s.get("cluster-name"), "apiServerEndpoint": k8s.get("api-server")}
+    )
+    for key, field_name in _BOTTLEROCKET_FIELDS.items():
+        if key in k8s:
+            config.kubelet_config[field_name] = k8s[key]
+    if k8s.get("cluster-dns-ip"):
+        config.kubelet_config["clusterDNS"] = [k8s["cluster-dns-ip"]]
+    labels = k8s.get("node-labels") or {}
+    if labels:
+        config.flags.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in labels.items()))
+    taints = [
+        f"{k}={v}:{e}" if v else f"{k}:{e}"
+        for k, values in (k8s.get("node-taints") or {}).items()
+        for v, _, e in (str(x).rpartition(":") for x in values)
+    ]
+    if taints:
+        config.flags.append("--register-with-taints=" + ",".join(taints))
+    return config
+
+
+def config_taints(kubelet_config: Mapping[str, Any], known: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The kubelet configuration's ``registerWithTaints`` (where Karpenter v1.15 puts an AL2023 node's taints)
+    not already in ``known`` (the ``--register-with-taints`` flag's), as Node taints.
+
+    Raises:
+        UserDataError: a taint without a key or with an unknown effect.
+    """
+    seen = {(t["key"], t["effect"]) for t in known}
+    out: list[dict[str, str]] = []
+    for item in kubelet_config.get("registerWithTaints") or []:
+        if not isinstance(item, Mapping) or not item.get("key"):
+            raise UserDataError(f"invalid registerWithTaints entry {item!r}")
+        effect = str(item.get("effect", ""))
+        if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise UserDataError(f"invalid taint effect in registerWithTaints {item!r}")
+        if (str(item["key"]), effect) in seen:
+            continue
+        seen.add((str(item["key"]), effect))
+        taint = {"key": str(item["key"]), "effect": effect}
+        if item.get("value"):
+            taint["value"] = str(item["value"])
+        out.append(taint)
+    return out
 
 
 def _flag_values(flags: list[str], name: str) -> list[str]:
@@ -382,6 +572,7 @@ def build_node(instance: Instance, config: NodeConfig) -> dict[str, Any]:
         UserDataError: invalid flags or kubelet reservations in ``config``.
     """
     extra_labels, taints = parse_flags(config.flags)
+    taints += config_taints(config.kubelet_config, taints)
     kubelet_config = effective_kubelet_config(instance.type_info, config.kubelet_config)
     cap = capacity(instance.type_info, max_pods(instance.type_info, kubelet_config), instance.storage_bytes)
     alloc = allocatable(cap, kubelet_config)
@@ -391,9 +582,9 @@ def build_node(instance: Instance, config: NodeConfig) -> dict[str, Any]:
         **extra_labels,
         "kubernetes.io/hostname": name,
         "kubernetes.io/arch": cpu_arch,
-        "kubernetes.io/os": "linux",
+        "kubernetes.io/os": config.os,
         "beta.kubernetes.io/arch": cpu_arch,
-        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/os": config.os,
         "node.kubernetes.io/instance-type": instance.instance_type,
         "beta.kubernetes.io/instance-type": instance.instance_type,
         "topology.kubernetes.io/zone": instance.zone,
@@ -419,8 +610,8 @@ def build_node(instance: Instance, config: NodeConfig) -> dict[str, Any]:
             # private IP (network is loopback only).
             "nodeInfo": {
                 "architecture": cpu_arch,
-                "operatingSystem": "linux",
-                "osImage": "Amazon Linux 2023",
+                "operatingSystem": config.os,
+                "osImage": OS_IMAGES.get(config.family, config.family),
                 "kubeletVersion": KUBELET_VERSION,
                 "kubeProxyVersion": KUBELET_VERSION,
                 "containerRuntimeVersion": "containerd://1.7.27",

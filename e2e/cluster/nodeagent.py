@@ -3,10 +3,12 @@
 Every ``interval`` seconds it lists the instances tagged ``kubernetes.io/cluster/<cluster>`` (any value) and the
 Nodes, then:
 
-- for each pending/running instance without a Node of its providerID, reads the instance's AL2023 nodeadm
-  user data (the ``userData`` attribute; if empty, the launch template version it was launched from) and
-  registers the Node kubelet would (:func:`e2e.cluster.kubelet.build_node`). KWOK (``--manage-all-nodes``) then
-  keeps it Ready and runs the pods bound to it. An instance without nodeadm user data gets no Node (logged once).
+- for each pending/running instance without a Node of its providerID, reads the instance's user data (the
+  ``userData`` attribute; if empty, the launch template version it was launched from), of any AMI family
+  (:func:`e2e.cluster.kubelet.parse_user_data`), and registers the Node kubelet would
+  (:func:`e2e.cluster.kubelet.build_node`). KWOK (``--manage-all-nodes``) then keeps it Ready and runs the pods
+  bound to it. An instance whose user data the agent cannot read (a custom AMI's own script) gets no Node
+  (logged once).
 - for each Node whose ``aws:///<zone>/<id>`` instance is shutting-down, terminated or unknown to EC2, deletes
   the Node, as the cloud node lifecycle controller does (a finalizer on it, e.g. karpy's, holds the deletion).
 
@@ -61,14 +63,14 @@ class NodeAgent:
         self._types: dict[str, Mapping[str, Any]] = {}
         self._zone_ids: dict[str, str] = {}
         self._failures: dict[str, int] = {}
-        self._ignored: set[str] = set()  # instances without (valid) nodeadm user data, logged once
+        self._ignored: set[str] = set()  # instances without user data the agent reads, logged once
         self.registered: dict[str, str] = {}  # instance id -> node name, for the log and tests
         self.deleted: set[str] = set()
         self._never_ready_images: dict[str, bool] = {}
 
     @property
     def ignored(self) -> frozenset[str]:
-        """Instance ids this agent decided never to register (no or invalid nodeadm user data, a never-ready AMI,
+        """Instance ids this agent decided never to register (no or unreadable user data, a never-ready AMI,
         a name taken by another Node, or too many failed attempts)."""
         return frozenset(self._ignored)
 
@@ -226,13 +228,17 @@ class NodeAgent:
             value = template.get("UserData")
         return kubelet.decode_user_data(value)
 
-    def _root_volume_bytes(self, inst: Mapping[str, Any], template: Mapping[str, Any] | None) -> int:
-        """The root filesystem size kubelet would report as ephemeral-storage capacity.
+    def _root_volume_bytes(
+        self, inst: Mapping[str, Any], template: Mapping[str, Any] | None, family: str = "AL2023"
+    ) -> int:
+        """The size of the filesystem kubelet reports as ephemeral-storage capacity.
 
-        The launch template's root mapping wins (moto's CreateFleet gives instances a default 8 GiB volume
-        instead of the template's), then the attached root volume, then Karpenter's 20Gi default.
+        The launch template's mapping of that device wins (moto's CreateFleet gives instances a default 8 GiB
+        volume instead of the template's), then the attached root volume, then Karpenter's 20Gi default. The
+        device is the root one, except on Bottlerocket, whose pods' storage is its data volume ``/dev/xvdb``
+        (Karpenter's ``EphemeralBlockDevice``).
         """
-        root = inst.get("RootDeviceName")
+        root = "/dev/xvdb" if family == "Bottlerocket" else inst.get("RootDeviceName")
         mappings = [m for m in (template or {}).get("BlockDeviceMappings") or [] if "Ebs" in m]
         chosen = next((m for m in mappings if m.get("DeviceName") == root), mappings[0] if len(mappings) == 1 else None)
         if chosen and chosen["Ebs"].get("VolumeSize"):
@@ -245,7 +251,8 @@ class NodeAgent:
         return kubelet.DEFAULT_STORAGE_BYTES
 
     def _node_for(self, inst: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The Node kubelet would register for ``inst`` (None: no nodeadm user data)."""
+        """The Node kubelet would register for ``inst`` (None: user data the agent cannot read, e.g. a custom
+        AMI's own script)."""
         from botocore.exceptions import ClientError
 
         try:
@@ -266,7 +273,7 @@ class NodeAgent:
             private_ip=inst.get("PrivateIpAddress") or "",
             type_info=self._instance_type(inst["InstanceType"]),
             zone_id=self._zone_id(zone),
-            storage_bytes=self._root_volume_bytes(inst, template),
+            storage_bytes=self._root_volume_bytes(inst, template, config.family),
         )
         return kubelet.build_node(instance, config)
 
@@ -277,11 +284,11 @@ class NodeAgent:
         try:
             node = await asyncio.to_thread(self._node_for, inst)
         except kubelet.UserDataError as err:
-            log.warning("instance %s: invalid nodeadm user data (%s); no node registered", iid, err)
+            log.warning("instance %s: invalid user data (%s); no node registered", iid, err)
             self._ignored.add(iid)
             return
         if node is None:
-            log.info("instance %s has no nodeadm user data; no node registered", iid)
+            log.info("instance %s has no user data the agent reads; no node registered", iid)
             self._ignored.add(iid)
             return
         name = node["metadata"]["name"]

@@ -8,7 +8,8 @@ module locates or builds that binary and runs its subcommands:
 - :meth:`KarpenterRef.hashes`: ``NodePool.Hash()`` / ``EC2NodeClass.Hash()`` and the annotations Karpenter's
   hash controllers write, for manifests pruned and defaulted with the embedded CRD schemas as the API server
   would store them (``object`` in each result is that defaulted manifest);
-- :meth:`KarpenterRef.userdata`: the user data the provider's AMI family renders for an EC2NodeClass + NodeClaim.
+- :meth:`KarpenterRef.userdata`: the user data the provider's AMI family renders for an EC2NodeClass + NodeClaim;
+  :meth:`KarpenterRef.launch_template` adds the block device mappings the launch template gets.
 
 Nothing of Karpenter's is copied into the repository: its sources stay in the Go module cache.
 """
@@ -127,6 +128,32 @@ class KarpenterRef:
         the base64 Karpenter puts in the launch template), with the arguments its
         launch-template resolver passes (taints + startup taints + the unregistered taint, allowed labels,
         maxPods and clusterDNS filled in when the kubelet config leaves them unset)."""
+        result = self.launch_template(
+            nodeclass,
+            nodeclaim,
+            cluster_name=cluster_name,
+            cluster_endpoint=cluster_endpoint,
+            ca_bundle=ca_bundle,
+            cluster_cidr=cluster_cidr,
+            kube_dns_ip=kube_dns_ip,
+            max_pods=max_pods,
+        )
+        return result.ami_family, result.user_data
+
+    def launch_template(
+        self,
+        nodeclass: Mapping[str, Any],
+        nodeclaim: Mapping[str, Any],
+        *,
+        cluster_name: str = "karpy",
+        cluster_endpoint: str = "https://127.0.0.1:6443",
+        ca_bundle: str | None = None,
+        cluster_cidr: str | None = None,
+        kube_dns_ip: str | None = None,
+        max_pods: int = 110,
+    ) -> LaunchTemplateResult:
+        """What the ``userdata`` subcommand prints: the family, its user data (as :meth:`userdata`) and the
+        block device mappings the launch template gets (the EC2NodeClass's, else the family's defaults)."""
         args = ["userdata", "--cluster-name", cluster_name, "--cluster-endpoint", cluster_endpoint]
         args += ["--max-pods", str(max_pods)]
         optional = (("--ca-bundle", ca_bundle), ("--cluster-cidr", cluster_cidr), ("--kube-dns-ip", kube_dns_ip))
@@ -134,4 +161,19 @@ class KarpenterRef:
             if value:
                 args += [flag, value]
         result = json.loads(self._run(args, _yaml_stream([nodeclass, nodeclaim])))
-        return str(result["amiFamily"]), base64.b64decode(result["userData"]).decode()
+        return LaunchTemplateResult(
+            ami_family=str(result["amiFamily"]),
+            user_data=base64.b64decode(result["userData"]).decode(),
+            block_device_mappings=list(result.get("blockDeviceMappings") or []),
+        )
+
+
+@dataclass(frozen=True)
+class LaunchTemplateResult:
+    """The ``userdata`` subcommand's answer: ``ami_family`` (``EC2NodeClass.AMIFamily()``), ``user_data``
+    (decoded text) and ``block_device_mappings`` (EC2NodeClass JSON form: ``deviceName``, ``ebs`` with
+    ``volumeSize`` as a quantity string)."""
+
+    ami_family: str
+    user_data: str
+    block_device_mappings: list[dict[str, Any]]

@@ -10,7 +10,8 @@
 //	hash [--ca-bundle B] [--no-defaults]
 //	                               NodePool / EC2NodeClass manifests (YAML or JSON, many documents) on
 //	                               stdin; per object one JSON line {kind, name, hash, annotations, object}
-//	userdata [flags]               one EC2NodeClass + one NodeClaim on stdin; prints {amiFamily, userData}
+//	userdata [flags]               one EC2NodeClass + one NodeClaim on stdin; prints {amiFamily, userData,
+//	                               blockDeviceMappings (the EC2NodeClass's, else the family's defaults)}
 //
 // Objects read from stdin are first pruned and defaulted with the embedded CRD schemas, as the API server
 // does before Karpenter ever sees them (--no-defaults hashes the object exactly as given).
@@ -343,7 +344,16 @@ func runUserData(args []string) error {
 		taints = append(taints, karpv1.UnregisteredNoExecuteTaint)
 	}
 	family := nodeClass.AMIFamily()
-	bootstrapper := amifamily.GetAMIFamily(family, opts).UserData(
+	amiFamily := amifamily.GetAMIFamily(family, opts)
+	// The resolver keeps the EC2NodeClass's block device mappings and falls back to the family's defaults.
+	mappings := nodeClass.Spec.BlockDeviceMappings
+	if len(mappings) == 0 {
+		mappings = amiFamily.DefaultBlockDeviceMappings()
+	}
+	if mappings == nil {
+		mappings = []*awsv1.BlockDeviceMapping{}
+	}
+	bootstrapper := amiFamily.UserData(
 		parsed, raw, taints, amifamily.RejectForbiddenLabels(opts.Labels), opts.CABundle, nil,
 		nodeClass.Spec.UserData, opts.InstanceStorePolicy,
 	)
@@ -351,5 +361,7 @@ func runUserData(args []string) error {
 	if err != nil {
 		return err
 	}
-	return json.NewEncoder(os.Stdout).Encode(map[string]string{"amiFamily": family, "userData": script})
+	return json.NewEncoder(os.Stdout).Encode(map[string]any{
+		"amiFamily": family, "userData": script, "blockDeviceMappings": mappings,
+	})
 }

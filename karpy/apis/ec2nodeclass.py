@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 
 from karpy.apis.conditions import Condition, ObjectView, conditions_of
+from karpy.apis.hashing import nodeclass_ami_family
 from karpy.apis.meta import ObjectMeta, object_meta
 
 
@@ -104,6 +105,34 @@ class EC2NodeClass(ObjectView):
             conditions=conditions_of(obj),
             raw=obj,
         )
+
+    @property
+    def spec(self) -> Mapping[str, Any]:
+        """``spec`` as JSON."""
+        value = self.raw.get("spec")
+        return value if isinstance(value, Mapping) else {}
+
+    @property
+    def family(self) -> str:
+        """The AMI family (``EC2NodeClass.AMIFamily()``): ``amiFamily``, else the alias's family, else Custom."""
+        return nodeclass_ami_family(self.spec)
+
+    @property
+    def user_data(self) -> str | None:
+        """``spec.userData`` (None when unset)."""
+        value = self.spec.get("userData")
+        return None if value is None else str(value)
+
+    @property
+    def block_device_mappings(self) -> tuple[Mapping[str, Any], ...]:
+        """``spec.blockDeviceMappings`` as written (empty: the family's defaults apply)."""
+        return tuple(_items(self.spec.get("blockDeviceMappings")))
+
+    @property
+    def instance_store_policy(self) -> str | None:
+        """``spec.instanceStorePolicy`` (``RAID0``) or None."""
+        value = self.spec.get("instanceStorePolicy")
+        return None if value is None else str(value)
 
     @property
     def status(self) -> Mapping[str, Any]:

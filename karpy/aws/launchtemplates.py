@@ -3,8 +3,9 @@
 
 Named ``karpenter.k8s.aws/<hash of the template data>``, so an identical request reuses the template and any
 change (AMI, user data, security groups, profile, block devices, tags) yields a new one. Each holds the AMI,
-the AL2023 nodeadm user data (base64), the security groups, the instance profile, block device mappings
-(default ``/dev/xvda`` 20Gi gp3 encrypted), IMDS options (Karpenter's defaults: tokens required, hop limit 1)
+the AMI family's user data (base64; :mod:`karpy.aws.amifamily`), the security groups, the instance profile,
+block device mappings (the family's defaults, e.g. ``/dev/xvda`` 20Gi gp3 encrypted for AL2023), IMDS options
+(Karpenter's defaults: tokens required, hop limit 1)
 and the cluster/NodeClass tags. :meth:`LaunchTemplateProvider.ensure_for` renders the user data of one instance
 type of a launch (its kubelet resources, the NodeClaim's labels and taints) and ensures its template. Names
 already ensured are remembered for :data:`karpy.aws.cache.LAUNCH_TEMPLATES` (1 minute, Karpenter's LT cache
@@ -33,10 +34,11 @@ from karpy.apis import labels as wk
 from karpy.apis.hashing import stable_hash
 from karpy.apis.meta import JSON
 from karpy.apis.quantity import to_canonical
+from karpy.aws import amifamily
 from karpy.aws.cache import LAUNCH_TEMPLATE_UNUSED, LAUNCH_TEMPLATES, Timer, ttl_cache
 from karpy.aws.errors import is_already_exists, is_not_found
-from karpy.aws.instancetypes import format_reserved, kubelet_resources
-from karpy.aws.userdata import DEFAULT_CLUSTER_DNS, DEFAULT_SERVICE_CIDR, NodeAdmInput, render
+from karpy.aws.instancetypes import KubeletResources, format_reserved, kubelet_resources
+from karpy.aws.userdata import DEFAULT_CLUSTER_DNS, DEFAULT_SERVICE_CIDR, NodeAdmInput, bootstrap_options, render
 from karpy.cloudprovider.types import InstanceType, LaunchRequest
 
 log = structlog.get_logger("karpy.aws.launchtemplates")
@@ -56,27 +58,40 @@ DEFAULT_BLOCK_DEVICES: Final[list[JSON]] = [
 ]
 
 
-def block_device_mappings(nodeclass: Mapping[str, Any]) -> list[JSON]:
-    """EC2 ``BlockDeviceMappings`` from ``spec.blockDeviceMappings`` (sizes rounded up to whole GiB)."""
-    mappings = (nodeclass.get("spec") or {}).get("blockDeviceMappings") or []
-    if not mappings:
+_EBS_FIELDS: Final = (
+    ("volumeType", "VolumeType"),
+    ("encrypted", "Encrypted"),
+    ("deleteOnTermination", "DeleteOnTermination"),
+    ("iops", "Iops"),
+    ("throughput", "Throughput"),
+    ("kmsKeyID", "KmsKeyId"),
+    ("snapshotID", "SnapshotId"),
+)
+
+
+def _ec2_mapping(mapping: Mapping[str, Any]) -> JSON:
+    ebs_spec = mapping.get("ebs") or {}
+    ebs: JSON = {target: ebs_spec[source] for source, target in _EBS_FIELDS if ebs_spec.get(source) is not None}
+    if ebs_spec.get("volumeSize"):
+        ebs["VolumeSize"] = math.ceil(to_canonical("ephemeral-storage", ebs_spec["volumeSize"]) / 2**30)
+    return {"DeviceName": mapping.get("deviceName", "/dev/xvda"), "Ebs": ebs}
+
+
+def block_device_mappings(nodeclass: Mapping[str, Any], family: str | None = None) -> list[JSON]:
+    """EC2 ``BlockDeviceMappings`` from ``spec.blockDeviceMappings`` (sizes rounded up to whole GiB); without
+    any, the AMI family's defaults (Karpenter's ``DefaultBlockDeviceMappings``: AL2/AL2023 ``/dev/xvda`` 20Gi,
+    Bottlerocket ``/dev/xvda`` 6Gi + ``/dev/xvdb`` 20Gi, Windows ``/dev/sda1`` 50Gi, gp3 encrypted, deleted on
+    termination; Custom none: EC2 uses the AMI's). ``family`` defaults to the EC2NodeClass's."""
+    spec = nodeclass.get("spec") or {}
+    mappings = spec.get("blockDeviceMappings") or []
+    if mappings:
+        return [_ec2_mapping(m) for m in mappings]
+    family = family or amifamily.family_of(spec)
+    if family in (amifamily.AL2023, amifamily.AL2):
         return [dict(m, Ebs=dict(m["Ebs"])) for m in DEFAULT_BLOCK_DEVICES]
-    out = []
-    fields = (
-        ("volumeType", "VolumeType"),
-        ("encrypted", "Encrypted"),
-        ("deleteOnTermination", "DeleteOnTermination"),
-        ("iops", "Iops"),
-        ("throughput", "Throughput"),
-        ("kmsKeyID", "KmsKeyId"),
-        ("snapshotID", "SnapshotId"),
-    )
-    for m in mappings:
-        ebs_spec = m.get("ebs") or {}
-        ebs: JSON = {target: ebs_spec[source] for source, target in fields if ebs_spec.get(source) is not None}
-        if ebs_spec.get("volumeSize"):
-            ebs["VolumeSize"] = math.ceil(to_canonical("ephemeral-storage", ebs_spec["volumeSize"]) / 2**30)
-        out.append({"DeviceName": m.get("deviceName", "/dev/xvda"), "Ebs": ebs})
+    out = [_ec2_mapping(m) for m in amifamily.default_block_device_mappings(family)]
+    for m in out:
+        m["Ebs"]["DeleteOnTermination"] = True
     return out
 
 
@@ -118,14 +133,13 @@ def template_data(
     return data
 
 
-def node_labels(request: LaunchRequest, capacity_type: str) -> dict[str, str]:
-    """kubelet ``--node-labels``: the NodeClaim's labels + capacity type + do-not-sync-taints (Karpenter
-    ``InjectDoNotSyncTaintsLabel``, ``pkg/providers/launchtemplate/launchtemplate.go``)."""
-    return {
-        **request.labels,
-        wk.LABEL_CAPACITY_TYPE: capacity_type,
-        wk.LABEL_DO_NOT_SYNC_TAINTS: "true",
-    }
+def node_labels(request: LaunchRequest, capacity_type: str, family: str = amifamily.AL2023) -> dict[str, str]:
+    """kubelet's node labels: the NodeClaim's labels + capacity type + do-not-sync-taints for every family but
+    Custom (Karpenter ``InjectDoNotSyncTaintsLabel``, ``pkg/providers/launchtemplate/launchtemplate.go``)."""
+    labels = {**request.labels, wk.LABEL_CAPACITY_TYPE: capacity_type}
+    if family != amifamily.CUSTOM:
+        labels[wk.LABEL_DO_NOT_SYNC_TAINTS] = "true"
+    return labels
 
 
 def template_name(cluster_name: str, data: Mapping[str, Any]) -> str:
@@ -169,33 +183,56 @@ class LaunchTemplateProvider:
     async def ensure_for(
         self, request: LaunchRequest, it: InstanceType, image_id: str, capacity_type: str, tags: Mapping[str, str]
     ) -> str:
-        """The launch template for launching ``it`` with ``image_id`` for ``request``: AL2023 nodeadm user data
-        with the type's kubelet resources, the NodeClaim's labels (+ capacity type and do-not-sync-taints) and
-        taints, the NodeClass's ``userData`` merged in; created (tagged with ``tags``) when missing.
+        """The launch template for launching ``it`` with ``image_id`` for ``request``: the user data of the
+        EC2NodeClass's AMI family (:mod:`karpy.aws.amifamily`) with the type's kubelet resources, the NodeClaim's
+        labels (+ capacity type and do-not-sync-taints) and taints, the NodeClass's ``userData`` merged in as
+        Karpenter merges it; the family's block devices; created (tagged with ``tags``) when missing.
+
+        karpy passes the kubeReserved/systemReserved/evictionHard it predicted for the type (Karpenter passes
+        only those the EC2NodeClass sets and lets the AMI compute its defaults), so the node's allocatable is
+        the one karpy scheduled against.
 
         Raises:
             botocore ClientError: EC2 refused.
+            ValueError: the family cannot render the NodeClass's ``userData`` (MIME or TOML that does not
+                parse).
         """
+        spec = request.nodeclass.get("spec") or {}
+        family = amifamily.family_of(spec)
         reserved = kubelet_resources(it.capacity, request.kubelet)
-        user_data = render(
-            NodeAdmInput(
-                cluster_name=self.cluster_name,
-                endpoint=self.cluster_endpoint,
-                ca_bundle=self.cluster_ca_bundle,
-                max_pods=reserved.max_pods,
-                kube_reserved=format_reserved(reserved.kube_reserved),
-                system_reserved=format_reserved(reserved.system_reserved),
-                eviction_hard=reserved.eviction_hard,
-                labels=node_labels(request, capacity_type),
-                taints=request.taints,
-                kubelet=request.kubelet,
-                cidr=self.cluster_cidr,
-                cluster_dns=self.cluster_dns,
-                custom_user_data=str((request.nodeclass.get("spec") or {}).get("userData") or ""),
-            )
-        )
+        user_data = self.user_data(family, spec, request, capacity_type, reserved)
         data = template_data(request.nodeclass, image_id=image_id, user_data=user_data, tags=tags)
         return await self.ensure(data, tags)
+
+    def user_data(
+        self,
+        family: str,
+        spec: Mapping[str, Any],
+        request: LaunchRequest,
+        capacity_type: str,
+        reserved: KubeletResources,
+    ) -> str:
+        """The user data (text) of one launch of ``family`` (see :meth:`ensure_for`)."""
+        data = NodeAdmInput(
+            cluster_name=self.cluster_name,
+            endpoint=self.cluster_endpoint,
+            ca_bundle=self.cluster_ca_bundle,
+            max_pods=reserved.max_pods,
+            kube_reserved=format_reserved(reserved.kube_reserved),
+            system_reserved=format_reserved(reserved.system_reserved),
+            eviction_hard=reserved.eviction_hard,
+            labels=node_labels(request, capacity_type, family),
+            taints=request.taints,
+            kubelet=request.kubelet,
+            cidr=self.cluster_cidr,
+            cluster_dns=self.cluster_dns,
+            custom_user_data=str(spec.get("userData") or ""),
+            instance_store_policy=spec.get("instanceStorePolicy"),
+        )
+        if family == amifamily.AL2023:
+            return render(data)
+        options = attrs.evolve(bootstrap_options(data), ami_version=amifamily.ami_version(spec))
+        return amifamily.user_data(family, options)
 
     async def ensure(self, data: Mapping[str, Any], tags: Mapping[str, str]) -> str:
         """The name of a launch template holding ``data``, created (tagged with ``tags``) when missing."""

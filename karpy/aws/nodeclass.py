@@ -133,7 +133,8 @@ def _failed(
     status controller to keep the last known value."""
     key, type_, reason = part
     message = _message(err)
-    conditions.append(_condition(type_, False, reason, message))
+    # An error may name its own reason (an AMI alias Karpenter refuses for this Kubernetes version: UnsupportedAlias).
+    conditions.append(_condition(type_, False, str(getattr(err, "reason", reason)), message))
     if isinstance(err, ValueError):
         status[key] = [] if key != "instanceProfile" else ""
     else:

@@ -1,45 +1,39 @@
-"""AL2023 ``nodeadm`` user data, as Karpenter renders it (``pkg/providers/amifamily/bootstrap/nodeadm.go``).
+"""AL2023 ``nodeadm`` user data from karpy's launch inputs, rendered by :mod:`karpy.aws.amifamily.al2023`
+exactly as Karpenter v1.15 renders it (``pkg/providers/amifamily/bootstrap/nodeadm.go``).
 
-The output is a MIME multi-part document, boundary ``//``::
+The output is a MIME multi-part document, boundary ``//``: the NodeClass's own ``spec.userData`` parts first,
+then Karpenter's part::
 
-    MIME-Version: 1.0
-    Content-Type: multipart/mixed; boundary="//"
-
-    --//
-    <the NodeClass's own spec.userData parts, unchanged and first>
     --//
     Content-Type: application/node.eks.aws
 
+    # Karpenter Generated NodeConfig
     apiVersion: node.eks.aws/v1alpha1
     kind: NodeConfig
+    metadata: {}
     spec:
-      cluster:
-        name: <cluster>
-        apiServerEndpoint: <https://…>
-        certificateAuthority: <base64 CA bundle>
-        cidr: <service CIDR, 10.100.0.0/16 by default>
+      cluster: {apiServerEndpoint, certificateAuthority, cidr, name}
+      containerd: {}
+      instance: {localStorage: {}}
       kubelet:
         config:
-          maxPods: <int>
-          clusterDNS: [<ip>, ...]
-          kubeReserved: {cpu: 70m, memory: 574Mi, ephemeral-storage: 1Gi}
-          systemReserved: {...}            # always present, possibly {}
-          evictionHard: {memory.available: 100Mi, nodefs.available: 10%}
           <other NodeClass spec.kubelet keys, passed through>
+          clusterDNS: [<ip>, ...]
+          evictionHard / kubeReserved / systemReserved: <when non-empty>
+          maxPods: <int>
+          registerWithTaints: [{effect, key, value}, ...]   # taints + karpenter.sh/unregistered:NoExecute
         flags:
-          - --node-labels=<k1=v1,k2=v2,...>       # sorted by key
-          - --register-with-taints=<k=v:Effect,k:Effect,...>
-    --//--
+        - --node-labels="k1=v1,k2=v2"                          # sorted by key, Go-quoted
 
 Contract with the node agent (``e2e/cluster/nodeagent.py``, which plays kubelet): the Node it registers has
-exactly the labels of ``--node-labels`` and the taints of ``--register-with-taints`` (``key[=value]:Effect``,
-comma separated), ``capacity.pods = maxPods``, and allocatable = capacity − kubeReserved − systemReserved −
-evictionHard, where a percentage threshold is that share of the capacity (``memory.available`` → memory,
-``nodefs.available`` → ephemeral-storage). :func:`parse_node_config` reads the part back.
+exactly the labels of ``--node-labels`` and the taints of ``registerWithTaints``, ``capacity.pods = maxPods``,
+and allocatable = capacity − kubeReserved − systemReserved − evictionHard. :func:`parse_node_config` and
+:func:`parse_flags` read the part back.
 
-The user's ``spec.userData``: a MIME multi-part document contributes its parts in order; anything else is one
-part, ``text/x-shellscript`` when it starts with ``#!`` and ``application/node.eks.aws`` otherwise (nodeadm
-merges NodeConfig parts, later ones winning, so Karpenter's part comes last). Pure: no I/O.
+Where karpy differs from Karpenter it is in the inputs, not the rendering: karpy's launch path passes the
+kubeReserved/systemReserved/evictionHard it predicted for the instance type (Karpenter passes only those the
+EC2NodeClass sets and lets nodeadm compute its defaults), so the node's allocatable is the one karpy scheduled
+against. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -53,7 +47,9 @@ from typing import Any, Final
 import attrs
 import yaml
 
-from karpy.apis import labels as wk
+from karpy.aws.amifamily import al2023
+from karpy.aws.amifamily.bootstrap import BootstrapOptions, taint_string
+from karpy.aws.amifamily.resolver import launch_taints, reject_forbidden_labels
 
 BOUNDARY: Final = "//"
 NODECONFIG_CONTENT_TYPE: Final = "application/node.eks.aws"
@@ -68,7 +64,9 @@ class NodeAdmInput:
     """Everything the NodeConfig needs.
 
     ``kube_reserved``/``system_reserved``/``eviction_hard`` are kubelet-config strings (``"70m"``,
-    ``"574Mi"``, ``"10%"``); ``labels`` the Node's labels; ``taints`` JSON taints (key, value, effect).
+    ``"574Mi"``, ``"10%"``), left out of the NodeConfig when empty; ``labels`` the Node's labels (those kubelet
+    may not set are dropped, as Karpenter's ``RejectForbiddenLabels``); ``taints`` JSON taints (key, value,
+    effect); ``max_pods`` the resolved pod count (it replaces ``kubelet.maxPods``).
     """
 
     cluster_name: str
@@ -84,60 +82,66 @@ class NodeAdmInput:
     cidr: str = DEFAULT_SERVICE_CIDR
     cluster_dns: Sequence[str] = DEFAULT_CLUSTER_DNS
     custom_user_data: str = ""
+    instance_store_policy: str | None = None
 
 
 def format_taint(taint: Mapping[str, str]) -> str:
     """``key=value:Effect`` (``key:Effect`` without a value), kubelet's ``--register-with-taints`` syntax."""
-    key, value, effect = taint.get("key", ""), taint.get("value", ""), taint.get("effect", "")
-    return f"{key}={value}:{effect}" if value else f"{key}:{effect}"
+    return taint_string(taint)
 
 
 def registration_taints(taints: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
-    """The NodeClaim's taints + startup taints + ``karpenter.sh/unregistered:NoExecute``, de-duplicated."""
-    out: list[dict[str, str]] = []
-    seen: set[tuple[str, str]] = set()
-    for taint in [*taints, {"key": wk.TAINT_UNREGISTERED_KEY, "effect": "NoExecute"}]:
-        ident = (str(taint.get("key", "")), str(taint.get("effect", "")))
-        if ident in seen:
-            continue
-        seen.add(ident)
-        out.append({k: str(v) for k, v in taint.items() if k in ("key", "value", "effect") and v not in (None, "")})
-    return out
+    """The NodeClaim's taints + startup taints + ``karpenter.sh/unregistered:NoExecute`` (added unless one with
+    that key and effect is there), each reduced to key/value/effect."""
+    return [
+        {k: str(v) for k, v in t.items() if k in ("key", "value", "effect") and v not in (None, "")}
+        for t in launch_taints(taints)
+    ]
+
+
+def kubelet_config(data: NodeAdmInput) -> dict[str, Any]:
+    """The kubelet map the NodeConfig carries (before ``registerWithTaints``): the NodeClass's keys, then
+    ``maxPods``, ``clusterDNS`` (the NodeClass's, else ``cluster_dns``) and the non-empty reservations."""
+    config: dict[str, Any] = {k: v for k, v in data.kubelet.items() if k not in _COMPUTED}
+    config["maxPods"] = data.max_pods
+    config["clusterDNS"] = list(data.kubelet.get("clusterDNS") or data.cluster_dns)
+    for key, value in (
+        ("kubeReserved", data.kube_reserved),
+        ("systemReserved", data.system_reserved),
+        ("evictionHard", data.eviction_hard),
+    ):
+        if value:
+            config[key] = dict(value)
+    return config
+
+
+def bootstrap_options(data: NodeAdmInput) -> BootstrapOptions:
+    """``data`` as the AMI family bootstrappers' options."""
+    return BootstrapOptions(
+        cluster_name=data.cluster_name,
+        cluster_endpoint=data.endpoint,
+        kubelet=kubelet_config(data),
+        taints=registration_taints(data.taints),
+        labels=reject_forbidden_labels(data.labels),
+        ca_bundle=data.ca_bundle or None,
+        cluster_cidr=data.cidr,
+        custom_user_data=data.custom_user_data or None,
+        instance_store_policy=data.instance_store_policy,
+    )
 
 
 def node_config(data: NodeAdmInput) -> dict[str, Any]:
-    """Karpenter's NodeConfig object for ``data`` (see the module docstring for the shape)."""
-    config: dict[str, Any] = {k: v for k, v in data.kubelet.items() if k not in _COMPUTED}
-    config.update(
-        {
-            "maxPods": data.max_pods,
-            "clusterDNS": list(data.kubelet.get("clusterDNS") or data.cluster_dns),
-            "kubeReserved": dict(data.kube_reserved),
-            "systemReserved": dict(data.system_reserved),
-            "evictionHard": dict(data.eviction_hard),
-        }
-    )
-    flags = []
-    if data.labels:
-        flags.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(data.labels.items())))
-    flags.append("--register-with-taints=" + ",".join(format_taint(t) for t in registration_taints(data.taints)))
-    return {
-        "apiVersion": "node.eks.aws/v1alpha1",
-        "kind": "NodeConfig",
-        "spec": {
-            "cluster": {
-                "name": data.cluster_name,
-                "apiServerEndpoint": data.endpoint,
-                "certificateAuthority": data.ca_bundle,
-                "cidr": data.cidr,
-            },
-            "kubelet": {"config": config, "flags": flags},
-        },
-    }
+    """Karpenter's NodeConfig object for ``data`` (see the module docstring).
+
+    Raises:
+        ValueError: no cluster CIDR, or a CA bundle that is not base64.
+    """
+    return al2023.node_config(bootstrap_options(data))
 
 
 def custom_parts(user_data: str) -> list[tuple[str, str]]:
-    """The user's ``spec.userData`` as (content type, body) parts (see the module docstring)."""
+    """The (content type, body) parts of MIME user data; anything else is one part, ``text/x-shellscript``
+    when it starts with ``#!`` and ``application/node.eks.aws`` otherwise."""
     text = user_data.strip("\n")
     if not text.strip():
         return []
@@ -157,14 +161,12 @@ def custom_parts(user_data: str) -> list[tuple[str, str]]:
 
 
 def render(data: NodeAdmInput) -> str:
-    """The MIME multi-part user data (text, not base64)."""
-    parts = custom_parts(data.custom_user_data)
-    parts.append((NODECONFIG_CONTENT_TYPE, yaml.safe_dump(node_config(data), sort_keys=False)))
-    lines = ["MIME-Version: 1.0", f'Content-Type: multipart/mixed; boundary="{BOUNDARY}"', ""]
-    for content_type, body in parts:
-        lines += [f"--{BOUNDARY}", f"Content-Type: {content_type}", "", body.rstrip("\n")]
-    lines += [f"--{BOUNDARY}--", ""]
-    return "\n".join(lines)
+    """The MIME multi-part user data (text, not base64), as Karpenter's ``Nodeadm.Script`` renders it.
+
+    Raises:
+        ValueError: no cluster CIDR, a CA bundle that is not base64, or MIME user data that does not parse.
+    """
+    return al2023.user_data(bootstrap_options(data))
 
 
 def parse_node_config(user_data: str) -> dict[str, Any]:
@@ -184,12 +186,21 @@ def parse_node_config(user_data: str) -> dict[str, Any]:
     return found
 
 
+def _unquote(value: str) -> str:
+    return value[1:-1].replace('\\"', '"').replace("\\\\", "\\") if value[:1] == value[-1:] == '"' else value
+
+
 def parse_flags(node_config_doc: Mapping[str, Any]) -> tuple[dict[str, str], list[dict[str, str]]]:
-    """(labels, taints) from a NodeConfig's ``--node-labels`` and ``--register-with-taints`` flags."""
+    """(labels, taints) of a NodeConfig: labels from ``--node-labels`` (Go-quoted or not), taints from
+    ``kubelet.config.registerWithTaints`` then any ``--register-with-taints`` flag."""
+    kubelet = (node_config_doc.get("spec") or {}).get("kubelet") or {}
     labels: dict[str, str] = {}
     taints: list[dict[str, str]] = []
-    for flag in ((node_config_doc.get("spec") or {}).get("kubelet") or {}).get("flags") or []:
+    for taint in (kubelet.get("config") or {}).get("registerWithTaints") or []:
+        taints.append({k: str(taint[k]) for k in ("key", "value", "effect") if taint.get(k)})
+    for flag in kubelet.get("flags") or []:
         name, _, value = str(flag).partition("=")
+        value = _unquote(value)
         if name == "--node-labels" and value:
             for item in value.split(","):
                 k, _, v = item.partition("=")

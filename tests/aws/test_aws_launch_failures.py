@@ -1,8 +1,8 @@
 """Instance types no AMI of the EC2NodeClass can boot (issue 7, defect 3), against a real moto server.
 
-The seeded AL2023 alias resolves only the ``standard`` AMIs (no nvidia or neuron SSM parameters are published),
-whose requirements exclude GPU and accelerator types; an AMI selected by id carries only its architecture, as
-in Karpenter, and admits them.
+The seeded ``al2023@latest`` alias resolves only the ``standard`` AMIs (the nvidia and neuron AMIs are published
+under pinned versions only), whose requirements exclude GPU and accelerator types; an AMI selected by id carries
+only its architecture, as in Karpenter, and admits them.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from karpy.aws.session import AWSClients
 from karpy.cloudprovider.types import InsufficientCapacityError, LaunchRequest
 
 CLUSTER = "aws-test"
-STANDARD_ONLY = (  # status.amis is sorted by AMI name: arm64 first
+STANDARD_ONLY = (  # status.amis is newest first, as Karpenter writes it: the seeded arm64 AMI is a minute newer
     'EC2NodeClass "default" resolves AMIs only for (kubernetes.io/arch In [arm64], '
     "karpenter.k8s.aws/instance-gpu-count DoesNotExist, karpenter.k8s.aws/instance-accelerator-count DoesNotExist)"
     " or (kubernetes.io/arch In [amd64], karpenter.k8s.aws/instance-gpu-count DoesNotExist, "
