@@ -182,3 +182,17 @@ def test_run_without_endpoint_starts_with_the_discovered_one(moto_aws: MotoAWS, 
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.communicate(timeout=30)
+
+
+async def test_seeded_eks_cluster_answers_the_given_endpoint_and_ca(moto_aws: MotoAWS) -> None:
+    """``seed_eks_cluster`` (what the local cluster runs) makes DescribeCluster answer the apiserver's endpoint
+    and CA, so discovery finds exactly them; seeding again changes nothing."""
+    from e2e.cluster.aws import seed_eks_cluster
+
+    first = seed_eks_cluster(moto_aws.endpoint_url, "seeded-eks", "https://127.0.0.1:6443", "Q0EgYnVuZGxl")
+    again = seed_eks_cluster(moto_aws.endpoint_url, "seeded-eks", "https://127.0.0.1:6443", "Q0EgYnVuZGxl")
+    assert (first["endpoint"], first["certificateAuthority"]["data"]) == ("https://127.0.0.1:6443", "Q0EgYnVuZGxl")
+    assert again["arn"] == first["arn"]
+    async with AWSClients.create("us-east-1", moto_aws.endpoint_url) as clients:
+        found = await discover(Settings(cluster_name="seeded-eks", eks_control_plane=True), clients.eks, "")
+    assert (found.endpoint, found.ca_bundle, found.k8s_version) == ("https://127.0.0.1:6443", "Q0EgYnVuZGxl", "1.34")
