@@ -1,4 +1,4 @@
-"""structlog configured for JSON lines on stdout, one object per event, with ISO timestamps.
+"""structlog configured for JSON lines on stdout (``LOG_OUTPUT_PATHS``), one object per event, with ISO timestamps.
 
 Each line, newline included, reaches stdout in one ``write`` of the binary stream: a process killed between two
 writes (SIGKILL, OOM) leaves only whole lines behind, never half a line that the next process's first line is
@@ -10,18 +10,89 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import MutableMapping
-from typing import Any
+from collections.abc import MutableMapping, Sequence
+from typing import IO, Any
 
 import structlog
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "error": logging.ERROR}
 
 
-def configure(level: str = "info") -> None:
-    """JSON logs at ``level`` (``debug`` | ``info`` | ``error``, Karpenter's LOG_LEVEL values)."""
+class Sinks:
+    """The binary streams of ``LOG_OUTPUT_PATHS`` (``stdout``, ``stderr`` or file paths, appended to), each line
+    written to each in one ``write`` and flushed; a sink that fails to take a line is reported on the
+    ``LOG_ERROR_OUTPUT_PATHS`` streams, as zap reports sink errors on its ErrorOutput (Karpenter core
+    ``pkg/operator/logging/logging.go``), and the line still goes to the other sinks.
+    """
+
+    def __init__(self, outputs: Sequence[tuple[str, IO[bytes]]], errors: Sequence[IO[bytes]]) -> None:
+        self.outputs = list(outputs)
+        self.errors = list(errors)
+
+    @classmethod
+    def open(cls, output_paths: Sequence[str], error_output_paths: Sequence[str]) -> Sinks:
+        """Open every path (``stdout``/``stderr`` are the process's streams).
+
+        Raises:
+            OSError: a file cannot be opened for appending (the message names it).
+        """
+        return cls([(p, _open(p)) for p in output_paths], [_open(p) for p in error_output_paths])
+
+    def write(self, data: bytes) -> int:
+        for path, stream in self.outputs:
+            try:
+                stream.write(data)
+                stream.flush()
+            except (OSError, ValueError) as err:
+                self._report(f"karpy: writing a log line to {path} failed: {err}\n".encode())
+        return len(data)
+
+    def flush(self) -> None:
+        """Every :meth:`write` flushed already."""
+
+    def _report(self, message: bytes) -> None:
+        for stream in self.errors:
+            try:
+                stream.write(message)
+                stream.flush()
+            except (OSError, ValueError):
+                continue  # nowhere left to report to
+
+
+def _open(path: str) -> IO[bytes]:
+    if path == "stdout":
+        return sys.stdout.buffer
+    if path == "stderr":
+        return sys.stderr.buffer
+    return open(path.removeprefix("file://"), "ab")  # kept open for the process's lifetime
+
+
+class _StdlibHandler(logging.Handler):
+    """Library warnings (stdlib ``logging``) to the same sinks, one line each."""
+
+    def __init__(self, sinks: Sinks) -> None:
+        super().__init__()
+        self.sinks = sinks
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.sinks.write((self.format(record) + "\n").encode())
+
+
+def configure(
+    level: str = "info", output_paths: Sequence[str] = ("stdout",), error_output_paths: Sequence[str] = ("stderr",)
+) -> None:
+    """JSON logs at ``level`` (``debug`` | ``info`` | ``error``, Karpenter's LOG_LEVEL values) to
+    ``output_paths`` (``LOG_OUTPUT_PATHS``), write failures reported on ``error_output_paths``
+    (``LOG_ERROR_OUTPUT_PATHS``); see :class:`Sinks`.
+
+    Raises:
+        OSError: a log file cannot be opened.
+    """
     numeric = _LEVELS.get(level, logging.INFO)
-    logging.basicConfig(stream=sys.stdout, level=max(numeric, logging.WARNING), format="%(message)s")
+    sinks = Sinks.open(output_paths, error_output_paths)
+    handler = _StdlibHandler(sinks)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logging.basicConfig(handlers=[handler], level=max(numeric, logging.WARNING))
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -34,7 +105,7 @@ def configure(level: str = "info") -> None:
             _encode,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.BytesLoggerFactory(file=sys.stdout.buffer),
+        logger_factory=structlog.BytesLoggerFactory(file=sinks),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
 

@@ -22,6 +22,7 @@ import structlog
 from karpy.apis import labels as wk
 from karpy.apis.conditions import condition_true
 from karpy.aws.cloudprovider import AWSCloudProvider
+from karpy.aws.eks import discover
 from karpy.aws.session import AWSClients
 from karpy.aws.sqs import SQSInterruptionQueue
 from karpy.cloudprovider.types import CloudProvider, CloudProviderError, InterruptionQueue
@@ -112,18 +113,24 @@ class Operator:
             NodeClaimLifecycle(
                 client, self.state, cloud, self.events, backoff=self.provisioner.launch_backoff, plans=self.plans
             ),
-            workers=8,
+            workers=settings.workers(8),
             key_name="nodeclaim",
         )
         self.binder = Controller(
-            Binder(client, self.state, self.plans, events=self.events), workers=4, key_name="nodeclaim"
+            Binder(client, self.state, self.plans, events=self.events),
+            workers=settings.workers(4),
+            key_name="nodeclaim",
         )
         self.terminator = Controller(
-            Terminator(client, self.state, cloud, self.events), workers=8, key_name="nodeclaim"
+            Terminator(client, self.state, cloud, self.events), workers=settings.workers(8), key_name="nodeclaim"
         )
-        self.node_termination = Controller(NodeTermination(client, self.state), workers=2, key_name="node")
+        self.node_termination = Controller(
+            NodeTermination(client, self.state), workers=settings.workers(2), key_name="node"
+        )
         self.nodepool_status = Controller(
-            NodePoolStatusReconciler(client, self.state, self.events, cloud=cloud), workers=2, key_name="nodepool"
+            NodePoolStatusReconciler(client, self.state, self.events, cloud=cloud),
+            workers=settings.workers(2),
+            key_name="nodepool",
         )
         self.nodeclass_status = Controller(
             NodeClassStatusReconciler(
@@ -131,10 +138,11 @@ class Operator:
                 self.state,
                 nodeclasses,
                 self.events,
-                refresh_interval=settings.subnet_refresh_interval,
+                # Subnets and security groups are re-resolved together: the tighter refresh interval bounds both.
+                refresh_interval=min(settings.subnet_refresh_interval, settings.security_group_refresh_interval),
                 ca_bundle=ca_bundle,
             ),
-            workers=2,
+            workers=settings.workers(2),
             key_name="ec2nodeclass",
         )
         knobs = attrs.evolve(disruption_settings(settings), ca_bundle=ca_bundle)
@@ -142,13 +150,15 @@ class Operator:
         # A failed pass is retried no later than the next poll, as before the loop became a singleton.
         self.disruption_loop = SingletonController(self.disruption, max_delay=self.disruption.settings.poll)
         self.nodeclaim_disruption = Controller(
-            NodeClaimDisruption(client, self.state, cloud, self.disruption.settings), workers=2, key_name="nodeclaim"
+            NodeClaimDisruption(client, self.state, cloud, self.disruption.settings),
+            workers=settings.workers(2),
+            key_name="nodeclaim",
         )
         self.nodeclaim_expiration = Controller(
             NodeClaimExpiration(
                 client, self.state, self.events, self.disruption.settings, in_flight=self.disruption.queue.in_flight
             ),
-            workers=2,
+            workers=settings.workers(2),
             key_name="nodeclaim",
         )
         self.garbage_collection = GarbageCollection(
@@ -328,8 +338,9 @@ async def run(settings: Settings) -> None:
 
     Startup checks come first and fail with :class:`StartupError` (one line naming the variable, exit 2) instead
     of a traceback: the metrics and probe ports can be bound (one aiohttp server serves both,
-    :mod:`karpy.health`), the kubeconfig loads and the apiserver answers, and ``INTERRUPTION_QUEUE`` names a
-    queue that exists (GetQueueUrl).
+    :mod:`karpy.health`), the kubeconfig loads and the apiserver answers, ``INTERRUPTION_QUEUE`` names a
+    queue that exists (GetQueueUrl), and the cluster endpoint and CA bundle for node user data are known
+    (``CLUSTER_ENDPOINT``/``CLUSTER_CA_BUNDLE``/the kubeconfig, else EKS DescribeCluster: :mod:`karpy.aws.eks`).
 
     Then the operator is built (:func:`aws_operator`), wired (:meth:`Operator.wire`) and run.
 
@@ -360,8 +371,7 @@ async def run(settings: Settings) -> None:
     try:
         client = await _connect(settings)
         try:
-            version = await kubernetes_version(client)
-            endpoint = settings.cluster_endpoint or client.host
+            ca_bundle = hash_ca_bundle(settings, client)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -369,18 +379,29 @@ async def run(settings: Settings) -> None:
                     loop.add_signal_handler(sig, stop.set)
             async with AWSClients.create(settings.aws_region, settings.aws_endpoint_url or None) as clients:
                 queue = await _interruption_queue(settings, clients.sqs)
+                cluster = await discover(settings, clients.eks, ca_bundle)
+                version = cluster.k8s_version or await kubernetes_version(client)
                 # Logged once every startup check passed: a failed check prints its one line and nothing else.
                 log.info(
                     "starting karpy",
                     cluster=settings.cluster_name,
-                    endpoint=endpoint,
+                    endpoint=cluster.endpoint,
+                    endpoint_discovered=not settings.cluster_endpoint,
                     kubernetes=version,
                     region=settings.aws_region,
                     aws_endpoint=settings.aws_endpoint_url or None,
                     interruption_queue=settings.interruption_queue or None,
                 )
+                for notice in settings.notices:
+                    log.warning(notice)
                 operator = aws_operator(
-                    settings, client, clients, cluster_endpoint=endpoint, k8s_version=version, interruption_queue=queue
+                    settings,
+                    client,
+                    clients,
+                    cluster_endpoint=cluster.endpoint,
+                    k8s_version=version,
+                    interruption_queue=queue,
+                    cluster_ca_bundle=cluster.ca_bundle,
                 )
                 operator.wire()
                 main = asyncio.create_task(operator.run())
@@ -403,15 +424,21 @@ def aws_operator(
     cluster_endpoint: str,
     k8s_version: str,
     interruption_queue: InterruptionQueue | None,
+    cluster_ca_bundle: str | None = None,
 ) -> Operator:
     """The :class:`Operator` on AWS, as ``karpy run`` builds it (the integration harness builds it here too):
     one :class:`AWSCloudProvider` over ``clients`` serves as the cloud provider, the EC2NodeClass resolver
-    and the launch-template janitor. Not wired yet."""
+    and the launch-template janitor. Not wired yet.
+
+    ``cluster_endpoint`` and ``cluster_ca_bundle`` go into node user data (:func:`karpy.aws.eks.discover` finds
+    them; ``cluster_ca_bundle`` None: Karpenter's ``GetCABundle``, :func:`hash_ca_bundle`). The EC2NodeClass
+    hash always takes :func:`hash_ca_bundle`, as Karpenter's hash controller takes ``GetCABundle``'s."""
+    hash_ca = hash_ca_bundle(settings, client)
     cloud = AWSCloudProvider(
         clients,
         cluster_name=settings.cluster_name,
         cluster_endpoint=cluster_endpoint,
-        cluster_ca_bundle=settings.cluster_ca_bundle,
+        cluster_ca_bundle=hash_ca if cluster_ca_bundle is None else cluster_ca_bundle,
         region=settings.aws_region,
         k8s_version=k8s_version,
         vm_memory_overhead_percent=settings.vm_memory_overhead_percent,
@@ -426,7 +453,7 @@ def aws_operator(
         nodeclasses=cloud,
         interruption_queue=interruption_queue,
         launch_templates=cloud,
-        ca_bundle=hash_ca_bundle(settings, client),
+        ca_bundle=hash_ca,
     )
 
 

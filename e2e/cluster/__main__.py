@@ -2,7 +2,7 @@
 
 Starts the control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KWOK; binaries from
 ``build.sh``), moto's server in this process on 127.0.0.1 seeded for the cluster (``e2e.cluster.aws``) and the
-node agent, then writes:
+node agent (moto also has the EKS cluster, whose DescribeCluster answers this apiserver's endpoint and CA), then writes:
 
 - ``DIR/kubeconfig`` — admin kubeconfig;
 - ``DIR/env`` — ``export K=V`` lines: KUBECONFIG, CLUSTER_NAME, CLUSTER_ENDPOINT, AWS_ENDPOINT_URL and the
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import logging
 import os
 import shlex
@@ -117,6 +118,9 @@ def up(workdir: Path, cluster: str, k8s_version: str) -> int:
         log.info("control plane up in %.1fs at %s", time.monotonic() - started, cp.server)
         moto = aws.start_moto()
         aws.seed_cluster(moto.endpoint_url, cluster, k8s_version)
+        # EKS DescribeCluster answers this apiserver's endpoint and (self-signed serving) CA: cluster discovery.
+        ca_data = base64.b64encode((workdir / "pki" / "apiserver.crt").read_bytes()).decode()
+        aws.seed_eks_cluster(moto.endpoint_url, cluster, cp.server, ca_data, k8s_version)
         env = {
             "KUBECONFIG": str(cp.kubeconfig),
             "CLUSTER_NAME": cluster,

@@ -326,3 +326,36 @@ def seed_cluster(
         _client("sqs", endpoint_url, region), cluster_name
     )
     return seeded
+
+
+def seed_eks_cluster(
+    endpoint_url: str,
+    cluster_name: str,
+    server: str,
+    ca_data: str,
+    k8s_version: str = "1.34",
+    region: str = "us-east-1",
+) -> dict[str, Any]:
+    """An EKS cluster ``cluster_name`` in moto whose ``DescribeCluster`` answers the local apiserver's endpoint
+    ``server`` and CA ``ca_data`` (base64 PEM), for karpy's cluster discovery (``CLUSTER_ENDPOINT`` unset, a
+    kubeconfig without CA data), as Karpenter discovers them on EKS. Idempotent; returns DescribeCluster's
+    ``cluster``.
+
+    moto's CreateCluster makes up a random endpoint and CA, so both are set through moto's in-process backend:
+    like ``seed_cluster``, this must run in the process that started the server.
+    """
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.eks.models import eks_backends
+
+    eks = _client("eks", endpoint_url, region)
+    if cluster_name not in eks.list_clusters()["clusters"]:
+        eks.create_cluster(
+            name=cluster_name,
+            version=k8s_version,
+            roleArn=f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/{cluster_name}-eks-cluster",
+            resourcesVpcConfig={},
+        )
+    cluster = eks_backends[DEFAULT_ACCOUNT_ID][region].clusters[cluster_name]
+    cluster.endpoint = server
+    cluster.certificate_authority = {"data": ca_data}
+    return dict(eks.describe_cluster(name=cluster_name)["cluster"])

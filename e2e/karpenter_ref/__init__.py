@@ -10,6 +10,7 @@ module locates or builds that binary and runs its subcommands:
   would store them (``object`` in each result is that defaulted manifest);
 - :meth:`KarpenterRef.userdata`: the user data the provider's AMI family renders for an EC2NodeClass + NodeClaim;
   :meth:`KarpenterRef.launch_template` adds the block device mappings the launch template gets.
+- :meth:`KarpenterRef.settings`: the settings (env vars, flags, defaults) the core and AWS options register.
 
 Nothing of Karpenter's is copied into the repository: its sources stay in the Go module cache.
 """
@@ -166,6 +167,13 @@ class KarpenterRef:
             user_data=base64.b64decode(result["userData"]).decode(),
             block_device_mappings=list(result.get("blockDeviceMappings") or []),
         )
+
+    def settings(self) -> list[dict[str, Any]]:
+        """Every setting Karpenter's core and AWS options register, sorted by ``env``: ``env``, ``flag``,
+        ``source`` (``core``/``aws``), ``type`` (Go flag value type, ``bool`` for ``BoolVarWithEnv``), ``default``
+        (as registered with none of the variables set; durations in Go's ``1m0s`` form) and ``env_verified``
+        (registering again with the variable set picked its value up)."""
+        return [json.loads(line) for line in self._run(["settings"]).splitlines() if line.strip()]
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,10 @@ import (
 	"io"
 	"net"
 	"os"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
 
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -39,14 +43,16 @@ import (
 
 	awsapis "github.com/aws/karpenter-provider-aws/pkg/apis"
 	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
+	awsoptions "github.com/aws/karpenter-provider-aws/pkg/operator/options"
 	"github.com/aws/karpenter-provider-aws/pkg/providers/amifamily"
 	coreapis "sigs.k8s.io/karpenter/pkg/apis"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	coreoptions "sigs.k8s.io/karpenter/pkg/operator/options"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(errors.New("usage: karpenter-ref crds|hash|userdata [flags]"))
+		fail(errors.New("usage: karpenter-ref crds|hash|userdata|settings [flags]"))
 	}
 	var err error
 	switch os.Args[1] {
@@ -56,6 +62,8 @@ func main() {
 		err = runHash(os.Args[2:])
 	case "userdata":
 		err = runUserData(os.Args[2:])
+	case "settings":
+		err = runSettings()
 	default:
 		err = fmt.Errorf("unknown subcommand %q", os.Args[1])
 	}
@@ -364,4 +372,100 @@ func runUserData(args []string) error {
 	return json.NewEncoder(os.Stdout).Encode(map[string]any{
 		"amiFamily": family, "userData": script, "blockDeviceMappings": mappings,
 	})
+}
+
+// settingsFlags registers the options of source ("core": sigs.k8s.io/karpenter, "aws": the AWS provider) on a
+// fresh FlagSet, reading the environment as Karpenter's AddFlags does; it returns the FlagSet and the options.
+func settingsFlags(source string) (*coreoptions.FlagSet, any) {
+	fs := &coreoptions.FlagSet{FlagSet: flag.NewFlagSet("karpenter", flag.ContinueOnError)}
+	if source == "core" {
+		o := &coreoptions.Options{}
+		o.AddFlags(fs)
+		return fs, o
+	}
+	o := &awsoptions.Options{}
+	o.AddFlags(fs)
+	return fs, o
+}
+
+// envName is the environment variable of a flag: upper case, dashes to underscores (runSettings verifies it).
+func envName(flagName string) string {
+	return strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// flagValue is the value a flag was registered with: its DefValue, or for BoolVarWithEnv flags (a BoolFunc, whose
+// DefValue is empty) the options field the flag sets, found by name.
+func flagValue(opts any, f *flag.Flag) (string, string, error) {
+	typ := strings.TrimPrefix(fmt.Sprintf("%T", f.Value), "*")
+	if typ != "flag.boolFuncValue" {
+		return f.DefValue, typ, nil
+	}
+	v := reflect.ValueOf(opts).Elem()
+	want := strings.ReplaceAll(f.Name, "-", "")
+	for i := 0; i < v.NumField(); i++ {
+		if strings.EqualFold(v.Type().Field(i).Name, want) && v.Field(i).Kind() == reflect.Bool {
+			return strconv.FormatBool(v.Field(i).Bool()), "bool", nil
+		}
+	}
+	return "", typ, fmt.Errorf("flag %s: no bool options field named like it", f.Name)
+}
+
+var settingProbes = map[string]string{
+	"flag.intValue": "4242", "flag.int64Value": "4242", "flag.durationValue": "7m0s",
+	"flag.float64Value": "0.25", "flag.stringValue": "probe-value",
+}
+
+// runSettings prints, one JSON object per line sorted by name, every setting Karpenter's core and AWS options
+// register: env, flag, source, type and default (as registered with none of the variables set). The env name is
+// verified: with the variable set to a probe value, registering again must pick the probe up.
+func runSettings() error {
+	type setting struct {
+		Env      string `json:"env"`
+		Flag     string `json:"flag"`
+		Source   string `json:"source"`
+		Type     string `json:"type"`
+		Default  string `json:"default"`
+		Verified bool   `json:"env_verified"`
+	}
+	var out []setting
+	for _, source := range []string{"core", "aws"} {
+		fs, _ := settingsFlags(source)
+		fs.VisitAll(func(f *flag.Flag) { _ = os.Unsetenv(envName(f.Name)) })
+		fs, opts := settingsFlags(source)
+		var err error
+		fs.VisitAll(func(f *flag.Flag) {
+			if err != nil {
+				return
+			}
+			def, typ, e := flagValue(opts, f)
+			if e != nil {
+				err = e
+				return
+			}
+			probe, ok := settingProbes[typ]
+			if typ == "bool" {
+				probe, ok = strconv.FormatBool(def != "true"), true
+			}
+			verified := false
+			if ok {
+				_ = os.Setenv(envName(f.Name), probe)
+				again, againOpts := settingsFlags(source)
+				got, _, e := flagValue(againOpts, again.Lookup(f.Name))
+				verified = e == nil && got == probe
+				_ = os.Unsetenv(envName(f.Name))
+			}
+			out = append(out, setting{envName(f.Name), f.Name, source, typ, def, verified})
+		})
+		if err != nil {
+			return err
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Env < out[j].Env })
+	enc := json.NewEncoder(os.Stdout)
+	for _, s := range out {
+		if err := enc.Encode(s); err != nil {
+			return err
+		}
+	}
+	return nil
 }

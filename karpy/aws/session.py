@@ -1,9 +1,10 @@
 """The aiobotocore clients karpy uses, opened and closed together.
 
-``AWSClients.create(region, endpoint_url)`` is an async context manager holding EC2, SSM, IAM, SQS and Pricing
-clients. The Pricing API only has endpoints in a few regions (Karpenter ``pkg/providers/pricing``): us-east-1
-for most regions, ap-south-1 for ``ap-*``, eu-central-1 for ``eu-*``, cn-northwest-1 for ``cn-*``. When
-``endpoint_url`` (``AWS_ENDPOINT_URL``) is given, every client talks to it (a local AWS such as moto).
+``AWSClients.create(region, endpoint_url)`` is an async context manager holding EC2, SSM, IAM, SQS, EKS and
+Pricing clients (EKS for cluster discovery, :mod:`karpy.aws.eks`). The Pricing API only has endpoints in a
+few regions (Karpenter ``pkg/providers/pricing``): us-east-1 for most regions, ap-south-1 for ``ap-*``,
+eu-central-1 for ``eu-*``, cn-northwest-1 for ``cn-*``. When ``endpoint_url`` (``AWS_ENDPOINT_URL``) is given,
+every client talks to it (a local AWS such as moto).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class AWSClients:
     sqs: Any
     pricing: Any
     endpoint_url: str | None = None
+    eks: Any = None
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -72,4 +74,5 @@ class AWSClients:
                     "pricing", pricing_region(region), config.merge(AioConfig(retries={"total_max_attempts": 1}))
                 ),
                 endpoint_url=endpoint_url,
+                eks=await client("eks", region),
             )

@@ -13,7 +13,7 @@ import json
 import sys
 
 from karpy import logs
-from karpy.settings import SettingsError, StartupError, from_environment
+from karpy.settings import SettingsError, StartupError, UnsupportedSetting, from_environment
 
 
 def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -110,10 +110,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         try:
             settings = from_environment()
+        except UnsupportedSetting as err:  # a valid Karpenter value karpy cannot honour
+            print(f"karpy: unsupported setting: {err}", file=sys.stderr)
+            return 2
         except SettingsError as err:
             print(f"karpy: invalid settings: {err}", file=sys.stderr)
             return 2
-        logs.configure(settings.log_level)
+        try:
+            logs.configure(settings.log_level, settings.log_output_paths, settings.log_error_output_paths)
+        except OSError as err:
+            paths = ",".join(settings.log_output_paths + settings.log_error_output_paths)
+            print(f"karpy: cannot start: LOG_OUTPUT_PATHS/LOG_ERROR_OUTPUT_PATHS={paths}: {err}", file=sys.stderr)
+            return 2
         from karpy.operator import run
 
         try:

@@ -68,6 +68,10 @@ def karpy(moto_aws: MotoAWS, kubeconfig: Path, queue: str) -> subprocess.Popen[s
         "METRICS_PORT": "0",
         "HEALTH_PROBE_PORT": "0",
         "INTERRUPTION_QUEUE": queue,
+        # Given, so karpy does not discover them through EKS DescribeCluster (as Karpenter would): this test is
+        # about the queue check (discovery: test_aws_cluster_discovery.py).
+        "CLUSTER_ENDPOINT": "https://127.0.0.1:6443",
+        "CLUSTER_CA_BUNDLE": "Q0E=",
     }
     return subprocess.Popen(
         [sys.executable, "-m", "karpy", "run"],
