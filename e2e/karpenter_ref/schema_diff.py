@@ -4,14 +4,18 @@ A schema path names one node of a CRD version's ``openAPIV3Schema``: ``.spec.tem
 (``[]`` = array items, ``{}`` = additionalProperties). Differences, per CRD:
 
 - ``crd``: a CRD only one side has;
+- ``identity``: the same CRD with a different group, scope, kind, plural or storage version;
 - ``only_karpenter`` / ``only_karpy``: paths one side has and the other lacks;
 - ``type``, ``enum``, ``default``, ``format``, ``pattern``, ``required``, the bounds (``minimum``, ``maxLength``,
   ``maxItems``, ...) and the ``x-kubernetes-*`` list/map markers: the same path with a different value (the key
   names the kind of difference);
 - ``cel``: the same path with a different set of ``x-kubernetes-validations`` rules.
 
-Run ``python -m e2e.karpenter_ref.schema_diff`` (builds the reference if needed) to print the summary and
-every difference.
+Descriptions are not compared (karpy's are its own). :func:`check_allowed` matches differences against the
+documented allow-list (e2e/karpenter_ref/schema_allowlist.py).
+
+Run ``python -m e2e.karpenter_ref.schema_diff`` (builds the reference if needed) to print the summary, every
+difference and whether each is allowed.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from e2e.karpenter_ref.schema_allowlist import ALLOWED, AllowedDifference
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "crds"
 COMPARED = (
@@ -112,6 +118,20 @@ def diff_schemas(crd: str, karpenter: Mapping[str, Any], karpy: Mapping[str, Any
     return out
 
 
+def identity(crd: Mapping[str, Any]) -> dict[str, Any]:
+    """What names a CRD's objects: group, scope, kind, plural and the storage version's name."""
+    spec = crd["spec"]
+    storage = [v["name"] for v in spec["versions"] if v.get("storage")]
+    names = spec.get("names") or {}
+    return {
+        "group": spec.get("group"),
+        "scope": spec.get("scope"),
+        "kind": names.get("kind"),
+        "plural": names.get("plural"),
+        "storage": storage,
+    }
+
+
 def diff_crds(karpenter: Iterable[Mapping[str, Any]], karpy: Iterable[Mapping[str, Any]]) -> list[Difference]:
     """Differences between two sets of CRDs, matched by ``metadata.name``."""
     theirs = {c["metadata"]["name"]: c for c in karpenter}
@@ -119,8 +139,25 @@ def diff_crds(karpenter: Iterable[Mapping[str, Any]], karpy: Iterable[Mapping[st
     out = [Difference(n, "crd", "", karpenter="present") for n in sorted(theirs.keys() - ours.keys())]
     out += [Difference(n, "crd", "", karpy="present") for n in sorted(ours.keys() - theirs.keys())]
     for name in sorted(theirs.keys() & ours.keys()):
+        a, b = identity(theirs[name]), identity(ours[name])
+        if a != b:
+            out.append(Difference(name, "identity", "", _show(a), _show(b)))
         out += diff_schemas(name, storage_schema(theirs[name]), storage_schema(ours[name]))
     return out
+
+
+def check_allowed(
+    differences: Iterable[Difference], allowed: Iterable[AllowedDifference] = ALLOWED
+) -> tuple[list[Difference], list[AllowedDifference]]:
+    """``(unexpected, stale)``: the differences no allow-list entry names (by crd, kind and path), and the
+    entries that name no difference any more (or give no reason) — both must be empty."""
+    allowed = list(allowed)
+    differences = list(differences)
+    listed = {(a.crd, a.kind, a.path) for a in allowed}
+    seen = {(d.crd, d.kind, d.path) for d in differences}
+    unexpected = [d for d in differences if (d.crd, d.kind, d.path) not in listed]
+    stale = [a for a in allowed if (a.crd, a.kind, a.path) not in seen or not a.reason.strip()]
+    return unexpected, stale
 
 
 def summary(differences: Iterable[Difference]) -> str:
@@ -139,9 +176,14 @@ def main() -> None:
     from e2e.karpenter_ref import KarpenterRef, ensure_binary
 
     differences = diff_crds(KarpenterRef(ensure_binary()).crds(), karpy_crds())
+    unexpected, stale = check_allowed(differences)
     for d in differences:
-        print(f"{d.crd} {d.kind} {d.path} karpenter={d.karpenter} karpy={d.karpy}")
-    print(summary(differences))
+        mark = "UNEXPECTED" if d in unexpected else "allowed"
+        print(f"{mark} {d.crd} {d.kind} {d.path} karpenter={d.karpenter} karpy={d.karpy}")
+    for a in stale:
+        print(f"STALE allow-list entry {a.crd} {a.kind} {a.path!r}: {a.reason}")
+    print(summary(differences) or "no differences")
+    print(f"{len(differences)} differences, {len(unexpected)} not allowed, {len(stale)} stale allow-list entries")
 
 
 if __name__ == "__main__":

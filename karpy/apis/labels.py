@@ -58,6 +58,12 @@ LABEL_INSTANCE_ACCELERATOR_NAME: Final = "karpenter.k8s.aws/instance-accelerator
 LABEL_INSTANCE_ACCELERATOR_MANUFACTURER: Final = "karpenter.k8s.aws/instance-accelerator-manufacturer"
 LABEL_INSTANCE_ACCELERATOR_COUNT: Final = "karpenter.k8s.aws/instance-accelerator-count"
 LABEL_INSTANCE_TENANCY: Final = "karpenter.k8s.aws/instance-tenancy"
+LABEL_INSTANCE_CAPABILITY_FLEX: Final = "karpenter.k8s.aws/instance-capability-flex"
+LABEL_CAPACITY_RESERVATION_ID: Final = "karpenter.k8s.aws/capacity-reservation-id"
+LABEL_CAPACITY_RESERVATION_TYPE: Final = "karpenter.k8s.aws/capacity-reservation-type"
+LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE: Final = "karpenter.k8s.aws/capacity-reservation-interruptible"
+LABEL_PLACEMENT_GROUP_ID: Final = "karpenter.k8s.aws/placement-group-id"
+LABEL_PLACEMENT_GROUP_PARTITION: Final = "karpenter.k8s.aws/placement-group-partition"
 
 # Labels a NodePool or pod may select on even though no single node carries them yet
 # (Karpenter: WellKnownLabels). A requirement on an unknown key with operator In makes the key a
@@ -98,8 +104,51 @@ WELL_KNOWN_LABELS: Final = frozenset(
     }
 )
 
-# Label domains a NodePool may not set (Karpenter: RestrictedLabelDomains), except the exceptions.
-RESTRICTED_LABEL_DOMAINS: Final = frozenset({"kubernetes.io", "k8s.io", "karpenter.sh", "karpenter.k8s.aws"})
+# Well-known labels of Karpenter v1.15 that karpy's instance types and offerings do not carry yet (capacity
+# reservations, placement groups and flex instances are not implemented): NodePools and NodeClaims may name them
+# (the CRDs' label-domain rules allow them, :func:`restricted_label_error` too), but the scheduler does not treat
+# them as well known, so a requirement on them is not silently unsatisfiable.
+NOT_YET_WELL_KNOWN_LABELS: Final = frozenset(
+    {
+        LABEL_INSTANCE_CAPABILITY_FLEX,
+        LABEL_CAPACITY_RESERVATION_ID,
+        LABEL_CAPACITY_RESERVATION_TYPE,
+        LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+        LABEL_PLACEMENT_GROUP_ID,
+        LABEL_PLACEMENT_GROUP_PARTITION,
+    }
+)
+
+# Label domains a NodePool may not set (Karpenter v1.15: core ``RestrictedLabelDomains`` = karpenter.sh, plus the
+# AWS provider's karpenter.k8s.aws), except their well-known labels. Since v1.15 kubernetes.io and k8s.io are no
+# longer restricted: a template may set node-role.kubernetes.io/* and other kubernetes.io labels.
+RESTRICTED_LABEL_DOMAINS: Final = frozenset({GROUP, AWS_GROUP})
+# Single labels a NodePool may not use (Karpenter: RestrictedLabels).
+RESTRICTED_LABELS: Final = frozenset({LABEL_HOSTNAME})
+
+
+def label_domain(key: str) -> str:
+    """The domain (prefix) of a label key, ``""`` when it has none (Karpenter ``GetLabelDomain``)."""
+    return key.split("/", 1)[0] if "/" in key else ""
+
+
+def restricted_label_error(key: str) -> str:
+    """Why a NodePool may not use the label ``key`` in its template labels or requirements; ``""`` when it may.
+
+    Karpenter v1.15 core ``pkg/apis/v1/labels.go`` ``IsRestrictedLabel``: a well-known label is always allowed; a
+    key in a restricted domain (or a subdomain of one) and ``kubernetes.io/hostname`` are not. The CRDs' CEL
+    rules enforce the same at admission; this is the check for objects read without an apiserver.
+    """
+    if key in WELL_KNOWN_LABELS or key in NOT_YET_WELL_KNOWN_LABELS:
+        return ""
+    domain = label_domain(key)
+    if any(domain == d or domain.endswith("." + d) for d in RESTRICTED_LABEL_DOMAINS) or key in RESTRICTED_LABELS:
+        return (
+            f"label {key} is restricted: use a well-known label or a custom label outside the restricted "
+            f"domains {sorted(RESTRICTED_LABEL_DOMAINS)}"
+        )
+    return ""
+
 
 # Legacy keys normalised to their current names (Karpenter: NormalizedLabels).
 NORMALIZED_LABELS: Final = {

@@ -36,6 +36,7 @@ from typing import Any, Final
 import attrs
 
 from karpy.apis import labels as wk
+from karpy.apis.kubelet import usable_kubelet
 from karpy.apis.quantity import QuantityError, format_canonical, parse_quantity, to_canonical
 from karpy.aws.amis import ami_for
 from karpy.aws.cache import INSTANCE_TYPE_INFO, RESOLVED_INSTANCE_TYPES, Timer, UnavailableOfferings, ttl_cache
@@ -466,7 +467,7 @@ class InstanceTypeProvider:
         cached: tuple[str, Types, Types] | None = self._resolved.get(class_name)
         if cached is not None and cached[0] == key:
             return cached[1], cached[2]
-        kubelet = spec.get("kubelet") or {}
+        kubelet = usable_kubelet(spec.get("kubelet"))  # free-form in the CRD: an invalid block is not read
         ephemeral = root_volume_bytes(nodeclass)
         result: list[InstanceType] = []
         incompatible: list[InstanceType] = []

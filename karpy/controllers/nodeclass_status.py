@@ -25,6 +25,7 @@ from karpy.apis import labels as wk
 from karpy.apis.conditions import conditions_json, same_conditions, set_condition
 from karpy.apis.ec2nodeclass import EC2NodeClass
 from karpy.apis.hashing import legacy_nodeclass_hash, nodeclass_hash
+from karpy.apis.kubelet import REASON_INVALID, validate_kubelet
 from karpy.controllers.hash_restamp import nodeclass_stamp, restamp_nodeclaims
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
@@ -39,6 +40,7 @@ SUB_CONDITIONS = (
     wk.COND_SECURITY_GROUPS_READY,
     wk.COND_AMIS_READY,
     wk.COND_INSTANCE_PROFILE_READY,
+    wk.COND_VALIDATION_SUCCEEDED,
 )
 
 
@@ -100,8 +102,15 @@ class NodeClassStatusReconciler:
             conditions = set_condition(
                 conditions, c["type"], c["status"], c["reason"], c.get("message", ""), generation
             )
+        # spec.kubelet is free-form in the CRD: checked here, as Karpenter's nodeclass validation controller does.
+        kubelet_errors = validate_kubelet((nodeclass.raw.get("spec") or {}).get("kubelet"))
         conditions = set_condition(
-            conditions, wk.COND_VALIDATION_SUCCEEDED, "True", "ValidationSucceeded", "", generation
+            conditions,
+            wk.COND_VALIDATION_SUCCEEDED,
+            "False" if kubelet_errors else "True",
+            REASON_INVALID if kubelet_errors else "ValidationSucceeded",
+            "; ".join(kubelet_errors),
+            generation,
         )
         failing = [c for c in conditions if c.get("type") in SUB_CONDITIONS and c.get("status") != "True"]
         if failing:

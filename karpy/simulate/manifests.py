@@ -28,6 +28,7 @@ from karpy.simulate.validation import (
     ManifestError,
     check_node,
     check_node_affinity,
+    check_nodeclass,
     check_nodepool,
     check_pod_resources,
 )
@@ -169,5 +170,7 @@ def _validate(doc: Document) -> None:
         check_nodepool(doc.obj, doc.origin)
     elif doc.kind == "Node":
         check_node(doc.obj, doc.origin)
+    elif doc.kind == "EC2NodeClass":
+        check_nodeclass(doc.obj, doc.origin)
     elif doc.kind in WORKLOAD_KINDS:
         pod_count(doc)

@@ -4,7 +4,7 @@ Every check raises :class:`ManifestError` with one line that names where the pro
 ``path#index``, or the workload a pod comes from) and what it is, so ``karpy simulate`` can print it and exit 2.
 The checks follow Kubernetes validation (``pkg/apis/core/validation``: ``ValidateNodeSelectorRequirement``,
 resource quantities) and the NodePool CRD's schema (core ``pkg/apis/v1/nodepool.go``: operators with Karpenter's
-``Gte``/``Lte``, ``minValues``, ``weight`` 1-100).
+``Gte``/``Lte``, ``minValues``, ``weight`` 1-100, and v1.15's restricted label domains).
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from karpy.apis import labels as wk
+from karpy.apis.kubelet import validate_kubelet
 from karpy.apis.meta import JSON
 from karpy.apis.quantity import QuantityError, parse_resource_list
 
@@ -139,6 +141,7 @@ def check_nodepool(obj: Mapping[str, Any], origin: str) -> None:
     tspec = (spec.get("template") or {}).get("spec") or {}
     for expr in tspec.get("requirements") or []:
         check_requirement(expr, NODEPOOL_OPERATORS, f"{origin}: NodePool {name}")
+    check_nodepool_labels(spec, f"{origin}: NodePool {name}")
     try:
         parse_resource_list(spec.get("limits"))
     except QuantityError as err:
@@ -146,6 +149,38 @@ def check_nodepool(obj: Mapping[str, Any], origin: str) -> None:
     weight = spec.get("weight")
     if weight is not None and (isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100):
         raise ManifestError(f"{origin}: NodePool {name} spec.weight must be an integer 1-100")
+
+
+def check_nodepool_labels(spec: Mapping[str, Any], where: str) -> None:
+    """Template labels and requirement keys stay out of Karpenter's restricted label domains, and neither names
+    ``karpenter.sh/nodepool`` (Karpenter v1.15 core ``nodepool_validation.go`` and the CRD's CEL rules; the
+    kubernetes.io and k8s.io domains, e.g. ``node-role.kubernetes.io/*``, are allowed since v1.15).
+
+    Raises:
+        ManifestError: the first restricted key.
+    """
+    template = spec.get("template") or {}
+    labels = (template.get("metadata") or {}).get("labels") or {}
+    keys = [("label", str(k)) for k in labels]
+    keys += [("requirement", str(e.get("key"))) for e in (template.get("spec") or {}).get("requirements") or []]
+    for what, key in keys:
+        reason = wk.restricted_label_error(key)
+        if key == wk.LABEL_NODEPOOL:
+            reason = f"label {key} is restricted: karpy sets it"
+        if reason:
+            raise ManifestError(f"{where}: {reason} (template {what}s)")
+
+
+def check_nodeclass(obj: Mapping[str, Any], origin: str) -> None:
+    """An EC2NodeClass's ``spec.kubelet`` block, free-form in the CRD, is one Karpenter v1.15 accepts
+    (:func:`karpy.apis.kubelet.validate_kubelet`; Karpenter reports it as ``ValidationSucceeded=False``).
+
+    Raises:
+        ManifestError: naming the document, the EC2NodeClass and the first problem.
+    """
+    errors = validate_kubelet((obj.get("spec") or {}).get("kubelet"))
+    if errors:
+        raise ManifestError(f"{origin}: EC2NodeClass {obj['metadata']['name']}: {errors[0]}")
 
 
 def check_node(obj: Mapping[str, Any], origin: str) -> None:

@@ -470,7 +470,10 @@ def test_missing_aws_instance_label_reads_as_does_not_exist() -> None:
         ("topology.kubernetes.io/zone", True),
         ("karpenter.sh/capacity-type", True),
         ("karpenter.k8s.aws/instance-family", True),
-        ("foo.kubernetes.io/bar", True),
+        # Karpenter v1.15 no longer restricts kubernetes.io subdomains: a single-valued requirement on one becomes
+        # a NodeClaim label (core scheduling/nodeclaimtemplate.go resolveCustomLabelsFromRequirements).
+        ("foo.kubernetes.io/bar", False),
+        ("node-role.kubernetes.io/worker", False),
     ],
 )
 def test_restricted_node_labels_are_not_copied_to_nodeclaim_labels(key: str, restricted: bool) -> None:

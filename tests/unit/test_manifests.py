@@ -1,7 +1,8 @@
 """karpy's install manifests and examples, checked without a cluster.
 
-The CRDs must stay schema-compatible with Karpenter v1 (a Karpenter user's NodePool, NodeClaim and
-EC2NodeClass apply unchanged), the kustomize base must install everything, and the controller must run
+The CRDs must stay schema-compatible with Karpenter v1.15 (a Karpenter user's NodePool, NodeClaim,
+EC2NodeClass, NodeOverlay and CapacityBuffer apply unchanged; tests/reference diffs them path by path), the
+kustomize base must install everything, and the controller must run
 non-root with its probes on HEALTH_PROBE_PORT. CEL rules cannot be evaluated here: they are exercised
 against the real apiserver by the integration tests; this file checks everything else structurally,
 including the examples against the CRDs' OpenAPI schemas with a small validator.
@@ -44,6 +45,11 @@ def crd(name: str) -> JSON:
     """The CRD ``<plural>.<group>``, from upstream's file name ``crds/<group>_<plural>.yaml``."""
     plural, group = name.split(".", 1)
     return load_one(CRDS / f"{group}_{plural}.yaml")
+
+
+def crd_file(name: str) -> Path:
+    plural, group = name.split(".", 1)
+    return CRDS / f"{group}_{plural}.yaml"
 
 
 def schema_of(plural_group: str) -> JSON:
@@ -157,12 +163,55 @@ CRD_NAMES = {
     "nodeclaims.karpenter.sh": ("karpenter.sh", "NodeClaim", "nodeclaim", []),
     "ec2nodeclasses.karpenter.k8s.aws": ("karpenter.k8s.aws", "EC2NodeClass", "ec2nodeclass", ["ec2nc", "ec2ncs"]),
 }
+# Karpenter v1.15 also ships these two; karpy accepts and stores them (group, kind, singular, short names,
+# category, scope, version).
+EXTRA_CRDS = {
+    "nodeoverlays.karpenter.sh": (
+        "karpenter.sh",
+        "NodeOverlay",
+        "nodeoverlay",
+        ["overlays"],
+        "karpenter",
+        "Cluster",
+        "v1alpha1",
+    ),
+    "capacitybuffers.autoscaling.x-k8s.io": (
+        "autoscaling.x-k8s.io",
+        "CapacityBuffer",
+        "capacitybuffer",
+        ["cb"],
+        "autoscaling",
+        "Namespaced",
+        "v1beta1",
+    ),
+}
+ALL_CRDS = sorted(CRD_NAMES.keys() | EXTRA_CRDS.keys())
 
 
-def test_crd_directory_holds_exactly_the_three_karpenter_crds() -> None:
-    """manifests/crds/ has one file per CRD, named <group>_<plural>.yaml like upstream."""
+def test_crd_directory_holds_exactly_karpenters_crds() -> None:
+    """manifests/crds/ has one file per CRD Karpenter v1.15 ships, named <group>_<plural>.yaml like upstream."""
     names = {load_one(f)["metadata"]["name"] for f in CRDS.glob("*.yaml")}
-    assert names == set(CRD_NAMES)
+    assert names == set(ALL_CRDS)
+    assert all(crd_file(name).is_file() for name in ALL_CRDS)
+
+
+@pytest.mark.parametrize("name", sorted(EXTRA_CRDS))
+def test_extra_crd_identity(name: str) -> None:
+    """NodeOverlay and CapacityBuffer: upstream's group, names, scope and single served+storage version."""
+    group, kind, singular, short, category, scope, version_name = EXTRA_CRDS[name]
+    spec = crd(name)["spec"]
+    assert (spec["group"], spec["scope"]) == (group, scope)
+    assert spec["names"] == {
+        "kind": kind,
+        "listKind": f"{kind}List",
+        "plural": name.split(".", 1)[0],
+        "singular": singular,
+        "categories": [category],
+        "shortNames": short,
+    }
+    [version] = spec["versions"]
+    assert (version["name"], version["served"], version["storage"]) == (version_name, True, True)
+    assert version["subresources"]["status"] == {}
 
 
 @pytest.mark.parametrize("name", sorted(CRD_NAMES))
@@ -235,13 +284,17 @@ def test_printer_columns_match_karpenter(name: str) -> None:
         assert c["jsonPath"].startswith(".")
 
 
-@pytest.mark.parametrize("name", sorted(CRD_NAMES))
+@pytest.mark.parametrize("name", ALL_CRDS)
 def test_schema_is_structural(name: str) -> None:
-    """Every node has a type (or is int-or-string), required fields exist, patterns compile, defaults and
-    enum values are valid against their own schema — what the apiserver demands of a structural schema."""
+    """Every node has a type (or is int-or-string, or a preserved free-form value), required fields exist,
+    patterns compile, defaults and enum values are valid against their own schema — what the apiserver demands
+    of a structural schema."""
     for path, node in walk(schema_of(name)):
         if node.get("x-kubernetes-int-or-string"):
             assert [a["type"] for a in node["anyOf"]] == ["integer", "string"], path
+            continue
+        if node.get("x-kubernetes-preserve-unknown-fields") and "type" not in node:
+            assert set(node) <= {"x-kubernetes-preserve-unknown-fields", "description"}, path
             continue
         assert node.get("type") in _TYPES, f"{name}{path}: missing type"
         assert ("properties" not in node and "additionalProperties" not in node) or node["type"] == "object", path
@@ -258,11 +311,15 @@ def test_schema_is_structural(name: str) -> None:
             assert set(v) == {"rule", "message"} and v["rule"] and v["message"], f"{name}{path}"
 
 
-@pytest.mark.parametrize("name", sorted(CRD_NAMES))
+@pytest.mark.parametrize("name", sorted(ALL_CRDS))
 def test_status_conditions_have_the_metav1_condition_shape(name: str) -> None:
     """status.conditions carry type/status/reason/message/lastTransitionTime/observedGeneration, as
-    operatorpkg's status.Condition (metav1.Condition) requires."""
-    items = schema_of(name)["properties"]["status"]["properties"]["conditions"]["items"]
+    operatorpkg's status.Condition (metav1.Condition) requires, as a list map keyed by type. Karpenter v1.15's
+    NodeClaim alone makes reason and message optional (reason may be empty)."""
+    conditions = schema_of(name)["properties"]["status"]["properties"]["conditions"]
+    if name != "nodepools.karpenter.sh" and name != "ec2nodeclasses.karpenter.k8s.aws":
+        assert (conditions["x-kubernetes-list-type"], conditions["x-kubernetes-list-map-keys"]) == ("map", ["type"])
+    items = conditions["items"]
     assert set(items["properties"]) == {
         "type",
         "status",
@@ -271,8 +328,11 @@ def test_status_conditions_have_the_metav1_condition_shape(name: str) -> None:
         "lastTransitionTime",
         "observedGeneration",
     }
-    assert set(items["required"]) == {"type", "status", "reason", "message", "lastTransitionTime"}
+    optional = {"reason", "message"} if name == "nodeclaims.karpenter.sh" else set()
+    assert set(items["required"]) == {"type", "status", "reason", "message", "lastTransitionTime"} - optional
     assert items["properties"]["status"]["enum"] == ["True", "False", "Unknown"]
+    empty_reason = {"type": "Ready", "status": "True", "reason": "", "lastTransitionTime": "2024-01-01T00:00:00Z"}
+    assert (validate(empty_reason, items) == []) == (name == "nodeclaims.karpenter.sh")
     assert (
         validate(
             {
@@ -316,18 +376,36 @@ def test_status_fields() -> None:
 
 
 def test_nodepool_defaults() -> None:
-    """Karpenter v1's defaults: consolidateAfter 0s, WhenEmptyOrUnderutilized, one 10% budget, 720h expiry."""
+    """Karpenter v1.15's defaults: consolidateAfter 0s (also when disruption is given without it),
+    WhenEmptyOrUnderutilized (Balanced allowed), one 10% budget (Unhealthy a budget reason), 720h expiry."""
     spec = schema_of("nodepools.karpenter.sh")["properties"]["spec"]
     disruption = spec["properties"]["disruption"]
     assert disruption["default"] == {"consolidateAfter": "0s"}
-    assert disruption["required"] == ["consolidateAfter"]
+    assert "required" not in disruption
+    assert disruption["properties"]["consolidateAfter"]["default"] == "0s"
     assert disruption["properties"]["consolidationPolicy"]["default"] == "WhenEmptyOrUnderutilized"
-    assert disruption["properties"]["consolidationPolicy"]["enum"] == ["WhenEmpty", "WhenEmptyOrUnderutilized"]
+    assert disruption["properties"]["consolidationPolicy"]["enum"] == [
+        "WhenEmpty",
+        "WhenEmptyOrUnderutilized",
+        "Balanced",
+    ]
     assert disruption["properties"]["budgets"]["default"] == [{"nodes": "10%"}]
     assert disruption["properties"]["budgets"]["items"]["properties"]["reasons"]["items"]["enum"] == [
         "Underutilized",
         "Empty",
         "Drifted",
+        "Unhealthy",
+    ]
+    operator = spec["properties"]["template"]["properties"]["spec"]["properties"]["requirements"]["items"]
+    assert operator["properties"]["operator"]["enum"] == [
+        "In",
+        "NotIn",
+        "Exists",
+        "DoesNotExist",
+        "Gt",
+        "Lt",
+        "Gte",
+        "Lte",
     ]
     template_spec = spec["properties"]["template"]["properties"]["spec"]
     assert template_spec["properties"]["expireAfter"]["default"] == "720h"
@@ -376,23 +454,34 @@ def test_ec2nodeclass_defaults_and_enums() -> None:
     ami = spec["properties"]["amiSelectorTerms"]
     assert (ami["minItems"], ami["maxItems"]) == (1, 30)
     assert set(ami["items"]["properties"]) == {"alias", "id", "name", "owner", "ssmParameter", "tags"}
-    # Newer provider fields, accepted so that current Karpenter manifests apply unchanged.
-    assert {"capacityReservationSelectorTerms", "placementGroup", "ipPrefixCount"} <= set(spec["properties"])
-    assert "vpcID" in spec["properties"]["securityGroupSelectorTerms"]["items"]["properties"]
+    # Newer provider fields, accepted so that current Karpenter manifests apply unchanged; fields Karpenter never
+    # had (placementGroup, securityGroupSelectorTerms[].vpcID) are gone.
+    assert {
+        "capacityReservationSelectorTerms",
+        "placementGroupSelector",
+        "ipPrefixCount",
+        "networkInterfaces",
+        "connectionTracking",
+        "cpuOptions",
+    } <= set(spec["properties"])
+    assert "placementGroup" not in spec["properties"]
+    assert "vpcID" not in spec["properties"]["securityGroupSelectorTerms"]["items"]["properties"]
+    # spec.kubelet is free-form, as in Karpenter v1.15 (validated by the nodeclass controller instead).
+    kubelet = spec["properties"]["kubelet"]
+    assert kubelet["x-kubernetes-preserve-unknown-fields"] is True and "properties" not in kubelet
+    assert validate({"maxPods": 110, "cpuManagerPolicy": "static", "featureGates": {"X": True}}, kubelet) == []
 
 
 # The CEL rules Karpenter enforces at admission, by the message users see (evaluated against the real
 # apiserver by the integration tests).
 EXPECTED_RULES = {
     "nodepools.karpenter.sh": [
-        'label domain "kubernetes.io" is restricted',
-        'label domain "k8s.io" is restricted',
         'label domain "karpenter.sh" is restricted',
         'label domain "karpenter.k8s.aws" is restricted',
         'label "karpenter.sh/nodepool" is restricted',
         'label "kubernetes.io/hostname" is restricted',
         "requirements with operator 'In' must have a value defined",
-        "requirements operator 'Gt' or 'Lt' must have a single positive integer value",
+        "requirements operator 'Gt', 'Lt', 'Gte', or 'Lte' must have a single positive integer value",
         "requirements with 'minValues' must have at least that many values specified in the 'values' field",
         "'schedule' must be set with 'duration'",
         "nodeClassRef.group is immutable",
@@ -406,7 +495,7 @@ EXPECTED_RULES = {
         "spec is immutable",
         'label domain "karpenter.k8s.aws" is restricted',
         "requirements with operator 'In' must have a value defined",
-        "requirements operator 'Gt' or 'Lt' must have a single positive integer value",
+        "requirements operator 'Gt', 'Lt', 'Gte', or 'Lte' must have a single positive integer value",
     ],
     "ec2nodeclasses.karpenter.k8s.aws": [
         "must specify exactly one of ['role', 'instanceProfile']",
@@ -415,7 +504,6 @@ EXPECTED_RULES = {
         "'id' is mutually exclusive, cannot be set with a combination of other fields in amiSelectorTerms",
         "must specify amiFamily if amiSelectorTerms does not contain an alias",
         "if set, amiFamily must be 'AL2023' or 'Custom' when using an AL2023 alias",
-        "expected exactly one of ['name', 'id']",
         "windows families may only specify version 'latest'",
         "subnetSelectorTerms cannot be empty",
         "securityGroupSelectorTerms cannot be empty",
@@ -425,7 +513,17 @@ EXPECTED_RULES = {
         "tag contains a restricted tag matching karpenter.k8s.aws/ec2nodeclass",
         "tag contains a restricted tag matching eks:eks-cluster-name",
         "must have only one blockDeviceMappings with rootVolume",
-        "imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent",
+        "networkInterfaces must include a primary interface with interfaceType='interface'",
+        "at least one of tcpEstablishedTimeout, udpStreamTimeout, or udpTimeout must be set",
+        "'name' and 'id' are mutually exclusive",
+    ],
+    "nodeoverlays.karpenter.sh": [
+        'label domain "karpenter.sh" is restricted',
+        "cannot set both 'price' and 'priceAdjustment'",
+        "invalid resource restricted",
+    ],
+    "capacitybuffers.autoscaling.x-k8s.io": [
+        "You must define either PodTemplateRef or ScalableRef, but not both",
     ],
 }
 
@@ -441,6 +539,16 @@ def test_transition_rules_compare_with_old_self() -> None:
     """Immutability rules are transition rules (they reference oldSelf), so creation is unaffected."""
     assert rules("nodeclaims.karpenter.sh")["spec is immutable"] == "self == oldSelf"
     assert "oldSelf.group" in rules("nodepools.karpenter.sh")["nodeClassRef.group is immutable"]
+
+
+@pytest.mark.parametrize("name", ["nodepools.karpenter.sh", "nodeclaims.karpenter.sh"])
+def test_only_karpenters_label_domains_are_restricted(name: str) -> None:
+    """Karpenter v1.15 restricts only karpenter.sh and karpenter.k8s.aws (core ``RestrictedLabelDomains`` plus the
+    AWS provider's): no CEL rule names kubernetes.io or k8s.io any more, so node-role.kubernetes.io/* labels and
+    requirements apply."""
+    messages = set(rules(name))
+    assert not {m for m in messages if 'kubernetes.io" is restricted' in m or 'k8s.io" is restricted' in m}
+    assert {wk.GROUP, wk.AWS_GROUP} == wk.RESTRICTED_LABEL_DOMAINS
 
 
 def test_nodeclaim_requirements_may_name_the_nodepool() -> None:
@@ -471,7 +579,7 @@ def test_well_known_aws_labels_are_allowed_requirement_keys(name: str) -> None:
 
 
 def test_kustomization_lists_every_manifest_and_nothing_missing() -> None:
-    """`kubectl apply -k manifests/` installs the three CRDs (first) and every top-level manifest."""
+    """`kubectl apply -k manifests/` installs the five CRDs (first) and every top-level manifest."""
     kustomization = load_one(MANIFESTS / "kustomization.yaml")
     assert kustomization["apiVersion"] == "kustomize.config.k8s.io/v1beta1"
     assert kustomization["kind"] == "Kustomization"
@@ -482,7 +590,7 @@ def test_kustomization_lists_every_manifest_and_nothing_missing() -> None:
         f.name for f in MANIFESTS.glob("*.yaml") if f.name != "kustomization.yaml"
     }
     assert set(listed) == on_disk
-    assert all(p.startswith("crds/") for p in listed[:3])
+    assert all(p.startswith("crds/") for p in listed[: len(ALL_CRDS)])
     assert {"namespace.yaml", "serviceaccount.yaml", "rbac.yaml", "deployment.yaml"} <= set(listed)
 
 
