@@ -246,3 +246,21 @@ async def test_same_creation_date_prefers_the_greater_name_and_pages_are_all_rea
         provider = AMIProvider(ec2, ssm, K8S, now=lambda: NOW)
         assert [a["id"] for a in await provider.resolve([{"tags": {"team": "a"}}])] == ["ami-2"]
         stub.assert_no_pending_responses()
+
+
+async def test_windows_nodeclass_types_run_windows_of_its_build_on_amd64_only(
+    cloud: AWSCloudProvider, make_nodeclass: Callable[..., dict[str, Any]]
+) -> None:
+    """Karpenter's instance type requirements under a Windows family: ``kubernetes.io/os=windows`` and the
+    family's ``node.kubernetes.io/windows-build`` on amd64 types; no arm64 type (its OS set is empty)."""
+    obj = make_nodeclass("win", amiSelectorTerms=[{"alias": "windows2022@latest"}])
+    resolution = await cloud.resolve_nodeclass(obj)
+    assert resolution.ready, resolution.conditions
+    obj["status"] = resolution.status
+    types = await cloud.get_instance_types(obj)
+    assert types and {(it.labels[wk.LABEL_ARCH], it.labels[wk.LABEL_OS]) for it in types} == {("amd64", "windows")}
+    assert {it.labels[wk.LABEL_WINDOWS_BUILD] for it in types} == {"10.0.20348"}
+    linux = make_nodeclass("linux")
+    linux["status"] = (await cloud.resolve_nodeclass(linux)).status
+    assert {it.labels[wk.LABEL_OS] for it in await cloud.get_instance_types(linux)} == {"linux"}
+    assert not any(wk.LABEL_WINDOWS_BUILD in it.labels for it in await cloud.get_instance_types(linux))
