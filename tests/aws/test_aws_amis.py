@@ -264,3 +264,17 @@ async def test_windows_nodeclass_types_run_windows_of_its_build_on_amd64_only(
     linux["status"] = (await cloud.resolve_nodeclass(linux)).status
     assert {it.labels[wk.LABEL_OS] for it in await cloud.get_instance_types(linux)} == {"linux"}
     assert not any(wk.LABEL_WINDOWS_BUILD in it.labels for it in await cloud.get_instance_types(linux))
+
+
+async def test_a_custom_family_may_take_its_amis_from_an_alias(
+    cloud: AWSCloudProvider, make_nodeclass: Callable[..., dict[str, Any]]
+) -> None:
+    """Karpenter's ``custom-family-with-alias``: ``amiFamily: Custom`` changes the user data, not the AMIs; the
+    alias still resolves its family's images with their variant requirements."""
+    alias = [{"alias": "bottlerocket@latest"}]
+    custom = await cloud.resolve_nodeclass(make_nodeclass("custom-br", amiFamily="Custom", amiSelectorTerms=alias))
+    inferred = await cloud.resolve_nodeclass(make_nodeclass("br", amiSelectorTerms=alias))
+    assert custom.ready and custom.status["amis"] == inferred.status["amis"]
+    assert {a["name"].rsplit("-", 2)[0] for a in custom.status["amis"]} == {
+        f"bottlerocket-aws-k8s-{K8S}-{flavour}{arch}" for flavour in ("", "nvidia-") for arch in ("x86_64", "arm64")
+    }
