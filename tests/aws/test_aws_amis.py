@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from aiobotocore.session import get_session
-from botocore.stub import Stubber
+from aiobotocore.stub import AioStubber
 
 from e2e.cluster import aws as seed
 from e2e.cluster.aws import MotoAWS, seed_amis
@@ -179,12 +179,12 @@ async def test_selector_terms_by_id_name_owner_tags_and_ssm_parameter(
 
 
 @asynccontextmanager
-async def stubbed(service: str) -> AsyncIterator[tuple[Any, Stubber]]:
+async def stubbed(service: str) -> AsyncIterator[tuple[Any, AioStubber]]:
     session = get_session()
     async with session.create_client(
         service, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
     ) as client:
-        with Stubber(client) as stub:
+        with AioStubber(client) as stub:
             yield client, stub
 
 
