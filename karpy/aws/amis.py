@@ -225,15 +225,16 @@ async def _parameter(ssm: Any, name: str) -> str | None:
 
 
 async def _alias_query(ssm: Any, alias: str, k8s_version: str) -> ImageQuery | None:
-    params = alias_parameters(alias, k8s_version)
+    # One GetParameter per name, as Karpenter's SSM provider reads them: its controller IAM policy allows
+    # ssm:GetParameter on /aws/service/* and not GetParameters, so a role made for Karpenter works unchanged.
     known: dict[str, list[list[JSON]]] = {}
-    names = list(params)
-    for start in range(0, len(names), 10):  # GetParameters takes at most 10 names
-        response = await ssm.get_parameters(Names=names[start : start + 10])
-        for param in response.get("Parameters") or []:
-            for reqs in params.get(str(param["Name"])) or []:
-                if reqs not in known.setdefault(str(param["Value"]), []):
-                    known[str(param["Value"])].append(reqs)
+    for name, sets in alias_parameters(alias, k8s_version).items():
+        value = await _parameter(ssm, name)
+        if value is None:
+            continue
+        for reqs in sets:
+            if reqs not in known.setdefault(value, []):
+                known[value].append(reqs)
     if not known:
         return None
     return ImageQuery(filters=[{"Name": "image-id", "Values": sorted(known)}], known=known)

@@ -36,9 +36,10 @@ from typing import Any, Final
 import attrs
 
 from karpy.apis import labels as wk
+from karpy.apis.hashing import nodeclass_ami_family
 from karpy.apis.kubelet import usable_kubelet
 from karpy.apis.quantity import QuantityError, format_canonical, parse_quantity, to_canonical
-from karpy.aws.amis import ami_for
+from karpy.aws.amis import WINDOWS_BUILDS, ami_for
 from karpy.aws.cache import INSTANCE_TYPE_INFO, RESOLVED_INSTANCE_TYPES, Timer, UnavailableOfferings, ttl_cache
 from karpy.aws.pricing import PricingProvider
 from karpy.cloudprovider.types import InstanceType, NodeClassNotReadyError, Offering
@@ -450,10 +451,12 @@ class InstanceTypeProvider:
         )
         spec = nodeclass.get("spec") or {}
         amis = list((nodeclass.get("status") or {}).get("amis") or [])
+        family = nodeclass_ami_family(spec)
         key = json.dumps(
             [
                 sorted(zone_ids.items()),
                 amis,
+                family,
                 spec.get("kubelet"),
                 spec.get("blockDeviceMappings"),
                 self.unavailable.seq,
@@ -477,6 +480,13 @@ class InstanceTypeProvider:
             if not offered:
                 continue
             it = self.build(info, kubelet, ephemeral, offered, zone_ids, on_demand, spot)
+            if family in WINDOWS_BUILDS:
+                # Karpenter's computeRequirements: under a Windows family an amd64 type runs Windows of the
+                # family's build; other architectures offer no OS at all, so no pod can use them.
+                if it.labels.get(wk.LABEL_ARCH) != "amd64":
+                    continue
+                windows = {wk.LABEL_OS: "windows", wk.LABEL_WINDOWS_BUILD: WINDOWS_BUILDS[family]}
+                it = attrs.evolve(it, labels={**it.labels, **windows})
             # No AMIs yet: nothing to judge against (the launch refuses a NodeClass without AMIs anyway).
             (result if not amis or ami_for(amis, it.labels) is not None else incompatible).append(it)
         # One entry per NodeClass (the newest inputs), so the map stays as small as the NodeClass count.

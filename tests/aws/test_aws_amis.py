@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from aiobotocore.session import get_session
-from botocore.stub import Stubber
+from aiobotocore.stub import AioStubber
 
 from e2e.cluster import aws as seed
 from e2e.cluster.aws import MotoAWS, seed_amis
@@ -179,12 +179,12 @@ async def test_selector_terms_by_id_name_owner_tags_and_ssm_parameter(
 
 
 @asynccontextmanager
-async def stubbed(service: str) -> AsyncIterator[tuple[Any, Stubber]]:
+async def stubbed(service: str) -> AsyncIterator[tuple[Any, AioStubber]]:
     session = get_session()
     async with session.create_client(
         service, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
     ) as client:
-        with Stubber(client) as stub:
+        with AioStubber(client) as stub:
             yield client, stub
 
 
@@ -246,3 +246,35 @@ async def test_same_creation_date_prefers_the_greater_name_and_pages_are_all_rea
         provider = AMIProvider(ec2, ssm, K8S, now=lambda: NOW)
         assert [a["id"] for a in await provider.resolve([{"tags": {"team": "a"}}])] == ["ami-2"]
         stub.assert_no_pending_responses()
+
+
+async def test_windows_nodeclass_types_run_windows_of_its_build_on_amd64_only(
+    cloud: AWSCloudProvider, make_nodeclass: Callable[..., dict[str, Any]]
+) -> None:
+    """Karpenter's instance type requirements under a Windows family: ``kubernetes.io/os=windows`` and the
+    family's ``node.kubernetes.io/windows-build`` on amd64 types; no arm64 type (its OS set is empty)."""
+    obj = make_nodeclass("win", amiSelectorTerms=[{"alias": "windows2022@latest"}])
+    resolution = await cloud.resolve_nodeclass(obj)
+    assert resolution.ready, resolution.conditions
+    obj["status"] = resolution.status
+    types = await cloud.get_instance_types(obj)
+    assert types and {(it.labels[wk.LABEL_ARCH], it.labels[wk.LABEL_OS]) for it in types} == {("amd64", "windows")}
+    assert {it.labels[wk.LABEL_WINDOWS_BUILD] for it in types} == {"10.0.20348"}
+    linux = make_nodeclass("linux")
+    linux["status"] = (await cloud.resolve_nodeclass(linux)).status
+    assert {it.labels[wk.LABEL_OS] for it in await cloud.get_instance_types(linux)} == {"linux"}
+    assert not any(wk.LABEL_WINDOWS_BUILD in it.labels for it in await cloud.get_instance_types(linux))
+
+
+async def test_a_custom_family_may_take_its_amis_from_an_alias(
+    cloud: AWSCloudProvider, make_nodeclass: Callable[..., dict[str, Any]]
+) -> None:
+    """Karpenter's ``custom-family-with-alias``: ``amiFamily: Custom`` changes the user data, not the AMIs; the
+    alias still resolves its family's images with their variant requirements."""
+    alias = [{"alias": "bottlerocket@latest"}]
+    custom = await cloud.resolve_nodeclass(make_nodeclass("custom-br", amiFamily="Custom", amiSelectorTerms=alias))
+    inferred = await cloud.resolve_nodeclass(make_nodeclass("br", amiSelectorTerms=alias))
+    assert custom.ready and custom.status["amis"] == inferred.status["amis"]
+    assert {a["name"].rsplit("-", 2)[0] for a in custom.status["amis"]} == {
+        f"bottlerocket-aws-k8s-{K8S}-{flavour}{arch}" for flavour in ("", "nvidia-") for arch in ("x86_64", "arm64")
+    }

@@ -15,7 +15,7 @@ from aiobotocore.session import get_session
 from aiobotocore.stub import AioStubber
 
 from karpy.aws import cache
-from karpy.aws.amis import AMIProvider
+from karpy.aws.amis import AMIProvider, alias_parameters
 from karpy.aws.cache import Deadlines, UnavailableOfferings, ttl_cache
 from karpy.aws.instances import InstanceProvider
 from karpy.aws.instancetypes import InstanceTypeProvider
@@ -237,14 +237,22 @@ IMAGE = {
 }
 
 
+def alias_parameters_answered(ssm_stub: AioStubber) -> None:
+    """One GetParameter per ``al2023@latest`` parameter, in Karpenter's order: only x86_64 standard exists."""
+    for name in alias_parameters("al2023@latest", "1.34"):
+        if name.endswith("/x86_64/standard/recommended/image_id"):
+            ssm_stub.add_response("get_parameter", {"Parameter": {"Name": name, "Value": "ami-1"}}, {"Name": name})
+        else:
+            ssm_stub.add_client_error("get_parameter", "ParameterNotFound", expected_params={"Name": name})
+
+
 async def test_amis_are_cached_for_the_ami_refresh_interval_per_selector_terms() -> None:
     """AMIProvider(ttl=AMI_REFRESH_INTERVAL): the SSM + DescribeImages reads happen once per interval and per
     selector terms; a failed read is not cached; callers get their own copy."""
     clock = Clock()
     async with stubbed("ec2") as (ec2, ec2_stub), stubbed("ssm") as (ssm, ssm_stub):
         amis = AMIProvider(ec2, ssm, "1.34", ttl=120.0, clock=clock)
-        parameter = "/aws/service/eks/optimized-ami/1.34/amazon-linux-2023/x86_64/standard/recommended/image_id"
-        ssm_stub.add_response("get_parameters", {"Parameters": [{"Name": parameter, "Value": "ami-1"}]})
+        alias_parameters_answered(ssm_stub)
         ec2_stub.add_response("describe_images", {"Images": [IMAGE]})
         first = await amis.resolve(ALIAS)
         assert [a["id"] for a in first] == ["ami-1"]
@@ -257,7 +265,7 @@ async def test_amis_are_cached_for_the_ami_refresh_interval_per_selector_terms()
         ec2_stub.add_response("describe_images", {"Images": [IMAGE]})
         assert [a["id"] for a in await amis.resolve([{"id": "ami-1"}])] == ["ami-1"]  # the failure was not kept
         clock.now += 0.1
-        ssm_stub.add_response("get_parameters", {"Parameters": [{"Name": parameter, "Value": "ami-1"}]})
+        alias_parameters_answered(ssm_stub)
         ec2_stub.add_response("describe_images", {"Images": [IMAGE]})
         assert [a["id"] for a in await amis.resolve(ALIAS)] == ["ami-1"]
         ssm_stub.assert_no_pending_responses()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from botocore.exceptions import EndpointConnectionError
+from botocore.exceptions import ClientError, EndpointConnectionError
 
 from karpy.apis import labels as wk
 from karpy.apis.conditions import condition
@@ -188,6 +188,9 @@ class Empty:
 
     async def get_parameters(self, **_: Any) -> Any:
         return {"Parameters": []}
+
+    async def get_parameter(self, **_: Any) -> Any:
+        raise ClientError({"Error": {"Code": "ParameterNotFound", "Message": "not found"}}, "GetParameter")
 
 
 async def test_resolve_reports_refused_connections_as_failed_reads_not_empty_results() -> None:
