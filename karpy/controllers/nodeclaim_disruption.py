@@ -1,15 +1,20 @@
 """The NodeClaim disruption conditions: ``Consolidatable`` and ``Drifted``, one keyed reconciler per NodeClaim
 (Karpenter core ``pkg/controllers/nodeclaim/disruption``: ``consolidation.go``, ``drift.go``).
 
-For an initialized NodeClaim of a known NodePool (key: the NodeClaim's name):
+For a NodeClaim of a known NodePool that is not being deleted (key: the NodeClaim's name):
 
-* ``Consolidatable`` is True once its node saw no pod event (bound or left) for the NodePool's
+* ``Consolidatable`` is True once its initialized node saw no pod event (bound or left) for the NodePool's
   ``consolidateAfter`` (since initialization at the earliest), False before; absent with ``consolidateAfter:
-  Never``.
-* ``Drifted`` (reason: the drift) when the NodeClaim no longer matches its NodePool or EC2NodeClass (hashes,
-  requirements, AMI), or its instance no longer matches the EC2NodeClass (subnet, security groups; asked of the
-  cloud provider at most once per ``drift_check_interval``), or it expired in a NodePool annotated
-  ``karpy.sh/expiration: Budgeted``; removed when none holds.
+  Never`` or while the NodeClaim is not initialized (core ``consolidation.go``).
+* ``Drifted`` (reason: the drift), judged once the NodeClaim is *launched* and removed while it is not (core
+  ``drift.go``; a launched but uninitialized NodeClaim is still no disruption candidate): when the NodeClaim no
+  longer matches its NodePool (hash, requirements), its instance type left the NodePool's instance types
+  (checked an hour after creation, then every 30 minutes), it no longer matches its EC2NodeClass (hash, the AMI
+  mapped to its instance type), or its instance no longer matches the EC2NodeClass (security groups, subnet;
+  asked of the cloud provider at most once per ``drift_check_interval``), or it expired in a NodePool annotated
+  ``karpy.sh/expiration: Budgeted``; removed when none holds. When a reason cannot be judged (the catalogue
+  cannot be read, the instance type or the AMIs are unknown) the condition stays as it is, as Karpenter's
+  reconciler leaves it on an error.
 
 Conditions are written only on a change. The result requeues the key for the next time-based change (the
 node becoming Consolidatable, the next instance check, budgeted expiry); the operator enqueues it on every
@@ -33,7 +38,7 @@ from karpy.apis.conditions import conditions_json, set_condition
 from karpy.apis.ec2nodeclass import EC2NodeClass
 from karpy.apis.nodeclaim import NodeClaim
 from karpy.apis.nodepool import NodePool
-from karpy.cloudprovider.types import CloudProvider, CloudProviderError
+from karpy.cloudprovider.types import CloudProvider, CloudProviderError, InstanceType
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption import drift as dr
 from karpy.controllers.disruption.emptiness import consolidatable, consolidate_after
@@ -44,6 +49,11 @@ from karpy.state.cluster import ClusterState
 from karpy.state.views import NodeInfo, PodInfo
 
 log = structlog.get_logger("karpy.disruption")
+
+# Core drift.go: instance type drift is judged only for NodeClaims older than an hour, and a passed check is
+# trusted for 30 minutes (``instanceTypeNotFoundCheckCache``), seconds.
+INSTANCE_TYPE_CHECK_AFTER = 3600.0
+INSTANCE_TYPE_CHECK_TTL = 1800.0
 
 
 class NodeClaimDisruption:
@@ -67,37 +77,72 @@ class NodeClaimDisruption:
         self.clock = clock
         # NodeClaim name → (checked at, drift reason): the throttle of the instance lookups.
         self._instance_drift: dict[str, tuple[float, str]] = {}
+        # NodeClaim name → when its instance type was last found among the NodePool's instance types.
+        self._instance_type_found: dict[str, float] = {}
 
     async def reconcile(self, key: str) -> Result:
         """Write NodeClaim ``key``'s conditions if they changed; requeue for the next time-based change."""
         claim = self.state.nodeclaim_view(key)
         if claim is None:
             self._instance_drift.pop(key, None)
+            self._instance_type_found.pop(key, None)
             return Result()
-        if claim.deleting or not claim.is_true(wk.COND_INITIALIZED):
+        if claim.deleting:
             return Result()
         pool = self.state.nodepool_view(claim.nodepool)
         if pool is None:
             return Result()
         now = self.clock()
-        node = self.state.node_for_nodeclaim(claim)
-        last = self.state.last_pod_event.get(node.name, self.state.started_at) if node else now
-        want_consolidatable = consolidatable(claim, pool, last, now) if consolidate_after(pool) is not None else None
-        drift = await self.drift_reason(claim, pool, now)
+        want_consolidatable: bool | None = None
+        if consolidate_after(pool) is not None and claim.is_true(wk.COND_INITIALIZED):
+            node = self.state.node_for_nodeclaim(claim)
+            last = self.state.last_pod_event.get(node.name, self.state.started_at) if node else now
+            want_consolidatable = consolidatable(claim, pool, last, now)
+        drift: str | None = ""
+        if claim.is_true(wk.COND_LAUNCHED):
+            drift = await self.drift_reason(claim, pool, now)
         await self._write_conditions(key, claim, want_consolidatable, drift)
         return Result(requeue_after=self._next_change(key, claim, pool, now))
 
-    async def drift_reason(self, claim: NodeClaim, nodepool: NodePool, now: float) -> str:
-        """Why the NodeClaim drifted ("" when it has not): objects first, then the instance (throttled)."""
+    async def drift_reason(self, claim: NodeClaim, nodepool: NodePool, now: float) -> str | None:
+        """Why the launched NodeClaim drifted ("" when it has not; None when it cannot be judged now), in core
+        ``drift.go``'s order: the NodePool, the instance type, then the cloud provider's (the EC2NodeClass's
+        objects, then the instance, throttled); karpy's budgeted expiry last."""
+        reason = dr.nodepool_drift(claim, nodepool)
+        if reason:
+            return reason
         nodeclass = self.state.nodeclass_view(claim.node_class_ref.name) or self.state.nodeclass_view(
             nodepool.template.node_class_ref.name
         )
-        reason = dr.static_drift(claim, nodepool, nodeclass)
-        if not reason and nodeclass is not None:
-            reason = await self._instance_drift_reason(claim, nodeclass, now)
+        types = await self._instance_types(claim, nodeclass)
+        found = self._instance_type_found.get(claim.name)
+        created = claim.meta.creation_timestamp
+        if (found is None or now - found >= INSTANCE_TYPE_CHECK_TTL) and now - created > INSTANCE_TYPE_CHECK_AFTER:
+            if types is None:
+                return None
+            if dr.instance_type_not_found(types, claim):
+                return dr.INSTANCE_TYPE_NOT_FOUND
+            self._instance_type_found[claim.name] = now
+        if nodeclass is not None:
+            instance_type = dr.find_instance_type(types, claim) if types is not None else None
+            maybe = dr.nodeclass_drift(claim, nodeclass, instance_type)
+            if maybe is None:
+                return None
+            reason = maybe or await self._instance_drift_reason(claim, nodeclass, now)
         if not reason and controls.expiration_budgeted(nodepool) and dr.expired(claim, now):
             reason = dr.EXPIRED
         return reason
+
+    async def _instance_types(self, claim: NodeClaim, nodeclass: EC2NodeClass | None) -> list[InstanceType] | None:
+        """The NodePool's instance types (its EC2NodeClass's catalogue, unavailable offerings included), None
+        when they cannot be read (Karpenter's ``GetInstanceTypes`` error)."""
+        if nodeclass is None:
+            return None
+        try:
+            return await self.cloud.get_instance_types(nodeclass.raw)
+        except CloudProviderError as err:
+            log.debug("instance types unknown for drift", nodeclaim=claim.name, error=str(err)[:300])
+            return None
 
     def _next_change(self, key: str, claim: NodeClaim, nodepool: NodePool, now: float) -> float:
         """Seconds until a condition can change with no event: the node becoming Consolidatable, the next
@@ -128,7 +173,7 @@ class NodeClaimDisruption:
         return reason
 
     async def _write_conditions(
-        self, name: str, claim: NodeClaim, want_consolidatable: bool | None, drift: str
+        self, name: str, claim: NodeClaim, want_consolidatable: bool | None, drift: str | None
     ) -> None:
         conditions = conditions_json(claim.raw)
         before = json.dumps(conditions, sort_keys=True)
@@ -141,7 +186,9 @@ class NodeClaimDisruption:
             if current is None or current.status != status:
                 conditions = set_condition(conditions, wk.COND_CONSOLIDATABLE, status, "Consolidatable", "", generation)
         current_drift = claim.condition(wk.COND_DRIFTED)
-        if drift and (current_drift is None or current_drift.reason != drift):
+        if drift is None:  # not judged: leave the condition as it is
+            pass
+        elif drift and (current_drift is None or current_drift.reason != drift):
             conditions = set_condition(conditions, wk.COND_DRIFTED, "True", drift, "", generation)
             log.info("nodeclaim drifted", nodeclaim=name, reason=drift)
         elif not drift and current_drift is not None:

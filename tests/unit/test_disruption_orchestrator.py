@@ -16,7 +16,7 @@ import pytest
 from karpy.apis import labels as wk
 from karpy.apis.conditions import condition, condition_true
 from karpy.cloudprovider.fake import FakeCloudProvider
-from karpy.cloudprovider.types import CloudInstance
+from karpy.cloudprovider.types import CloudInstance, CloudProviderError
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption.controller import Disruption
 from karpy.controllers.disruption.controls import DisruptionSettings
@@ -785,3 +785,100 @@ def test_state_changes_route_to_the_nodeclaims_they_can_change() -> None:
     assert affected_nodeclaims(state, "Pod", "default/w", pending, bound) == ["a"], "a pod bound to node-a"
     assert affected_nodeclaims(state, "Pod", "default/w", bound, None) == ["a"], "a pod left node-a"
     assert affected_nodeclaims(state, "Pod", "default/w", bound, bound) == [], "a status update of a pod that stays"
+
+
+# Drift as Karpenter v1.15 judges it (core nodeclaim/disruption/drift.go, AWS cloudprovider/drift.go) -------------
+
+
+def drifted_reason(h: Harness, name: str) -> str | None:
+    found = condition(h.state.nodeclaims[name], wk.COND_DRIFTED)
+    return None if found is None else str(found["reason"])
+
+
+async def test_drift_judged_once_launched_and_cleared_before() -> None:
+    """Core ``drift.go``: a Launched NodeClaim is judged even before it initializes, yet it is no disruption
+    candidate; a NodeClaim that is not Launched loses its Drifted condition."""
+    pool, nclass = nodepool(), nodeclass(amis=("ami-2",))
+    young = nodeclaim("young", pool, nclass, initialized=False)
+    unlaunched = nodeclaim("unlaunched", pool, nclass, initialized=False)
+    unlaunched["status"]["conditions"] = [
+        {"type": "Drifted", "status": "True", "reason": "AMIDrift", "lastTransitionTime": ts(T0 - 60)}
+    ]
+    h = Harness([nclass, pool, young, unlaunched, node(young)])
+    await h.mark_conditions()
+    assert drifted_reason(h, "young") == "AMIDrift"
+    assert condition(h.state.nodeclaims["young"], wk.COND_CONSOLIDATABLE) is None, "uninitialized: never"
+    assert drifted_reason(h, "unlaunched") is None
+    ctx = await h.disruption.context(T0)
+    assert ctx is not None and [c.name for c in ctx.candidates] == [], "launched but uninitialized: no candidate"
+
+
+async def test_instance_type_not_found_drift() -> None:
+    """Core ``instanceTypeNotFound``: the instance type left the NodePool's instance types, or no offering of it
+    matches the NodeClaim's zone and capacity type; judged only an hour after creation, in Karpenter's order
+    (after the requirements, before the EC2NodeClass), and a passed check is trusted for 30 minutes."""
+    pool, nclass = nodepool(), nodeclass(amis=("ami-2",))
+    gone = nodeclaim("gone", pool, nclass, instance_type="g.large", created=T0 - 7200)
+    fresh = nodeclaim("fresh", pool, nclass, instance_type="g.large", created=T0 - 600)
+    spot = nodeclaim("spot", pool, nclass, instance_type="c.large", capacity_type="spot", created=T0 - 7200)
+    no_spot = nodeclaim("nospot", pool, nclass, instance_type="c.large", created=T0 - 7200)
+    h = Harness([nclass, pool, gone, fresh, spot, no_spot])
+    on_demand_only = attrs.evolve(CATALOGUE[0], offerings=CATALOGUE[0].offerings[:1])
+    h.cloud.instance_types = [on_demand_only, *CATALOGUE[1:]]
+    await h.mark_conditions()
+    assert drifted_reason(h, "gone") == "InstanceTypeNotFound", "before AMIDrift"
+    # Younger than an hour: no InstanceTypeNotFound, and without its type its AMI cannot be judged either.
+    assert drifted_reason(h, "fresh") is None
+    assert drifted_reason(h, "spot") == "RequirementsDrifted", "the requirements come first"
+    assert drifted_reason(h, "nospot") == "AMIDrift", "its on-demand offering is still there"
+
+    kept = nodeclaim("kept", pool, instance_type="c.xlarge", created=T0 - 7200)
+    h2 = Harness([nodeclass(), pool, kept])
+    await h2.mark_conditions()
+    assert drifted_reason(h2, "kept") is None
+    h2.cloud.instance_types = [it for it in CATALOGUE if it.name != "c.xlarge"]
+    await h2.clock.advance(60)
+    await h2.mark_conditions()
+    assert drifted_reason(h2, "kept") is None, "a passed check is trusted for 30 minutes"
+    await h2.clock.advance(1800)
+    await h2.mark_conditions()
+    assert drifted_reason(h2, "kept") == "InstanceTypeNotFound"
+    reserved = nodeclaim("reserved", pool, instance_type="c.xlarge", capacity_type="reserved", created=T0 - 7200)
+    reserved_pool = nodepool()
+    reserved_pool["spec"]["template"]["spec"]["requirements"] = []
+    h3 = Harness([nodeclass(), reserved_pool, reserved])
+    await h3.mark_conditions()
+    assert drifted_reason(h3, "reserved") is None, "a reserved NodeClaim matches an on-demand offering"
+
+
+async def test_ami_drift_judged_for_the_instance_type() -> None:
+    """AWS ``isAMIDrifted``: the image must be the AMI ``status.amis`` maps the NodeClaim's instance type to (the
+    first AMI whose requirements the type satisfies), not merely one of ``status.amis``."""
+    pool, nclass = nodepool(), nodeclass(amis=("ami-arm", "ami-1", "ami-x86-older"))
+    nclass["status"]["amis"][0]["requirements"] = [{"key": wk.LABEL_ARCH, "operator": "In", "values": ["arm64"]}]
+    for ami in nclass["status"]["amis"][1:]:
+        ami["requirements"] = [{"key": wk.LABEL_ARCH, "operator": "In", "values": ["amd64"]}]
+    same = nodeclaim("same", pool, nclass, image="ami-1")
+    other_arch = nodeclaim("arm", pool, nclass, image="ami-arm")
+    older = nodeclaim("older", pool, nclass, image="ami-x86-older")
+    h = Harness([nclass, pool, same, other_arch, older])
+    await h.mark_conditions()
+    assert drifted_reason(h, "same") is None
+    assert drifted_reason(h, "arm") == "AMIDrift", "listed in status.amis, but for arm64 types only"
+    assert drifted_reason(h, "older") == "AMIDrift", "amd64 types map to the first amd64 AMI"
+
+
+async def test_drift_left_as_it_is_when_it_cannot_be_judged() -> None:
+    """Karpenter's reconciler returns an error (the condition unchanged) when the instance types cannot be read
+    or the instance type has no entry: no AMI verdict either way."""
+    pool, nclass = nodepool(), nodeclass(amis=("ami-2",))
+    claim = nodeclaim("a", pool, nclass)
+    h = Harness([nclass, pool, claim])
+    h.cloud.fail("get_instance_types", CloudProviderError("EC2 unreachable"))
+    await h.mark_conditions()
+    assert drifted_reason(h, "a") is None
+    await h.mark_conditions()
+    assert drifted_reason(h, "a") == "AMIDrift"
+    h.cloud.instance_types = [it for it in CATALOGUE if it.name != "c.xlarge"]
+    await h.mark_conditions()
+    assert drifted_reason(h, "a") == "AMIDrift", "instance type unknown (younger than an hour): left as it is"

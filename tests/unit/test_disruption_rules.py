@@ -225,7 +225,8 @@ def test_static_drift_reasons_in_order() -> None:
     claim = claim_view(nodeclaim("a", pool, nclass))
 
     def drift(claim: NodeClaim, pool: dict, nclass: dict) -> str:
-        return dr.static_drift(claim, pool_view(hash_stamped(pool)), class_view(hash_stamped(nclass)))
+        # AWS isAMIDrifted judges the AMI for the NodeClaim's instance type (here c.xlarge of the catalogue).
+        return dr.static_drift(claim, pool_view(hash_stamped(pool)), class_view(hash_stamped(nclass)), CATALOGUE[1])
 
     assert drift(claim, pool, nclass) == ""
     assert dr.static_drift(claim, pool_view(pool), None) == "", "no EC2NodeClass: only the NodePool is judged"
@@ -246,6 +247,8 @@ def test_static_drift_reasons_in_order() -> None:
     assert drift(claim, pool, changed_class) == dr.NODECLASS_DRIFTED
     new_ami = nodeclass(amis=("ami-2",))
     assert drift(claim, pool, new_ami) == dr.AMI_DRIFTED
+    no_type = dr.static_drift(claim, pool_view(hash_stamped(pool)), class_view(hash_stamped(new_ami)))
+    assert no_type == "", "instance type unknown: AMI drift not judged (Karpenter errors)"
     unstamped = nodeclaim("b", pool, nclass)
     del unstamped["metadata"]["annotations"][wk.ANNOTATION_NODECLASS_HASH]
     assert drift(claim_view(unstamped), pool, changed_class) == "", "no hash recorded: no NodeClassDrift"

@@ -8,11 +8,21 @@ Drift reasons, checked in Karpenter's order (core ``nodeclaim/disruption/drift.g
   ``karpenter.sh/nodepool-hash`` *annotation* (behavioural fields — weight, limits, disruption — are not hashed);
 * ``RequirementsDrifted``: a NodePool requirement no longer admits the NodeClaim's label for that key (or the
   NodeClaim lacks the label and the operator is neither ``NotIn`` nor ``DoesNotExist``);
+* ``InstanceTypeNotFound``: the NodeClaim's ``node.kubernetes.io/instance-type`` is no longer among the NodePool's
+  instance types (the EC2NodeClass's catalogue), or none of that type's offerings matches the NodeClaim's zone and
+  capacity type (a ``reserved`` NodeClaim also matches ``on-demand``); core ``instanceTypeNotFound``. The
+  reconciler judges it only for NodeClaims older than an hour and at most every 30 minutes after a pass, as
+  Karpenter's ``instanceTypeNotFoundCheckCache``;
 * ``NodeClassDrift``: the NodeClaim's ``karpenter.k8s.aws/ec2nodeclass-hash`` differs from the EC2NodeClass's
   annotation;
-* ``AMIDrift``: ``status.imageID`` is not among the EC2NodeClass's resolved ``status.amis``;
+* ``AMIDrift``: ``status.imageID`` is not the AMI that ``status.amis`` maps the NodeClaim's instance type to (the
+  first AMI, in status order, whose requirements the instance type satisfies; AWS ``isAMIDrifted`` with
+  ``amifamily.MapToInstanceTypes``), so an AMI still listed but meant for other instance types drifts;
 * ``SecurityGroupDrift`` / ``SubnetDrift``: the instance's security group set differs from
   ``status.securityGroups``, or its subnet is not in ``status.subnets`` (needs the cloud's view of the instance).
+
+AWS's ``CapacityReservationDrift`` and ``PlacementGroupDrift`` are not judged: karpy launches into no capacity
+reservation and no placement group.
 
 The hashes are compared as Karpenter compares them (core ``areStaticFieldsDrifted``, AWS
 ``areStaticFieldsDrifted``): the NodeClaim's annotation against its owner's annotation, never against a hash
@@ -30,14 +40,15 @@ from collections.abc import Mapping, Sequence
 
 from karpy.apis import labels as wk
 from karpy.apis.ec2nodeclass import EC2NodeClass
-from karpy.apis.nodeclaim import NodeClaim, NodeSelectorRequirement
+from karpy.apis.nodeclaim import NodeClaim, NodeSelectorRequirement, requirements
 from karpy.apis.nodepool import NodePool
-from karpy.cloudprovider.types import CloudInstance
+from karpy.cloudprovider.types import CloudInstance, InstanceType
 from karpy.controllers.disruption.candidates import expire_after
 from karpy.scheduling.requirements import parse_int
 
 NODEPOOL_DRIFTED = "NodePoolDrifted"
 REQUIREMENTS_DRIFTED = "RequirementsDrifted"
+INSTANCE_TYPE_NOT_FOUND = "InstanceTypeNotFound"
 NODECLASS_DRIFTED = "NodeClassDrift"
 AMI_DRIFTED = "AMIDrift"
 SUBNET_DRIFTED = "SubnetDrift"
@@ -89,26 +100,84 @@ def hash_drifted(owner: Mapping[str, str], claim: Mapping[str, str], hash_key: s
     return owner[hash_key] != claim[hash_key]
 
 
-def static_drift(claim: NodeClaim, nodepool: NodePool, nodeclass: EC2NodeClass | None) -> str:
-    """The first drift reason found from the objects alone ("" when none), in Karpenter's order: NodePool hash,
-    requirements, EC2NodeClass hash, AMI. The hashes compare annotations (:func:`hash_drifted`)."""
+def nodepool_drift(claim: NodeClaim, nodepool: NodePool) -> str:
+    """The NodePool's drift reason ("" when none): its hash annotation (:func:`hash_drifted`), then its
+    requirements against the NodeClaim's labels (core ``areStaticFieldsDrifted``, ``areRequirementsDrifted``)."""
     notes = claim.meta.annotations
     if hash_drifted(nodepool.meta.annotations, notes, wk.ANNOTATION_NODEPOOL_HASH, wk.ANNOTATION_NODEPOOL_HASH_VERSION):
         return NODEPOOL_DRIFTED
     labels = claim.meta.labels
     if not all(requirement_admits(r, labels) for r in nodepool.template.requirements):
         return REQUIREMENTS_DRIFTED
-    if nodeclass is None:
-        return ""
+    return ""
+
+
+def find_instance_type(types: Sequence[InstanceType], claim: NodeClaim) -> InstanceType | None:
+    """The NodeClaim's instance type (its ``node.kubernetes.io/instance-type`` label) in ``types``, else None."""
+    name = claim.meta.labels.get(wk.LABEL_INSTANCE_TYPE)
+    return next((it for it in types if it.name == name), None)
+
+
+def instance_type_not_found(types: Sequence[InstanceType], claim: NodeClaim) -> bool:
+    """Core ``instanceTypeNotFound``: the NodeClaim's instance type is not in ``types`` (the NodePool's instance
+    types, unavailable ones included), or no offering of it is compatible with the NodeClaim's zone, zone id and
+    capacity type labels (a label the NodeClaim lacks admits any value; ``reserved`` also admits ``on-demand``,
+    since a reserved NodeClaim can be demoted). An offering's availability does not count."""
+    it = find_instance_type(types, claim)
+    if it is None:
+        return True
+    labels = claim.meta.labels
+    capacity = labels.get(wk.LABEL_CAPACITY_TYPE)
+    capacities = {capacity, "on-demand"} if capacity == "reserved" else {capacity}
+
+    def compatible(zone: str, zone_id: str, capacity_type: str) -> bool:
+        return (
+            labels.get(wk.LABEL_ZONE, zone) == zone
+            and (not zone_id or labels.get(wk.LABEL_ZONE_ID, zone_id) == zone_id)
+            and (capacity is None or capacity_type in capacities)
+        )
+
+    return not any(compatible(o.zone, o.zone_id, o.capacity_type) for o in it.offerings)
+
+
+def ami_for_instance_type(nodeclass: EC2NodeClass, instance_type: InstanceType) -> str | None:
+    """The id of the first AMI of ``status.amis`` (status order) whose requirements ``instance_type``'s labels
+    satisfy (AWS ``amifamily.MapToInstanceTypes``), None when none does."""
+    for ami in nodeclass.amis:
+        if all(requirement_admits(r, instance_type.labels) for r in requirements(list(ami.requirements))):
+            return ami.id
+    return None
+
+
+def ami_drift(claim: NodeClaim, nodeclass: EC2NodeClass, instance_type: InstanceType | None) -> str | None:
+    """AWS ``isAMIDrifted``: ``AMIDrift`` when ``status.imageID`` is not the AMI ``status.amis`` maps the
+    NodeClaim's instance type to, "" when it is; None when it cannot be judged (Karpenter returns an error and
+    leaves the condition as it was): the instance type is not in the catalogue, ``status.amis`` is empty, or the
+    NodeClaim has no ``status.imageID``."""
+    if instance_type is None or not nodeclass.amis or not claim.image_id:
+        return None
+    return "" if ami_for_instance_type(nodeclass, instance_type) == claim.image_id else AMI_DRIFTED
+
+
+def nodeclass_drift(claim: NodeClaim, nodeclass: EC2NodeClass, instance_type: InstanceType | None) -> str | None:
+    """The EC2NodeClass's object drift reason: its hash annotation, then :func:`ami_drift` (None: not judged)."""
+    notes = claim.meta.annotations
     if hash_drifted(
         nodeclass.meta.annotations, notes, wk.ANNOTATION_NODECLASS_HASH, wk.ANNOTATION_NODECLASS_HASH_VERSION
     ):
         return NODECLASS_DRIFTED
-    amis = {a.id for a in nodeclass.amis}
-    image = claim.image_id
-    if amis and image and image not in amis:
-        return AMI_DRIFTED
-    return ""
+    return ami_drift(claim, nodeclass, instance_type)
+
+
+def static_drift(
+    claim: NodeClaim, nodepool: NodePool, nodeclass: EC2NodeClass | None, instance_type: InstanceType | None = None
+) -> str:
+    """The first drift reason found from the objects alone ("" when none or not judged), in Karpenter's order:
+    NodePool hash, requirements, EC2NodeClass hash, AMI (judged only with the NodeClaim's ``instance_type``)."""
+    reason = nodepool_drift(claim, nodepool)
+    if reason or nodeclass is None:
+        return reason
+    return nodeclass_drift(claim, nodeclass, instance_type) or ""
 
 
 def instance_drift(nodeclass: EC2NodeClass, instance: CloudInstance) -> str:
