@@ -415,3 +415,23 @@ def test_a_replacement_awaiting_pods_still_on_a_draining_node_is_nominated() -> 
     arrived = pod("db-0", "node-new", owner="db")
     landed = loaded_state([pool, old, new, node(old), node(new), arrived])
     assert nominated_claims(Plans(landed)) == set(), "the pod arrived: the plan is fulfilled"
+
+
+def test_instance_type_not_found_matches_zone_and_capacity_type() -> None:
+    """Core ``instanceTypeNotFound``: the type must be listed and have an offering compatible with the
+    NodeClaim's zone and capacity type labels (availability aside; ``reserved`` also matches ``on-demand``)."""
+    pool = nodepool()
+
+    def claim(**kw: str) -> NodeClaim:
+        return claim_view(nodeclaim("a", pool, **kw))
+
+    assert not dr.instance_type_not_found(CATALOGUE, claim(instance_type="c.large"))
+    assert dr.instance_type_not_found(CATALOGUE, claim(instance_type="z.large"))
+    other_zone = nodeclaim("b", pool, instance_type="c.large")
+    other_zone["metadata"]["labels"][wk.LABEL_ZONE] = "us-east-1b"
+    assert dr.instance_type_not_found(CATALOGUE, claim_view(other_zone))
+    assert not dr.instance_type_not_found(CATALOGUE, claim(instance_type="c.large", capacity_type="reserved"))
+    assert dr.instance_type_not_found(CATALOGUE, claim(instance_type="c.large", capacity_type="capacity-block"))
+    unlabelled = nodeclaim("c", pool)
+    del unlabelled["metadata"]["labels"][wk.LABEL_INSTANCE_TYPE]
+    assert dr.instance_type_not_found(CATALOGUE, claim_view(unlabelled)), "no instance-type label"
