@@ -36,6 +36,7 @@ from karpy.controllers.interruption import RECEIVE_BACKOFF, Interruption
 from karpy.controllers.nodeclaim_disruption import NodeClaimDisruption, affected_nodeclaims
 from karpy.controllers.nodeclaim_expiration import NodeClaimExpiration
 from karpy.controllers.nodeclaim_lifecycle import NodeClaimLifecycle
+from karpy.controllers.nodeclaim_tagging import NodeClaimTagging
 from karpy.controllers.nodeclass_status import NodeClassResolver, NodeClassStatusReconciler
 from karpy.controllers.nodepool_status import NodePoolStatusReconciler
 from karpy.controllers.provisioner import RECHECK_SECONDS, Provisioner
@@ -161,6 +162,12 @@ class Operator:
             workers=settings.workers(2),
             key_name="nodeclaim",
         )
+        # One worker, as Karpenter's tagging controller (CreateTags is rate limited to one call per second).
+        self.nodeclaim_tagging = Controller(
+            NodeClaimTagging(client, self.state, cloud, cluster_name=settings.cluster_name),
+            workers=1,
+            key_name="nodeclaim",
+        )
         self.garbage_collection = GarbageCollection(
             client, self.state, cloud, cluster_name=settings.cluster_name, templates=launch_templates
         )
@@ -218,6 +225,7 @@ class Operator:
             self.lifecycle.enqueue(key)
             self.binder.enqueue(key)
             self.terminator.enqueue(key)
+            self.nodeclaim_tagging.enqueue(key)
             obj = new or old
             pool = (obj["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL)
             if pool:
@@ -278,6 +286,7 @@ class Operator:
             ("disruption.queue", self.disruption.queue.run),
             ("nodeclaim.disruption", self._after_sync(self.nodeclaim_disruption.run)),
             ("nodeclaim.expiration", self._after_sync(self.nodeclaim_expiration.run)),
+            ("nodeclaim.tagging", self._after_sync(self.nodeclaim_tagging.run)),
             ("garbagecollection", self.garbage_collection_loop.run),
             ("observability", self._observe),
         ]

@@ -261,6 +261,15 @@ class AWSCloudProvider:
         """
         await self.instances.delete(_instance_id(provider_id))
 
+    async def create_tags(self, provider_id: str, tags: Mapping[str, str]) -> None:
+        """CreateTags ``tags`` on the instance behind ``provider_id`` (Karpenter AWS ``instance.CreateTags``).
+
+        Raises:
+            NodeClaimNotFoundError: the instance is unknown, or ``provider_id`` is not an AWS providerID.
+            CloudProviderError: EC2 refused; the caller retries.
+        """
+        await self.instances.create_tags(_instance_id(provider_id), tags)
+
     async def list(self) -> list[CloudInstance]:
         """Live instances tagged ``kubernetes.io/cluster/<name>=owned`` that carry a ``karpenter.sh/nodepool`` tag.
 

@@ -391,6 +391,26 @@ class InstanceProvider:
             raise CloudProviderError(f"DescribeInstances: {err}") from err
         return [to_cloud_instance(i) for i in found]
 
+    # Tag --------------------------------------------------------------------------------------------------
+
+    async def create_tags(self, instance_id: str, tags: Mapping[str, str]) -> None:
+        """CreateTags ``tags`` on instance ``instance_id`` (Karpenter AWS ``instance.CreateTags``; existing keys
+        are overwritten, others kept). Throttling and 5xx are retried by botocore's standard mode.
+
+        Raises:
+            NodeClaimNotFoundError: the instance is unknown.
+            CloudProviderError: EC2 refused; the caller retries.
+        """
+        try:
+            await self.ec2.create_tags(
+                Resources=[instance_id], Tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+            )
+        except Exception as err:
+            if is_not_found(err):
+                raise NodeClaimNotFoundError(f"instance {instance_id} not found") from err
+            raise CloudProviderError(f"CreateTags {instance_id}: {err}") from err
+        log.info("tagged instance", instance_id=instance_id, tags=sorted(tags))
+
     # Terminate --------------------------------------------------------------------------------------------
 
     async def delete(self, instance_id: str) -> None:

@@ -162,7 +162,7 @@ class FakeCloudProvider:
     # --- test controls -----------------------------------------------------------------------------------
 
     def fail(self, method: str, error: Exception, *, times: int = 1) -> None:
-        """Make the next ``times`` calls of ``method`` (``create``, ``delete``, ``get``, ``list``,
+        """Make the next ``times`` calls of ``method`` (``create``, ``delete``, ``get``, ``list``, ``create_tags``,
         ``get_instance_types``, ``incompatible_instance_types``) raise ``error``."""
         self._errors.add(method, error, times)
 
@@ -186,6 +186,11 @@ class FakeCloudProvider:
     def delete_calls(self) -> builtins.list[str]:
         """The providerIDs ``delete`` received, in order."""
         return [c.args[0] for c in self.calls if c.method == "delete"]
+
+    @property
+    def create_tags_calls(self) -> builtins.list[tuple[str, dict[str, str]]]:
+        """The (providerID, tags) pairs ``create_tags`` received, in order."""
+        return [(c.args[0], c.args[1]) for c in self.calls if c.method == "create_tags"]
 
     @property
     def get_calls(self) -> builtins.list[str]:
@@ -272,6 +277,19 @@ class FakeCloudProvider:
         if instance is None:
             raise NodeClaimNotFoundError(f"instance {_instance_id_of(provider_id)} not found")
         return instance
+
+    async def create_tags(self, provider_id: str, tags: Mapping[str, str]) -> None:
+        """Merge ``tags`` into the live instance's tags (recorded as ``create_tags`` calls).
+
+        Raises:
+            NodeClaimNotFoundError: it is terminated or unknown.
+        """
+        self._record("create_tags", provider_id, dict(tags))
+        instance_id = _instance_id_of(provider_id)
+        instance = self.instances.get(instance_id)
+        if instance is None:
+            raise NodeClaimNotFoundError(f"instance {instance_id} not found")
+        self.instances[instance_id] = attrs.evolve(instance, tags={**instance.tags, **tags})
 
     async def list(self) -> builtins.list[CloudInstance]:
         """Every live instance except the ``unlisted`` ones, in launch order."""

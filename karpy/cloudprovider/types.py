@@ -219,6 +219,17 @@ class CloudProvider(Protocol):
         """
         ...
 
+    async def create_tags(self, provider_id: str, tags: Mapping[str, str]) -> None:
+        """Add (or overwrite) ``tags`` on the instance behind ``provider_id``; other tags are kept. ``get``
+        reads the current tags, uncached (Karpenter AWS ``instance.CreateTags``, used by the NodeClaim tagging
+        controller).
+
+        Raises:
+            NodeClaimNotFoundError: it is terminated or unknown.
+            CloudProviderError: any other failure (retried by the caller with backoff).
+        """
+        ...
+
     async def list(self) -> list[CloudInstance]:
         """Every non-terminated instance carrying this cluster's karpy ownership tags."""
         ...

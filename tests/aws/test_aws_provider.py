@@ -279,6 +279,20 @@ async def test_delete_then_not_found_and_list(cloud: AWSCloudProvider, nodeclass
     assert result.provider_id not in {i.provider_id for i in await cloud.list()}
 
 
+async def test_create_tags_adds_and_get_reads_them_fresh(cloud: AWSCloudProvider, nodeclass: dict[str, Any]) -> None:
+    """create_tags adds tags (others kept) and the next get sees them (no cache); an unparsable providerID is
+    NodeClaimNotFoundError, which the tagging controller logs and does not retry."""
+    types = [by_name(await cloud.get_instance_types(nodeclass), "m5.large")]
+    result = await cloud.create(launch_request(nodeclass, types, "nc-tags", ON_DEMAND))
+    assert wk.TAG_NAME not in (await cloud.get(result.provider_id)).tags
+    await cloud.create_tags(result.provider_id, {wk.TAG_NAME: "node-tags"})
+    tags = (await cloud.get(result.provider_id)).tags
+    assert tags[wk.TAG_NAME] == "node-tags"
+    assert tags[wk.TAG_NODECLAIM] == "nc-tags"
+    with pytest.raises(NodeClaimNotFoundError):
+        await cloud.create_tags("kwok://node-tags", {wk.TAG_NAME: "x"})
+
+
 async def test_list_ignores_instances_without_karpy_tags(
     cloud: AWSCloudProvider, clients: AWSClients, seeded: dict[str, Any]
 ) -> None:
