@@ -62,11 +62,8 @@ def manifests(cluster: str) -> list[dict[str, Any]]:
                 {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m"]},
             ],
             taints=[{"key": TAINT, "effect": "NoSchedule"}],
-            # No voluntary disruption at all: moto's CreateFleet launches spot instances with the default security
-            # group (its spot path reads the launch template's SecurityGroups names, not karpy's
-            # SecurityGroupIds), so every spot node here looks SecurityGroup-drifted and drift would replace it
-            # every poll — a churn that races the interruption's own replacement. Interruption is not voluntary
-            # disruption: budgets do not hold it.
+            # No voluntary disruption at all, so the only replacement is the interruption's own: interruption is
+            # not voluntary disruption and budgets do not hold it.
             disruption={"consolidateAfter": "Never", "budgets": [{"nodes": "0"}]},
         ),
         {

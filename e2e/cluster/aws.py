@@ -55,9 +55,38 @@ class MotoAWS:
         self._server.stop()
 
 
+def _spot_fleets_honour_security_group_ids() -> None:
+    """Work around a moto deviation, in the test environment only: moto's CreateFleet builds each spot launch
+    specification from the launch template's ``GroupSet`` alone, so a spot instance launched from a template that
+    names its security groups by ``SecurityGroupIds`` (as Karpenter's and karpy's templates do) gets the VPC's
+    default group, and its NodeClaim is then rightly judged ``SecurityGroupDrift`` and replaced. EC2 launches it
+    with the template's groups; so does moto after this patch (on-demand instances already do). Idempotent."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.ec2.models import ec2_backends, fleets
+
+    if getattr(fleets.SpotFleetLaunchSpec, "karpy_patched", False):
+        return
+
+    class LaunchSpec(fleets.SpotFleetLaunchSpec):
+        karpy_patched = True
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            spec = kwargs.get("launch_template_spec") or {}
+            if not kwargs.get("group_set") and spec.get("LaunchTemplateId"):
+                backend = ec2_backends[DEFAULT_ACCOUNT_ID][AWS_ENV["AWS_REGION"]]
+                template = backend.get_launch_template(spec["LaunchTemplateId"])
+                data = template.get_version(spec.get("Version") or template.default_version_number).data
+                kwargs["group_set"] = list(data.get("SecurityGroupId") or data.get("SecurityGroupIds") or [])
+            super().__init__(*args, **kwargs)
+
+    fleets.SpotFleetLaunchSpec = LaunchSpec
+
+
 def start_moto(port: int = 0) -> MotoAWS:
     """Start moto's server on 127.0.0.1:``port`` (0 = any free port) in a daemon thread."""
     from moto.server import ThreadedMotoServer
+
+    _spot_fleets_honour_security_group_ids()
 
     for name in ("werkzeug", "moto"):
         # werkzeug logs a traceback per request moto has no backend for (e.g. the Pricing API karpy tries once).
