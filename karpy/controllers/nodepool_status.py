@@ -167,9 +167,7 @@ def _reserved_capacity(nodepool: NodePool, nodeclass_raw: Mapping[str, Any] | No
     ]
 
 
-def _features_condition(
-    conditions: list[Any], unsupported: list[Unsupported], generation: int | None
-) -> list[Any]:
+def _features_condition(conditions: list[Any], unsupported: list[Unsupported], generation: int | None) -> list[Any]:
     """``conditions`` with ``FeaturesSupported=False`` naming ``unsupported``, or without that condition."""
     if not unsupported:
         return [c for c in conditions if c.get("type") != COND_FEATURES_SUPPORTED]
