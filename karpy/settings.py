@@ -534,28 +534,36 @@ def _gates(env: Mapping[str, str], name: str, defaults: Mapping[str, bool], noti
     return gates
 
 
-def _check_unsupported(env: Mapping[str, str], notices: list[str]) -> None:
-    """Valid Karpenter values karpy cannot honour stop karpy (one line naming the variable, the value and why).
+def _check_unsupported(env: Mapping[str, str], options: Mapping[str, Any], notices: list[str]) -> None:
+    """Valid Karpenter values karpy cannot honour stop karpy (one line naming the variable, the value and why);
+    ``options`` are :func:`_karpenter_options`' parsed values, ``env`` gives the value as written.
 
     Raises:
         UnsupportedSetting: the first such value.
     """
-    if _get(env, "ENABLE_PROFILING", parse_bool, False):
+    if options["enable_profiling"]:
         raise _unsupported(
             "ENABLE_PROFILING",
             env["ENABLE_PROFILING"],
             "karpy has no pprof endpoints (Go's runtime profiler); profile the process with py-spy instead",
         )
-    if not _get(env, "IGNORE_DRA_REQUESTS", parse_bool, True):
+    if not options["ignore_dra_requests"]:
         raise _unsupported(
             "IGNORE_DRA_REQUESTS",
             env["IGNORE_DRA_REQUESTS"],
             "karpy does not schedule pods' DRA resource claims; leave it true",
         )
-    if _get(env, "ENABLE_ZONAL_SHIFT", parse_bool, False):
+    if options["enable_zonal_shift"]:
         raise _unsupported("ENABLE_ZONAL_SHIFT", env["ENABLE_ZONAL_SHIFT"], "karpy does not follow ARC zonal shifts")
+    scheduler_config = options["scheduler_config"]
+    if scheduler_config and (yaml.safe_load(scheduler_config).get("podTopologySpread") or {}).get("defaultConstraints"):
+        raise _unsupported(
+            "SCHEDULER_CONFIG",
+            " ".join(scheduler_config.split()),
+            "karpy does not apply default topology spread constraints (podTopologySpread.defaultConstraints)",
+        )
     election = env.get("DISABLE_LEADER_ELECTION", "")
-    if election and not parse_bool(election):
+    if election and not options["disable_leader_election"]:
         raise _unsupported(
             "DISABLE_LEADER_ELECTION", election, "karpy has no leader election yet; set it to true and run one replica"
         )
@@ -580,7 +588,7 @@ def from_environment(env: Mapping[str, str] | None = None) -> Settings:
         raise SettingsError("CLUSTER_NAME is required")
     notices: list[str] = []
     kwargs = _karpenter_options(env, notices)
-    _check_unsupported(env, notices)
+    _check_unsupported(env, kwargs, notices)
     kwargs.update(_karpy_options(env))
     return Settings(cluster_name=cluster_name, notices=tuple(notices), **kwargs)
 
@@ -588,13 +596,6 @@ def from_environment(env: Mapping[str, str] | None = None) -> Settings:
 def _karpenter_options(env: Mapping[str, str], notices: list[str]) -> dict[str, Any]:
     """Karpenter's settings (bar CLUSTER_NAME) as :class:`Settings` keyword arguments."""
     durations = _non_negative(parse_duration)
-    scheduler_config = _get(env, "SCHEDULER_CONFIG", _scheduler_config, "")
-    if scheduler_config and (yaml.safe_load(scheduler_config).get("podTopologySpread") or {}).get("defaultConstraints"):
-        raise _unsupported(
-            "SCHEDULER_CONFIG",
-            " ".join(scheduler_config.split()),
-            "karpy does not apply default topology spread constraints (podTopologySpread.defaultConstraints)",
-        )
     cpu_requests = _get(env, "CPU_REQUESTS", parse_int, 1000)
     return {
         "cluster_endpoint": _get(env, "CLUSTER_ENDPOINT", _url, ""),
@@ -631,7 +632,7 @@ def _karpenter_options(env: Mapping[str, str], notices: list[str]) -> dict[str, 
         "ignore_dra_requests": _get(env, "IGNORE_DRA_REQUESTS", parse_bool, True),
         "legacy_node_repair": _get(env, "LEGACY_NODE_REPAIR", parse_bool, False),
         "karpenter_service": env.get("KARPENTER_SERVICE", ""),
-        "scheduler_config": scheduler_config,
+        "scheduler_config": _get(env, "SCHEDULER_CONFIG", _scheduler_config, ""),
         "ami_refresh_interval": _get(env, "AMI_REFRESH_INTERVAL", _at_least_minute, 60.0),
         "subnet_refresh_interval": _get(env, "SUBNET_REFRESH_INTERVAL", _at_least_minute, 60.0),
         "security_group_refresh_interval": _get(env, "SECURITY_GROUP_REFRESH_INTERVAL", _at_least_minute, 60.0),

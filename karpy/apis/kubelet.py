@@ -28,6 +28,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+import durationpy
+
 from karpy.apis.quantity import QuantityError, parse_quantity
 
 REASON_INVALID: Final = "InvalidKubeletConfiguration"
@@ -185,9 +187,9 @@ KARPENTER_OWNED: Final = {
     "until it's ready",
 }
 _INT_RANGE: Final = {INT32: (-(2**31), 2**31 - 1), INT64: (-(2**63), 2**63 - 1)}
-# Go time.ParseDuration: an optional sign, then one or more decimal numbers with a unit ("0" alone too).
+# Go time.ParseDuration's syntax: an optional sign, then one or more decimal numbers with a unit ("0" alone too).
+# Checked before durationpy reads the value, because durationpy also takes units Go has not (``d``, ``w``).
 _GO_DURATION: Final = re.compile(r"^[-+]?(0|((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+)$")
-_DURATION_UNITS: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 
 
 def _is_int(value: Any) -> bool:
@@ -226,12 +228,6 @@ def _has_shape(value: Any, shape: str) -> bool:
     return checks[shape]
 
 
-def _duration_seconds(value: str) -> float:
-    sign = -1.0 if value.startswith("-") else 1.0
-    scale = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-    return sign * sum(float(n) * scale[u] for n, u in _DURATION_UNITS.findall(value))
-
-
 def _threshold_error(field: str, key: str, value: str) -> str:
     """A percentage in [0, 100] or a non-negative quantity (Karpenter ``validateEvictionThreshold``)."""
     if value.endswith("%"):
@@ -252,7 +248,7 @@ def _grace_period_error(field: str, key: str, value: str) -> str:
     """A non-negative Go duration (Karpenter ``validateEvictionGracePeriod``)."""
     if _GO_DURATION.match(value) is None:
         return f"spec.kubelet.{field}[{key}]: {value!r} must be a duration"
-    if _duration_seconds(value) < 0:
+    if durationpy.from_str(value).total_seconds() < 0:
         return f"spec.kubelet.{field}[{key}]: {value!r} can't be a negative duration"
     return ""
 

@@ -132,6 +132,12 @@ def label_domain(key: str) -> str:
     return key.split("/", 1)[0] if "/" in key else ""
 
 
+def in_restricted_label_domain(key: str) -> bool:
+    """``key``'s domain is one of :data:`RESTRICTED_LABEL_DOMAINS` or a subdomain of one."""
+    domain = label_domain(key)
+    return any(domain == d or domain.endswith("." + d) for d in RESTRICTED_LABEL_DOMAINS)
+
+
 def restricted_label_error(key: str) -> str:
     """Why a NodePool may not use the label ``key`` in its template labels or requirements; ``""`` when it may.
 
@@ -141,8 +147,7 @@ def restricted_label_error(key: str) -> str:
     """
     if key in WELL_KNOWN_LABELS or key in NOT_YET_WELL_KNOWN_LABELS:
         return ""
-    domain = label_domain(key)
-    if any(domain == d or domain.endswith("." + d) for d in RESTRICTED_LABEL_DOMAINS) or key in RESTRICTED_LABELS:
+    if in_restricted_label_domain(key) or key in RESTRICTED_LABELS:
         return (
             f"label {key} is restricted: use a well-known label or a custom label outside the restricted "
             f"domains {sorted(RESTRICTED_LABEL_DOMAINS)}"

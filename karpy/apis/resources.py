@@ -21,8 +21,6 @@ def add(*maps: Mapping[str, int]) -> Resources:
     return total
 
 
-
-
 def fits(requests: Mapping[str, int], available: Mapping[str, int]) -> bool:
     """True when every non-zero request is at most what is available (a missing resource is zero)."""
     return all(v <= 0 or v <= available.get(k, 0) for k, v in requests.items())
@@ -36,4 +34,3 @@ def max_of(maps: Iterable[Mapping[str, int]]) -> Resources:
             if v > out.get(k, 0):
                 out[k] = v
     return out
-

@@ -132,13 +132,19 @@ def unsupported_features(nodepool: NodePool, nodeclass_raw: Mapping[str, Any] | 
     return out
 
 
-def _reserved_capacity(nodepool: NodePool, nodeclass_raw: Mapping[str, Any] | None) -> list[Unsupported]:
-    """The capacity-reservation part of :func:`unsupported_features`."""
+def template_requirements(nodepool: NodePool) -> rq.Reqs:
+    """The NodePool template's requirements narrowed by its template labels (what a NodeClaim of it requires)."""
+    # The scheduling translation reads the requirements' JSON (legacy label keys normalised there).
     template_spec = ((nodepool.raw.get("spec") or {}).get("template") or {}).get("spec") or {}
     reqs = rq.build(requirement_from_json(r) for r in template_spec.get("requirements") or [])
     for req in rq.from_labels(nodepool.template.labels).values():
         rq.add(reqs, req)
-    capacity_type = reqs.get(wk.LABEL_CAPACITY_TYPE)
+    return reqs
+
+
+def _reserved_capacity(nodepool: NodePool, nodeclass_raw: Mapping[str, Any] | None) -> list[Unsupported]:
+    """The capacity-reservation part of :func:`unsupported_features`."""
+    capacity_type = template_requirements(nodepool).get(wk.LABEL_CAPACITY_TYPE)
     if capacity_type is not None and not capacity_type.has(wk.CAPACITY_TYPE_RESERVED):
         return []
     others = capacity_type is None or any(
@@ -167,9 +173,7 @@ def _reserved_capacity(nodepool: NodePool, nodeclass_raw: Mapping[str, Any] | No
     ]
 
 
-def _features_condition(
-    conditions: list[Any], unsupported: list[Unsupported], generation: int | None
-) -> list[Any]:
+def _features_condition(conditions: list[Any], unsupported: list[Unsupported], generation: int | None) -> list[Any]:
     """``conditions`` with ``FeaturesSupported=False`` naming ``unsupported``, or without that condition."""
     if not unsupported:
         return [c for c in conditions if c.get("type") != COND_FEATURES_SUPPORTED]
@@ -207,11 +211,7 @@ def compatible_instance_types(nodepool: NodePool, instance_types: list[InstanceT
     """Names of the types that can satisfy the NodePool's requirements and template labels, with at least one
     offering (zone, capacity type) they allow, available or not (Karpenter ``filterInstanceTypesByRequirements``
     on the NodeClaim template, without pods)."""
-    # The scheduling translation reads the requirements' JSON (legacy label keys normalised there).
-    template_spec = ((nodepool.raw.get("spec") or {}).get("template") or {}).get("spec") or {}
-    reqs = rq.build(requirement_from_json(r) for r in template_spec.get("requirements") or [])
-    for req in rq.from_labels(nodepool.template.labels).values():
-        rq.add(reqs, req)
+    reqs = template_requirements(nodepool)
     return [
         it.name
         for it in instance_types

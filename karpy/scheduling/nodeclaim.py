@@ -32,21 +32,18 @@ from karpy.scheduling.topologydomains import (
 # Karpenter ``MaxInstanceTypes`` for NodeClaim requirements is 600; the AWS launch keeps the 60 cheapest
 # (``maxInstanceTypes``). Keeping 60 here makes NodeClaim objects small and loses nothing at launch.
 MAX_INSTANCE_TYPES = 60
-# Label domains a NodeClaim may still carry although they are in a restricted domain (Karpenter
-# ``LabelDomainExceptions``).
-LABEL_DOMAIN_EXCEPTIONS = frozenset({"kops.k8s.io", "node.kubernetes.io", "node-restriction.kubernetes.io"})
 # Set to "true" on a NodeClaim whose minValues were lowered (Karpenter ``NodeClaimMinValuesRelaxedAnnotationKey``).
 ANNOTATION_MIN_VALUES_RELAXED = "karpenter.sh/nodeclaim-min-values-relaxed"
 
 
 def is_restricted_node_label(key: str) -> bool:
-    """Karpenter ``IsRestrictedNodeLabel``: well-known labels and restricted domains come from the cloud."""
-    if key in wk.WELL_KNOWN_LABELS or key == wk.LABEL_HOSTNAME:
-        return True
-    domain = key.split("/", 1)[0] if "/" in key else ""
-    if any(domain == d or domain.endswith("." + d) for d in LABEL_DOMAIN_EXCEPTIONS):
-        return False
-    return any(domain == d or domain.endswith("." + d) for d in wk.RESTRICTED_LABEL_DOMAINS)
+    """A requirement key that never becomes a NodeClaim label: well-known and restricted labels come from the
+    cloud (Karpenter core ``scheduling/nodeclaimtemplate.go``), and keys in a restricted domain are karpy's own.
+
+    Karpenter v1.15 dropped ``LabelDomainExceptions`` with the kubernetes.io/k8s.io restriction: no exception
+    domain lies inside karpenter.sh or karpenter.k8s.aws, so there is nothing left to except.
+    """
+    return key in wk.WELL_KNOWN_LABELS or key in wk.RESTRICTED_LABELS or wk.in_restricted_label_domain(key)
 
 
 class Claim:

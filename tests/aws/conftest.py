@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from e2e.cluster.aws import AWS_ENV, MotoAWS, seed_cluster, start_moto
 from karpy.aws.cloudprovider import AWSCloudProvider
@@ -87,3 +92,38 @@ async def nodeclass(cloud: AWSCloudProvider) -> dict[str, Any]:
     assert resolution.ready, resolution.conditions
     obj["status"] = resolution.status
     return obj
+
+
+class VersionOnly(BaseHTTPRequestHandler):
+    """A stand-in apiserver answering ``/version`` only (Kubernetes 1.34): enough for ``karpy run``'s startup
+    checks, which the ``karpy run`` tests here exercise without a local cluster."""
+
+    def do_GET(self) -> None:
+        body = json.dumps({"major": "1", "minor": "34"} if self.path == "/version" else {}).encode()
+        self.send_response(200 if self.path == "/version" else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        return None
+
+
+@pytest.fixture
+def kubeconfig(tmp_path: Path) -> Iterator[Path]:
+    """A kubeconfig without CA data (plain http) for a :class:`VersionOnly` stand-in apiserver."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), VersionOnly)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{server.server_address[1]}"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "c",
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    yield path
+    server.shutdown()

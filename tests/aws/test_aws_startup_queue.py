@@ -7,56 +7,17 @@ stopped with SIGTERM once it logged that it starts, which it does after every st
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
-
-import pytest
-import yaml
 
 from e2e.cluster.aws import MotoAWS
 from e2e.helpers import aws_client
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class VersionOnly(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = json.dumps({"major": "1", "minor": "34"} if self.path == "/version" else {}).encode()
-        self.send_response(200 if self.path == "/version" else 404)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        return None
-
-
-@pytest.fixture
-def kubeconfig(tmp_path: Path) -> Iterator[Path]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), VersionOnly)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{server.server_address[1]}"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "c",
-    }
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    yield path
-    server.shutdown()
 
 
 def karpy(moto_aws: MotoAWS, kubeconfig: Path, queue: str) -> subprocess.Popen[str]:

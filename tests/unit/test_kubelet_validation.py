@@ -76,6 +76,10 @@ def test_a_valid_block_and_no_block_pass() -> None:
             "evictionSoftGracePeriod[memory.available]: '1 min' must be a duration",
         ),
         ({"evictionSoftGracePeriod": {"memory.available": "1m"}}, "has no matching evictionSoft"),
+        (
+            {"evictionSoft": {"memory.available": "1Gi"}, "evictionSoftGracePeriod": {"memory.available": "-1m30s"}},
+            "evictionSoftGracePeriod[memory.available]: '-1m30s' can't be a negative duration",
+        ),
         ({"imageGCHighThresholdPercent": 101}, "imageGCHighThresholdPercent: 101 must be between 0 and 100"),
         (
             {"imageGCHighThresholdPercent": 50, "imageGCLowThresholdPercent": 60},

@@ -80,15 +80,20 @@ def test_cluster_name_required() -> None:
         from_environment({})
 
 
-def test_cli_exits_2_with_one_line() -> None:
-    """`karpy run` with a bad value prints one line naming the variable and exits 2."""
-    proc = subprocess.run(
+def run_karpy(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``karpy run`` with CLUSTER_NAME=c and ``env`` only (no kubeconfig: a settings error comes first)."""
+    return subprocess.run(
         [sys.executable, "-m", "karpy", "run"],
-        env={"CLUSTER_NAME": "c", "BATCH_MAX_DURATION": "ten", "PATH": "/usr/bin"},
+        env={"CLUSTER_NAME": "c", "PATH": "/usr/bin", **env},
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_cli_exits_2_with_one_line() -> None:
+    """`karpy run` with a bad value prints one line naming the variable and exits 2."""
+    proc = run_karpy({"BATCH_MAX_DURATION": "ten"})
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "BATCH_MAX_DURATION" in lines[0]
@@ -315,13 +320,7 @@ def test_refresh_intervals_are_at_least_a_minute(name: str) -> None:
 
 def test_cli_rejects_an_unsupported_setting_with_one_line() -> None:
     """`karpy run` with a gate karpy does not implement: one line naming it and why, exit 2."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "karpy", "run"],
-        env={"CLUSTER_NAME": "c", "FEATURE_GATES": "NodeRepair=true", "PATH": "/usr/bin"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_karpy({"FEATURE_GATES": "NodeRepair=true"})
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert lines == [
