@@ -50,12 +50,6 @@ DEFAULT_METADATA_OPTIONS: Final = {
     "HttpTokens": "required",
     "InstanceMetadataTags": "disabled",
 }
-DEFAULT_BLOCK_DEVICES: Final[list[JSON]] = [
-    {
-        "DeviceName": "/dev/xvda",
-        "Ebs": {"VolumeSize": 20, "VolumeType": "gp3", "Encrypted": True, "DeleteOnTermination": True},
-    }
-]
 
 
 _EBS_FIELDS: Final = (
@@ -86,10 +80,7 @@ def block_device_mappings(nodeclass: Mapping[str, Any], family: str | None = Non
     mappings = spec.get("blockDeviceMappings") or []
     if mappings:
         return [_ec2_mapping(m) for m in mappings]
-    family = family or amifamily.family_of(spec)
-    if family in (amifamily.AL2023, amifamily.AL2):
-        return [dict(m, Ebs=dict(m["Ebs"])) for m in DEFAULT_BLOCK_DEVICES]
-    out = [_ec2_mapping(m) for m in amifamily.default_block_device_mappings(family)]
+    out = [_ec2_mapping(m) for m in amifamily.default_block_device_mappings(family or amifamily.family_of(spec))]
     for m in out:
         m["Ebs"]["DeleteOnTermination"] = True
     return out
