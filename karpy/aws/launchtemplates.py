@@ -38,7 +38,7 @@ from karpy.aws import amifamily
 from karpy.aws.cache import LAUNCH_TEMPLATE_UNUSED, LAUNCH_TEMPLATES, Timer, ttl_cache
 from karpy.aws.errors import is_already_exists, is_not_found
 from karpy.aws.instancetypes import KubeletResources, format_reserved, kubelet_resources
-from karpy.aws.userdata import DEFAULT_CLUSTER_DNS, DEFAULT_SERVICE_CIDR, NodeAdmInput, bootstrap_options, render
+from karpy.aws.userdata import DEFAULT_CLUSTER_DNS, DEFAULT_SERVICE_CIDR, NodeAdmInput, bootstrap_options
 from karpy.cloudprovider.types import InstanceType, LaunchRequest
 
 log = structlog.get_logger("karpy.aws.launchtemplates")
@@ -220,8 +220,6 @@ class LaunchTemplateProvider:
             custom_user_data=str(spec.get("userData") or ""),
             instance_store_policy=spec.get("instanceStorePolicy"),
         )
-        if family == amifamily.AL2023:
-            return render(data)
         options = attrs.evolve(bootstrap_options(data), ami_version=amifamily.ami_version(spec))
         return amifamily.user_data(family, options)
 
