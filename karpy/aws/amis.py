@@ -50,6 +50,7 @@ import attrs
 from karpy.apis import labels as wk
 from karpy.apis.hashing import stable_hash
 from karpy.apis.meta import JSON
+from karpy.aws.amifamily import windows
 from karpy.aws.cache import AMIS, Timer, ttl_cache
 from karpy.aws.errors import is_not_found
 from karpy.aws.requirements import format_requirement, requirement_allows
@@ -71,7 +72,7 @@ ALIAS_FAMILIES: Final = {
     "windows2025": "Windows2025",
 }
 # amiFamily → node.kubernetes.io/windows-build (Karpenter AWS ``pkg/apis/v1/labels.go``).
-WINDOWS_BUILDS: Final = {"Windows2019": "10.0.17763", "Windows2022": "10.0.20348", "Windows2025": "10.0.26100"}
+WINDOWS_BUILDS: Final = windows.BUILDS
 VARIANTS: Final = ("standard", "nvidia", "neuron")
 
 
