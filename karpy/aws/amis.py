@@ -50,6 +50,7 @@ import attrs
 from karpy.apis import labels as wk
 from karpy.apis.hashing import stable_hash
 from karpy.apis.meta import JSON
+from karpy.aws.amifamily import resolver, windows
 from karpy.aws.cache import AMIS, Timer, ttl_cache
 from karpy.aws.errors import is_not_found
 from karpy.aws.requirements import format_requirement, requirement_allows
@@ -62,16 +63,9 @@ LATEST: Final = "latest"
 # EC2 architecture → kubernetes.io/arch (Karpenter's AWSToKubeArchitectures); other architectures are skipped.
 ARCHITECTURES: Final = {"x86_64": "amd64", "arm64": "arm64"}
 # Alias family (lower case, as written in the alias) → amiFamily.
-ALIAS_FAMILIES: Final = {
-    "al2": "AL2",
-    "al2023": "AL2023",
-    "bottlerocket": "Bottlerocket",
-    "windows2019": "Windows2019",
-    "windows2022": "Windows2022",
-    "windows2025": "Windows2025",
-}
+ALIAS_FAMILIES: Final = resolver.ALIAS_FAMILIES
 # amiFamily → node.kubernetes.io/windows-build (Karpenter AWS ``pkg/apis/v1/labels.go``).
-WINDOWS_BUILDS: Final = {"Windows2019": "10.0.17763", "Windows2022": "10.0.20348", "Windows2025": "10.0.26100"}
+WINDOWS_BUILDS: Final = windows.BUILDS
 VARIANTS: Final = ("standard", "nvidia", "neuron")
 
 

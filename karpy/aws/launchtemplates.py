@@ -38,7 +38,7 @@ from karpy.aws import amifamily
 from karpy.aws.cache import LAUNCH_TEMPLATE_UNUSED, LAUNCH_TEMPLATES, Timer, ttl_cache
 from karpy.aws.errors import is_already_exists, is_not_found
 from karpy.aws.instancetypes import KubeletResources, format_reserved, kubelet_resources
-from karpy.aws.userdata import DEFAULT_CLUSTER_DNS, DEFAULT_SERVICE_CIDR, NodeAdmInput, bootstrap_options, render
+from karpy.aws.userdata import DEFAULT_CLUSTER_DNS, DEFAULT_SERVICE_CIDR, NodeAdmInput, bootstrap_options
 from karpy.cloudprovider.types import InstanceType, LaunchRequest
 
 log = structlog.get_logger("karpy.aws.launchtemplates")
@@ -50,12 +50,6 @@ DEFAULT_METADATA_OPTIONS: Final = {
     "HttpTokens": "required",
     "InstanceMetadataTags": "disabled",
 }
-DEFAULT_BLOCK_DEVICES: Final[list[JSON]] = [
-    {
-        "DeviceName": "/dev/xvda",
-        "Ebs": {"VolumeSize": 20, "VolumeType": "gp3", "Encrypted": True, "DeleteOnTermination": True},
-    }
-]
 
 
 _EBS_FIELDS: Final = (
@@ -86,10 +80,7 @@ def block_device_mappings(nodeclass: Mapping[str, Any], family: str | None = Non
     mappings = spec.get("blockDeviceMappings") or []
     if mappings:
         return [_ec2_mapping(m) for m in mappings]
-    family = family or amifamily.family_of(spec)
-    if family in (amifamily.AL2023, amifamily.AL2):
-        return [dict(m, Ebs=dict(m["Ebs"])) for m in DEFAULT_BLOCK_DEVICES]
-    out = [_ec2_mapping(m) for m in amifamily.default_block_device_mappings(family)]
+    out = [_ec2_mapping(m) for m in amifamily.default_block_device_mappings(family or amifamily.family_of(spec))]
     for m in out:
         m["Ebs"]["DeleteOnTermination"] = True
     return out
@@ -229,8 +220,6 @@ class LaunchTemplateProvider:
             custom_user_data=str(spec.get("userData") or ""),
             instance_store_policy=spec.get("instanceStorePolicy"),
         )
-        if family == amifamily.AL2023:
-            return render(data)
         options = attrs.evolve(bootstrap_options(data), ami_version=amifamily.ami_version(spec))
         return amifamily.user_data(family, options)
 

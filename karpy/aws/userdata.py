@@ -47,12 +47,11 @@ from typing import Any, Final
 import attrs
 import yaml
 
-from karpy.aws.amifamily import al2023
+from karpy.aws.amifamily import al2023, mime
 from karpy.aws.amifamily.bootstrap import BootstrapOptions, taint_string
 from karpy.aws.amifamily.resolver import launch_taints, reject_forbidden_labels
 
-BOUNDARY: Final = "//"
-NODECONFIG_CONTENT_TYPE: Final = "application/node.eks.aws"
+NODECONFIG_CONTENT_TYPE: Final = mime.NODE_CONFIG
 DEFAULT_SERVICE_CIDR: Final = "10.100.0.0/16"
 DEFAULT_CLUSTER_DNS: Final = ("10.100.0.10",)
 # Kubelet keys Karpenter computes itself; other spec.kubelet keys are passed to the kubelet config unchanged.

@@ -10,11 +10,12 @@ already passed :func:`karpy.aws.amifamily.resolver.reject_forbidden_labels`. Pur
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
+
+from karpy.apis.hashing import go_duration_ns
 
 
 @attrs.frozen
@@ -88,34 +89,14 @@ def _join(name: str, values: Mapping[str, Any] | None, separator: str) -> str:
     return f"{name}=" + go_quote(",".join(f"{k}{separator}{values[k]}" for k in sorted(values)))
 
 
-_DURATION_UNITS = {
-    "ns": 1,
-    "us": 10**3,
-    "µs": 10**3,
-    "μs": 10**3,
-    "ms": 10**6,
-    "s": 10**9,
-    "m": 60 * 10**9,
-    "h": 3600 * 10**9,
-}
-
-
-def parse_go_duration(text: str) -> int:
-    """Nanoseconds of a Go duration string (``time.ParseDuration``: ``1m30s``, ``1.5h``, ``300ms``).
+def parse_go_duration(text: object) -> int:
+    """Nanoseconds of a Go duration string (``time.ParseDuration``: ``1m30s``, ``1.5h``, ``300ms``), surrounding
+    blanks ignored; :func:`karpy.apis.hashing.go_duration_ns` does the parsing.
 
     Raises:
         ValueError: not a duration.
     """
-    text = str(text).strip()
-    sign = -1 if text.startswith("-") else 1
-    body = text.lstrip("+-")
-    if body == "0":
-        return 0
-    parts = re.findall(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)", body)
-    if not parts or "".join(n + u for n, u in parts) != body:
-        raise ValueError(f"invalid duration {text!r}")
-    total = sum(round(float(n) * _DURATION_UNITS[u]) for n, u in parts)
-    return sign * total
+    return go_duration_ns(str(text).strip())
 
 
 def format_go_duration(ns: int) -> str:

@@ -4,6 +4,10 @@
 A part is (headers, content): headers in canonical MIME form (``Content-Type``), content the bytes between the
 header block and the newline before the next delimiter. :func:`serialize` writes boundary ``//``, each part's
 headers sorted by key, and the closing delimiter, exactly as ``multipart.Writer`` does. Pure: no I/O.
+
+Hand-written, not :mod:`email`, because AL2/AL2023 user data must equal Karpenter's byte for byte
+(``tests/reference/test_reference_userdata.py``): :mod:`email`'s generator writes its own header order, line
+folding and per-part ``MIME-Version``, and its parser keeps headers Go's reader canonicalises differently.
 """
 
 from __future__ import annotations

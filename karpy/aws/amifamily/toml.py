@@ -7,6 +7,10 @@ even one with only sub-tables; a header is preceded by an empty line unless the 
 list of tables is an array of tables (``[[...]]``); a table inside a value is an inline table. Strings are
 literal (``'...'``) unless they hold a single quote or a control character; keys are bare when made of
 ``A-Za-z0-9_-``.
+
+Hand-written, not a library encoder, because Bottlerocket user data must equal Karpenter's byte for byte
+(``tests/reference/test_reference_userdata.py``): ``tomli_w`` writes basic (``"..."``) strings, keeps no Go
+struct field order apart from map key order, and lays out headers and blank lines differently. Parsing uses ``tomllib``.
 """
 
 from __future__ import annotations
