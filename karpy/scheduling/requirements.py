@@ -318,7 +318,9 @@ def matches_requirement(req: Requirement, labels: Mapping[str, str]) -> bool:
 
 def matches(requirements: Iterable[Requirement], labels: Mapping[str, str]) -> bool:
     """True when every requirement matches ``labels`` (requirements in a term are ANDed)."""
-    return all(matches_requirement(r, labels) for r in requirements)
+    # value_matches directly (not matches_requirement): one call per requirement on the scheduler's hot path.
+    normalized = wk.NORMALIZED_LABELS
+    return all(value_matches(r.operator, r.values, labels.get(normalized.get(r.key, r.key))) for r in requirements)
 
 
 def format_set(reqs: Reqs, keys: Iterable[str] | None = None) -> str:
