@@ -7,8 +7,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from karpy.apis import labels as wk
+from karpy.apis.selectors import value_matches
 from karpy.cloudprovider.types import Offering
-from karpy.scheduling.requirements import parse_int
 
 OFFERING_KEYS: Final = frozenset({wk.LABEL_ZONE, wk.LABEL_CAPACITY_TYPE, wk.LABEL_ZONE_ID})
 # Keys that describe the NodeClaim, not the instance type: never used to filter types.
@@ -24,23 +24,7 @@ def _normalized(key: str) -> str:
 def requirement_allows(requirement: Mapping[str, Any], value: str | None) -> bool:
     """Whether ``value`` (None = label absent) satisfies one requirement (In, NotIn, Exists, DoesNotExist,
     Gt, Lt, Gte, Lte; Kubernetes node-selector semantics)."""
-    op = requirement.get("operator")
-    values = [str(v) for v in requirement.get("values") or []]
-    if op == "In":
-        return value is not None and value in values
-    if op == "NotIn":
-        return value is None or value not in values
-    if op == "Exists":
-        return value is not None
-    if op == "DoesNotExist":
-        return value is None
-    if op in ("Gt", "Lt", "Gte", "Lte"):
-        # Integers as Go's strconv.Atoi reads them (Karpenter ``withinBounds``); Gte/Lte are inclusive.
-        have, bound = parse_int(value or ""), parse_int(values[0]) if values else None
-        if have is None or bound is None:
-            return False
-        return {"Gt": have > bound, "Lt": have < bound, "Gte": have >= bound, "Lte": have <= bound}[op]
-    return False
+    return value_matches(str(requirement.get("operator")), [str(v) for v in requirement.get("values") or []], value)
 
 
 def labels_allow(requirements: Iterable[Mapping[str, Any]], labels: Mapping[str, str]) -> bool:

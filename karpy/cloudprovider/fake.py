@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import builtins
 import itertools
-import operator
-import re
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -22,6 +20,7 @@ from typing import Any
 import attrs
 
 from karpy.apis import labels as wk
+from karpy.apis.selectors import value_matches
 from karpy.cloudprovider.types import (
     CloudInstance,
     CloudProviderError,
@@ -67,39 +66,15 @@ def _instance_id_of(provider_id: str) -> str:
     return provider_id.rsplit("/", 1)[-1]
 
 
-_BOUNDS: dict[str, Callable[[int, int], bool]] = {
-    "Gt": operator.gt,
-    "Lt": operator.lt,
-    "Gte": operator.ge,
-    "Lte": operator.le,
-}
-
-
-def _integer(value: str | None) -> int | None:
-    """``value`` as Go's ``strconv.Atoi`` reads it (optional sign, decimal digits), else None."""
-    return int(value) if value is not None and re.fullmatch(r"[+-]?[0-9]+", value) else None
-
-
 def _admits(requirements: Sequence[Mapping[str, Any]], labels: Mapping[str, str]) -> bool:
     """True when ``labels`` satisfy every NodeSelectorRequirement (In, NotIn, Exists, DoesNotExist, Gt, Lt, and
     Karpenter's inclusive Gte, Lte; bounds compare integers only, as Karpenter's ``withinBounds``)."""
-    for req in requirements:
-        key, op = str(req.get("key", "")), str(req.get("operator", "In"))
-        values = [str(v) for v in req.get("values") or ()]
-        value = labels.get(key)
-        if op == "In" and value not in values:
-            return False
-        if op == "NotIn" and value in values:
-            return False
-        if op == "Exists" and value is None:
-            return False
-        if op == "DoesNotExist" and value is not None:
-            return False
-        if op in _BOUNDS:
-            have, bound = _integer(value), _integer(values[0] if values else None)
-            if have is None or bound is None or not _BOUNDS[op](have, bound):
-                return False
-    return True
+    return all(
+        value_matches(
+            str(r.get("operator", "In")), [str(v) for v in r.get("values") or ()], labels.get(str(r.get("key", "")))
+        )
+        for r in requirements
+    )
 
 
 class FakeCloudProvider:

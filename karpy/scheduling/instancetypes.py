@@ -45,8 +45,6 @@ def pod_matches_labels(pod: Pod, labels: Mapping[str, str]) -> bool:
     return not pod.required_terms or any(term and rq.matches(term, labels) for term in pod.required_terms)
 
 
-
-
 def requests_vector(pod: Pod, index: Sequence[str]) -> Vector:
     """A pod's requests over ``index``; every pod takes one ``pods`` slot even if its requests omit it."""
     return tuple(max(1, pod.requests.get(n, 0)) if n == wk.RESOURCE_PODS else pod.requests.get(n, 0) for n in index)

@@ -32,11 +32,11 @@ intersection loses the difference between ``NotIn [a]`` (absent label allowed) a
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from karpy.apis import labels as wk
+from karpy.apis.selectors import parse_int, value_matches
 from karpy.scheduling.model import DOES_NOT_EXIST, EXISTS, GT, GTE, IN, LT, LTE, NOT_IN, Requirement
 
 Signature = tuple[tuple[str, bool, frozenset[str], int | None, int | None, int | None], ...]
@@ -164,12 +164,6 @@ def format_requirement(req: Requirement) -> str:
 
 # Go's math.MaxInt on 64-bit platforms: Karpenter reads ``Gt`` MaxInt as ``DoesNotExist``.
 MAX_INT: Final = 2**63 - 1
-_INTEGER: Final = re.compile(r"[+-]?[0-9]+")
-
-
-def parse_int(value: str) -> int | None:
-    """``value`` as Go's ``strconv.Atoi`` reads it (optional sign, decimal digits only), else None."""
-    return int(value) if _INTEGER.fullmatch(value) else None
 
 
 def _int(values: Sequence[str]) -> int | None:
@@ -319,36 +313,14 @@ def matches_requirement(req: Requirement, labels: Mapping[str, str]) -> bool:
     """Kubernetes ``NodeSelectorRequirement`` matching against a node's labels, plus Karpenter's inclusive
     ``Gte``/``Lte`` (only NodePool and NodeClaim requirements carry them: pod node affinity never does, see
     :func:`karpy.scheduling.translate.node_selector_terms`)."""
-    key = wk.NORMALIZED_LABELS.get(req.key, req.key)
-    value = labels.get(key)
-    op = req.operator
-    if op == IN:
-        return value is not None and value in req.values
-    if op == NOT_IN:
-        return value is None or value not in req.values
-    if op == EXISTS:
-        return value is not None
-    if op == DOES_NOT_EXIST:
-        return value is None
-    if value is None:
-        return False
-    bound, number = _int(req.values), parse_int(value)
-    if bound is None or number is None:
-        return False
-    if op == GT:
-        return number > bound
-    if op == LT:
-        return number < bound
-    if op == GTE:
-        return number >= bound
-    if op == LTE:
-        return number <= bound
-    return False
+    return value_matches(req.operator, req.values, labels.get(wk.NORMALIZED_LABELS.get(req.key, req.key)))
 
 
 def matches(requirements: Iterable[Requirement], labels: Mapping[str, str]) -> bool:
     """True when every requirement matches ``labels`` (requirements in a term are ANDed)."""
-    return all(matches_requirement(r, labels) for r in requirements)
+    # value_matches directly (not matches_requirement): one call per requirement on the scheduler's hot path.
+    normalized = wk.NORMALIZED_LABELS
+    return all(value_matches(r.operator, r.values, labels.get(normalized.get(r.key, r.key))) for r in requirements)
 
 
 def format_set(reqs: Reqs, keys: Iterable[str] | None = None) -> str:

@@ -44,7 +44,8 @@ from karpy.apis.nodeclaim import NodeClaim, NodeSelectorRequirement, requirement
 from karpy.apis.nodepool import NodePool
 from karpy.cloudprovider.types import CloudInstance, InstanceType
 from karpy.controllers.disruption.candidates import expire_after
-from karpy.scheduling.requirements import parse_int
+from karpy.scheduling import requirements as rq
+from karpy.scheduling.model import Requirement
 
 NODEPOOL_DRIFTED = "NodePoolDrifted"
 REQUIREMENTS_DRIFTED = "RequirementsDrifted"
@@ -56,36 +57,18 @@ SECURITY_GROUP_DRIFTED = "SecurityGroupDrift"
 EXPIRED = "Expired"
 
 
-def _number(value: str) -> int | None:
-    """``value`` as an integer the way Karpenter's ``withinBounds`` reads it (Go ``strconv.Atoi``), else None:
-    a Gt/Lt/Gte/Lte requirement never admits a non-integer label such as ``4.5``."""
-    return parse_int(value)
-
-
 def requirement_admits(req: NodeSelectorRequirement, labels: Mapping[str, str]) -> bool:
     """Whether one NodePool requirement is still compatible with the NodeClaim's labels.
 
     Karpenter's ``areRequirementsDrifted`` (core ``nodeclaim/disruption/drift.go``): the NodeClaim's labels as
     ``In [value]`` requirements must be ``Compatible`` with the NodePool's, so a label the NodeClaim lacks
     admits only ``NotIn`` and ``DoesNotExist`` (core ``scheduling/requirements.go`` ``Compatible``: a key without
-    known values is denied otherwise); ``DoesNotExist`` fails on a present label.
+    known values is denied otherwise); ``DoesNotExist`` fails on a present label. That is Kubernetes label
+    matching (:func:`karpy.scheduling.requirements.matches_requirement`, with Karpenter's inclusive Gte/Lte and
+    integers read as Go's ``strconv.Atoi``): a bound that is no integer admits nothing, as Karpenter reads it
+    as ``DoesNotExist``.
     """
-    key = wk.NORMALIZED_LABELS.get(req.key, req.key)
-    if key not in labels:
-        return req.operator in ("NotIn", "DoesNotExist")
-    value, op, values = labels[key], req.operator, req.values
-    if op == "In":
-        return value in values
-    if op == "NotIn":
-        return value not in values
-    if op == "DoesNotExist":
-        return False
-    if op in ("Gt", "Lt", "Gte", "Lte") and values:
-        have, bound = _number(value), _number(values[0])
-        if have is None or bound is None:
-            return False
-        return {"Gt": have > bound, "Lt": have < bound, "Gte": have >= bound, "Lte": have <= bound}[op]
-    return True
+    return rq.matches_requirement(Requirement(req.key, req.operator, req.values), labels)
 
 
 def hash_drifted(owner: Mapping[str, str], claim: Mapping[str, str], hash_key: str, version_key: str) -> bool:
