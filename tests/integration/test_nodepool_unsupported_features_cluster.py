@@ -7,13 +7,12 @@ dynamic (Karpenter's CEL rule), so ``replicas`` goes by recreating the NodePool 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from typing import Any
 
 import pytest
 
-from e2e.helpers import ec2nodeclass, nodepool
+from e2e.helpers import ec2nodeclass, nodepool, wait_for
 from karpy.apis import labels as wk
 from karpy.apis.conditions import condition
 from karpy.controllers.nodepool_status import COND_FEATURES_SUPPORTED, UNSUPPORTED_FEATURE, NodePoolStatusReconciler
@@ -117,13 +116,15 @@ async def test_balanced_and_static_nodepools_are_reported_then_cleared(kube: Kub
 
 
 async def _gone(kube: KubeClient, name: str) -> None:
-    """Wait (bounded) until NodePool ``name`` no longer exists (no finalizer holds it here)."""
-    for _ in range(100):
+    """Wait (bounded, 10 s) until NodePool ``name`` no longer exists (no finalizer holds it here)."""
+
+    async def absent() -> bool:
         try:
             await kube.get(r.NODEPOOLS, name)
         except ApiError as err:
             if err.not_found:
-                return
+                return True
             raise
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"NodePool {name} still exists")
+        return False
+
+    await wait_for(absent, timeout=10, what=f"NodePool {name} gone", interval=0.1)
