@@ -482,7 +482,11 @@ async def _elector(settings: Settings, identity: str, fence: Fence) -> LeaderEle
     namespace = leader_election_namespace(settings)
     client = await _connect(settings, user_agent=f"karpy/leader-election ({identity})")
     config = LeaseConfig(settings.leader_election_name, namespace, identity)
-    return LeaderElector(client, config, fence=fence, events=EventRecorder(client))
+    elector = LeaderElector(client, config, fence=fence, events=EventRecorder(client))
+    # Its own writes (the Lease, its Events) are fenced too, once elected: a leader stopped past its deadline
+    # sends not even a renewal when it runs again, wherever it was stopped.
+    client.fence = elector.lease_fence
+    return elector
 
 
 async def _run_until_stopped(operator: Operator, elector: LeaderElector | None, stop: asyncio.Event) -> bool:
