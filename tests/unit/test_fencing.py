@@ -1,7 +1,11 @@
 """The write fence at the apiserver chokepoint: ``KubeClient.request`` refuses every write (POST, PUT, PATCH,
 DELETE, subresources included) unless the leader fence holds, and sends nothing; reads and watches always pass,
 so a standby keeps its cache warm. The check runs after the client-side rate limiter's wait, so a write queued
-behind the limiter while leading is refused when its turn comes after the lease was lost."""
+behind the limiter while leading is refused when its turn comes after the lease was lost.
+
+A refused write (NotLeader) is not a failure: a launch refused by the fence does not mark the NodeClaim
+launch-failed, back off its pods or delete it, and the controller loops neither rate-limit the key nor step
+their backoff."""
 
 from __future__ import annotations
 
@@ -10,13 +14,17 @@ import json
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from karpy.kube.client import KubeClient
 from karpy.kube.fake import FakeKube
 from karpy.kube.ratelimit import TokenBucket
 from karpy.kube.resources import LEASES, NODECLAIMS, NODES, PODS
 from karpy.runtime.clock import FakeClock, settle
+from karpy.runtime.controller import Controller, Result
 from karpy.runtime.fence import Fence, NotLeader
+from karpy.runtime.singleton import SingletonController
+from tests.unit.test_launch_backoff import deleted, lifecycle_setup
 
 POD = {"kind": "Pod", "metadata": {"name": "p", "namespace": "default"}, "spec": {}}
 NODE = {"kind": "Node", "metadata": {"name": "n1"}}
@@ -148,3 +156,59 @@ async def test_the_real_transport_is_not_reached_by_a_fenced_write() -> None:
     unfenced = KubeClient(api)  # type: ignore[arg-type]
     await unfenced.delete(LEASES, "x", "kube-system")
     assert api.calls[-1] == ("DELETE", "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/x")
+
+
+# --- NotLeader is not a failure ----------------------------------------------------------------------------------
+
+
+def launch_failed_total(reason: str) -> float:
+    labels = {"nodepool": "np", "reason": reason}
+    return REGISTRY.get_sample_value("karpy_nodeclaims_launch_failed_total", labels) or 0.0
+
+
+async def test_a_launch_refused_by_the_fence_is_not_a_launch_failure() -> None:
+    """The cloud provider's launch raised NotLeader (CreateFleet refused in before-send): the NodeClaim is not
+    deleted, gets no LaunchFailed condition and no event, its pods do not back off, no launch failure is
+    counted; the controller drops the key without a rate-limited retry. The same launch failing with a cloud
+    error does all of that (the control case)."""
+    lifecycle, kube, cloud, _ = lifecycle_setup(NotLeader("ec2 CreateFleet", "host_1"))
+    controller = Controller(lifecycle, workers=1)
+    before = launch_failed_total("LaunchFailed")
+    await controller._reconcile("np-1")
+    await settle()
+    assert len(cloud.create_calls) == 1
+    assert kube.requests == [], "no condition patch, no event, no delete"
+    assert deleted(kube) == []
+    assert lifecycle.backoff.failures("default/a") == lifecycle.backoff.failures("default/b") == 0
+    assert launch_failed_total("LaunchFailed") == before
+    assert controller.queue.waiting == 0 and len(controller.queue) == 0, "not retried with backoff"
+
+    lifecycle, kube, cloud, _ = lifecycle_setup(RuntimeError("CreateFleet: InternalError"))
+    controller = Controller(lifecycle, workers=1)
+    await controller._reconcile("np-1")
+    await settle()
+    assert lifecycle.backoff.failures("default/a") == 1
+    assert launch_failed_total("LaunchFailed") == before + 1
+    assert [r.method for r in kube.requests if r.path.endswith("/np-1/status")] == ["PATCH"]
+    assert controller.queue.waiting == 1, "a cloud error is retried with backoff"
+
+
+class _Refused:
+    name = "refused"
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    async def reconcile(self) -> Result:
+        raise self.error
+
+
+async def test_a_singleton_refused_by_the_fence_does_not_back_off() -> None:
+    """A pass whose write was refused waits for a trigger (None) with the backoff untouched; a real error steps
+    the backoff and retries after it."""
+    loop = SingletonController(_Refused(NotLeader("sqs ReceiveMessage")), jitter=0.0)
+    assert await loop.once() is None
+    assert loop.backoff.failures == 0
+    failing = SingletonController(_Refused(RuntimeError("boom")), jitter=0.0)
+    assert await failing.once() == 1.0
+    assert failing.backoff.failures == 1
