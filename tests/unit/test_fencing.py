@@ -14,16 +14,22 @@ import json
 from typing import Any
 
 import pytest
-from prometheus_client import REGISTRY
+from prometheus_client import Counter
 
+from karpy.cloudprovider.fake import FakeInterruptionQueue
 from karpy.kube.client import KubeClient
 from karpy.kube.fake import FakeKube
 from karpy.kube.ratelimit import TokenBucket
 from karpy.kube.resources import LEASES, NODECLAIMS, NODES, PODS
+from karpy.metrics import DISRUPTION_QUEUE_FAILURES, INTERRUPTION_QUEUE_ERRORS, NODECLAIMS_LAUNCH_FAILED
 from karpy.runtime.clock import FakeClock, settle
 from karpy.runtime.controller import Controller, Result
 from karpy.runtime.fence import Fence, NotLeader
 from karpy.runtime.singleton import SingletonController
+from karpy.state.cluster import KINDS
+from tests.unit.disruption_builders import T0
+from tests.unit.test_disruption_orchestrator import Harness, two_nodes
+from tests.unit.test_interruption_gc import controller as interruption_controller
 from tests.unit.test_launch_backoff import deleted, lifecycle_setup
 
 POD = {"kind": "Pod", "metadata": {"name": "p", "namespace": "default"}, "spec": {}}
@@ -161,9 +167,18 @@ async def test_the_real_transport_is_not_reached_by_a_fenced_write() -> None:
 # --- NotLeader is not a failure ----------------------------------------------------------------------------------
 
 
+def counted(counter: Counter, **labels: str) -> float:
+    """The value of ``counter`` for ``labels`` (0 when never counted), whatever the metric is named."""
+    return sum(
+        s.value
+        for metric in counter.collect()
+        for s in metric.samples
+        if s.name.endswith("_total") and s.labels == labels
+    )
+
+
 def launch_failed_total(reason: str) -> float:
-    labels = {"nodepool": "np", "reason": reason}
-    return REGISTRY.get_sample_value("karpy_nodeclaims_launch_failed_total", labels) or 0.0
+    return counted(NODECLAIMS_LAUNCH_FAILED, nodepool="np", reason=reason)
 
 
 async def test_a_launch_refused_by_the_fence_is_not_a_launch_failure() -> None:
@@ -212,3 +227,39 @@ async def test_a_singleton_refused_by_the_fence_does_not_back_off() -> None:
     failing = SingletonController(_Refused(RuntimeError("boom")), jitter=0.0)
     assert await failing.once() == 1.0
     assert failing.backoff.failures == 1
+
+
+async def test_a_disruption_command_refused_by_the_fence_is_not_a_failed_command() -> None:
+    """The fence closes before a command's first write (the taint): the command stops without undoing (every
+    undo write would be refused too; the next leader clears leftovers), without backing off its candidate and
+    without counting a failure; nothing was written."""
+    h = Harness(two_nodes())
+    ctx = await h.disruption.context(T0)
+    assert ctx is not None
+    decided = h.disruption.decide(ctx)
+    assert decided is not None
+    labels = {"decision": decided.decision, "reason": decided.reason, "consolidation_type": decided.method}
+    before = counted(DISRUPTION_QUEUE_FAILURES, **labels)
+    h.kube.fence = Fence("host_1")
+    assert await h.queue.execute(decided) is False
+    assert h.writes() == []
+    assert h.queue.backoff == {}
+    assert counted(DISRUPTION_QUEUE_FAILURES, **labels) == before
+    await h.close()
+
+
+async def test_an_interruption_receive_refused_by_the_fence_is_not_a_queue_outage() -> None:
+    """ReceiveMessage refused (a standby must not hide messages from the leader): the pass stops with
+    NotLeader; the queue is not reported unreadable (readiness), its error counter and health gauge stay."""
+    queue = FakeInterruptionQueue()
+    queue.fail("receive", NotLeader("sqs ReceiveMessage"))
+    kube = FakeKube()
+    ctl, _, _ = interruption_controller(kube, queue)
+    for kind in KINDS:
+        ctl.state.replace(kind, [])
+    errors = counted(INTERRUPTION_QUEUE_ERRORS)
+    with pytest.raises(NotLeader):
+        await ctl.reconcile()
+    assert ctl.queue_error == ""
+    assert counted(INTERRUPTION_QUEUE_ERRORS) == errors
+    assert kube.requests == []
