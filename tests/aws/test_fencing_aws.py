@@ -186,6 +186,7 @@ async def test_a_standby_cannot_launch_and_a_granted_leader_can(
     fenced.fence.grant(clock() + 10.0)
     result = await cloud.create(request)
     assert await instances_of(clients, "nc-fenced") == [result.instance_id]
+    await clients.ec2.terminate_instances(InstanceIds=[result.instance_id])
 
 
 async def test_terminate_and_tag_are_refused_after_the_deadline(
