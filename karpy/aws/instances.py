@@ -443,5 +443,7 @@ class InstanceProvider:
         try:
             await self.ec2.terminate_instances(InstanceIds=[instance_id])
             log.info("terminated instance after a failed launch", instance_id=instance_id)
+        except NotLeader:  # the fence refused it: the leader's garbage collection or adoption takes the instance
+            log.info("instance not terminated: not the leader", instance_id=instance_id)
         except Exception as err:  # best effort: garbage collection catches what this misses
             log.warning("could not terminate instance", instance_id=instance_id, error=str(err)[:200])
