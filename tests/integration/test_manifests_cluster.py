@@ -15,6 +15,7 @@ no other namespace). The Deployment is deleted at the end so its pending pods do
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 from typing import Any
@@ -51,19 +52,17 @@ async def apply_kustomization(kube: KubeClient, kubeconfig: str) -> str:
     if kubectl is None:
         await apply(kube, kustomization_documents())
         return "server-side apply of the kustomization's resources"
-    rendered = subprocess.run(
-        [kubectl, "kustomize", str(MANIFESTS)], check=True, capture_output=True, text=True, timeout=60
-    ).stdout
+    rendered = (await _run(kubectl, "kustomize", str(MANIFESTS))).stdout
     ids = {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(rendered) if d}
     assert ids == {(d["kind"], d["metadata"]["name"]) for d in kustomization_documents()}
-    done = subprocess.run(
-        [kubectl, "--kubeconfig", kubeconfig, "apply", "-k", str(MANIFESTS)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = await _run(kubectl, "--kubeconfig", kubeconfig, "apply", "-k", str(MANIFESTS))
     assert done.returncode == 0, done.stderr
     return "kubectl apply -k"
+
+
+async def _run(*argv: str) -> subprocess.CompletedProcess[str]:
+    """Run a command off the event loop (its output captured as text)."""
+    return await asyncio.to_thread(subprocess.run, list(argv), capture_output=True, text=True, timeout=120)
 
 
 async def can(kube: KubeClient, verb: str, resource: str, *, group: str = "", name: str = "", namespace: str) -> bool:
@@ -112,9 +111,7 @@ async def test_apply_k_runs_two_elected_replicas_with_pdb_and_lease_rbac(kube: K
         assert "DISABLE_LEADER_ELECTION" not in env
         assert env["LEADER_ELECTION_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
         # kube-controller-manager acts on it: two pods (whether they can be scheduled here does not matter).
-        await wait_for(
-            lambda: _status_replicas(kube), timeout=60, what="the Deployment's ReplicaSet to create 2 pods"
-        )
+        await wait_for(lambda: _status_replicas(kube), timeout=60, what="the Deployment's ReplicaSet to create 2 pods")
         pdb = await kube.get(PDB, "karpy", NAMESPACE)
         assert pdb["spec"]["maxUnavailable"] == 1
         assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
@@ -141,9 +138,7 @@ async def test_apply_k_runs_two_elected_replicas_with_pdb_and_lease_rbac(kube: K
             assert await can(kube, "patch", "events", group=group, namespace=NAMESPACE)
     finally:
         # Its pods stay pending here: delete them so another test's karpy never sees them.
-        await kube.request(
-            "DELETE", DEPLOYMENT.path(NAMESPACE, "karpy"), query={"propagationPolicy": "Foreground"}
-        )
+        await kube.request("DELETE", DEPLOYMENT.path(NAMESPACE, "karpy"), query={"propagationPolicy": "Foreground"})
         await wait_for(lambda: _deployment_gone(kube), timeout=60, what="the karpy Deployment deleted")
 
 
