@@ -32,6 +32,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import aiohttp
 import attrs
 
 from karpy.apis import labels as wk
@@ -39,6 +40,7 @@ from karpy.apis.meta import JSON
 from karpy.apis.quantity import format_resource_list
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
+from karpy.kube.errors import ApiError
 from karpy.kube.resources import Resource
 from karpy.simulate.catalogue import BuiltinCatalogue, Catalogue, CatalogueError, load_catalogue_file
 from karpy.simulate.manifests import Manifests, collect
@@ -155,6 +157,10 @@ def _check_pending(pod: JSON | None, key: str) -> JSON:
     node = (pod.get("spec") or {}).get("nodeName")
     if node:
         raise ExplainError(f"pod {key} is not pending: it is bound to node {node}")
+    owners = (pod.get("metadata") or {}).get("ownerReferences") or []
+    if any(o.get("kind") == "DaemonSet" and o.get("controller") for o in owners):
+        # Karpenter's IsProvisionable: a DaemonSet pod waits for its node, it never asks for one.
+        raise ExplainError(f"pod {key} belongs to a DaemonSet: NodePools are not provisioned for DaemonSet pods")
     return pod
 
 
@@ -367,7 +373,8 @@ async def _read() -> list[Document]:
 
 def explain_command(args: argparse.Namespace) -> int:
     """``karpy explain``: exit 0 with an explanation, 1 when the pod is not pending or not found, 2 on an invalid
-    catalogue or cluster object, 3/4/5 when the kubeconfig, the apiserver or the credentials fail (as ``karpy run``)."""
+    catalogue or cluster object, 3/4/5 when the kubeconfig, the apiserver or the credentials fail (as ``karpy run``;
+    a list the apiserver refuses with 401/403 is 5, any other failed list 4)."""
     from karpy.cli import startup
     from karpy.settings import StartupError
 
@@ -376,11 +383,22 @@ def explain_command(args: argparse.Namespace) -> int:
     except (CatalogueError, ValueError) as err:
         print(f"karpy explain: {err}", file=sys.stderr)
         return 2
+    prefix = "karpy explain: cannot read the cluster"
     try:
         docs = asyncio.run(_read())
     except StartupError as err:
-        print(startup.message(err, "karpy explain: cannot read the cluster"), file=sys.stderr)
+        print(startup.message(err, prefix), file=sys.stderr)
         return startup.exit_code(err)
+    except ApiError as err:  # a list refused (RBAC) or failed (a CRD not installed: 404)
+        print(f"{prefix}: {' '.join(str(err).split())}", file=sys.stderr)
+        return startup.EXIT_CREDENTIALS_REJECTED if err.status in (401, 403) else startup.EXIT_APISERVER_UNREACHABLE
+    except (
+        OSError,
+        TimeoutError,
+        aiohttp.ClientError,
+    ) as err:  # the apiserver went away between the first request and the lists
+        print(f"{prefix}: {' '.join(str(err).split()) or type(err).__name__}", file=sys.stderr)
+        return startup.EXIT_APISERVER_UNREACHABLE
     try:
         manifests = collect(docs)
         ex = explain(manifests, catalogue, f"{args.namespace}/{args.pod}", preference_policy=args.preference_policy)

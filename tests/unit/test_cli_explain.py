@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +26,7 @@ from karpy.simulate.manifests import Manifests, collect
 from karpy.simulate.plan import PlannedNode
 from karpy.simulate.reading import Document
 
+ROOT = Path(__file__).resolve().parents[2]
 READY = {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": ""}]}
 
 
@@ -174,3 +180,50 @@ def test_describe_node_formats() -> None:
     failed = PlannedNode("a-2", "a", "", "", "", None, (), 0, {}, launch_error="no offering")
     assert describe_node(failed) == "NodeClaim a-2 (NodePool a): not launchable: no offering; 0 instance types; 0 pods"
     assert PoolVerdict("a", False, reason="x").fits is False
+
+
+def test_a_daemonset_pod_is_not_explained(catalogue: BuiltinCatalogue) -> None:
+    ds_pod = pod("agent")
+    ds_pod["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "u", "controller": True}
+    ]
+    with pytest.raises(ExplainError, match="belongs to a DaemonSet"):
+        explain(cluster(nodepool("a"), NODECLASS, ds_pod), catalogue, "default/agent")
+
+
+def run_explain(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL")}
+    return subprocess.run(
+        [sys.executable, "-m", "karpy", "explain", "web"],
+        env={**base, "HOME": "/nonexistent-home", **env},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_no_kubeconfig_is_one_line_and_exit_3() -> None:
+    result = run_explain({"KUBECONFIG": "/nonexistent/kubeconfig"})
+    assert result.returncode == 3
+    assert (result.stdout + result.stderr).splitlines() == [
+        "karpy explain: cannot read the cluster: KUBECONFIG=/nonexistent/kubeconfig: no such file"
+    ]
+
+
+def test_unreachable_apiserver_is_one_line_and_exit_4(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f'clusters: [{{name: c, cluster: {{server: "https://127.0.0.1:{port}"}}}}]\n'
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n"
+        "current-context: c\n"
+    )
+    result = run_explain({"KUBECONFIG": str(config)})
+    assert result.returncode == 4
+    [line] = (result.stdout + result.stderr).splitlines()
+    assert line.startswith(f"karpy explain: cannot read the cluster: KUBECONFIG={config}: apiserver ")
+    assert "did not answer" in line
