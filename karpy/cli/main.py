@@ -1,8 +1,12 @@
 """The ``karpy`` command.
 
-* ``karpy run``: start the controller. Configuration comes from environment variables (README settings table).
+* ``karpy run``: start the controller. Configuration comes from environment variables (README settings table) and
+  the flags of the same names (``--cluster-name`` …, :mod:`karpy.cli.flags`), which win; exit codes in
+  :mod:`karpy.cli.startup`.
 * ``karpy simulate``: what-if provisioning on manifests, no cluster and no AWS credentials (README
   "Simulating provisioning"); see :mod:`karpy.simulate`.
+* ``karpy explain POD``: why each NodePool can or cannot host a pending pod of a live cluster, and the
+  simulation's plan for it (:mod:`karpy.cli.explain`).
 """
 
 from __future__ import annotations
@@ -10,9 +14,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 
 from karpy import logs
+from karpy.cli import startup
+from karpy.cli.flags import add_setting_flags, environment_with_flags
 from karpy.settings import SettingsError, StartupError, UnsupportedSetting, from_environment
 
 
@@ -98,20 +105,36 @@ def simulate_command(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse the command line and run; exit code 2 on invalid settings or input, or when a startup check fails
-    (kubeconfig, a port in use, a missing interruption queue), with one line on stderr naming the variable; exit
-    code 1 when the leader lost its lease (controller-runtime's manager exits too; the process restarts as a
-    standby)."""
+    """Parse the command line and run; on invalid settings or input, or when a start-up check fails, one line on
+    stderr naming the variable and a non-zero exit code: 2 invalid settings or input or a failed check (a port in
+    use, a missing interruption queue), 3 no usable kubeconfig, 4 apiserver unreachable, 5 credentials refused
+    (:mod:`karpy.cli.startup`); 1 when the leader lost its lease (controller-runtime's manager exits too; the
+    process restarts as a standby)."""
     parser = argparse.ArgumentParser(prog="karpy", description="Just-in-time nodes for Kubernetes on AWS.")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("run", help="run the controller (settings from environment variables)")
+    run_parser = sub.add_parser(
+        "run",
+        help="run the controller (settings from environment variables or flags)",
+        description="Run the controller. Every Karpenter setting is an environment variable and a flag of the same "
+        "name (CLUSTER_NAME, --cluster-name); a flag wins. Exit codes: 0 stopped, 1 leader election lost, "
+        "2 invalid settings or a failed start-up check, 3 no usable kubeconfig, 4 apiserver unreachable, "
+        "5 credentials refused by the apiserver.",
+    )
+    add_setting_flags(run_parser)
     _add_simulate(sub)
+    from karpy.cli.explain import add_explain
+
+    add_explain(sub)
     args = parser.parse_args(argv)
     if args.command == "simulate":
         return simulate_command(args)
+    if args.command == "explain":
+        from karpy.cli.explain import explain_command
+
+        return explain_command(args)
     if args.command == "run":
         try:
-            settings = from_environment()
+            settings = from_environment(environment_with_flags(args, os.environ))
         except UnsupportedSetting as err:  # a valid Karpenter value karpy cannot honour
             print(f"karpy: unsupported setting: {err}", file=sys.stderr)
             return 2
@@ -135,9 +158,9 @@ def main(argv: list[str] | None = None) -> int:
             pass
         try:
             asyncio.run(run(settings))
-        except StartupError as err:  # one line naming the variable, not a traceback
-            print(f"karpy: cannot start: {err}", file=sys.stderr)
-            return 2
+        except StartupError as err:  # one line naming the variable, not a traceback; the code says which kind
+            print(startup.message(err), file=sys.stderr)
+            return startup.exit_code(err)
         except LeaderElectionLost:  # logged once ("leader election lost"); the kubelet restarts the process
             return 1
         return 0

@@ -67,8 +67,9 @@ class PlannedNode:
 
     ``instance_type``/``zone``/``capacity_type``/``price`` are the cheapest launchable offering among the
     NodeClaim's candidates (empty and None when nothing can be launched: ``launch_error`` says why);
-    ``candidates`` is how many instance types the NodeClaim allows; ``requests`` the pods' requests plus
-    DaemonSet overhead (canonical units).
+    ``candidates`` is how many instance types the NodeClaim allows and ``instance_types`` their names (cheapest
+    available offering first, as the NodeClaim's ``node.kubernetes.io/instance-type`` requirement lists them);
+    ``requests`` the pods' requests plus DaemonSet overhead (canonical units).
     """
 
     name: str
@@ -81,6 +82,7 @@ class PlannedNode:
     candidates: int
     requests: Mapping[str, int]
     launch_error: str = ""
+    instance_types: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -387,6 +389,7 @@ def simulate(manifests: Manifests, catalogue: Catalogue, *, preference_policy: s
                 candidates=len(claim.instance_types),
                 requests=dict(claim.requests),
                 launch_error=error,
+                instance_types=tuple(t.name for t in claim.instance_types),
             )
         )
     return Plan(

@@ -59,24 +59,25 @@ def busy_port() -> Iterator[int]:
         yield int(s.getsockname()[1])
 
 
-def test_missing_kubeconfig_is_one_line_and_exit_2() -> None:
+def test_missing_kubeconfig_is_one_line_and_exit_3() -> None:
+    # Exit 3 (was 2): a kubeconfig failure has its own code since `karpy run` documents one per kind of failure.
     result = run_karpy({"KUBECONFIG": "/nonexistent/kubeconfig", "HEALTH_PROBE_PORT": "0"})
-    assert result.returncode == 2
+    assert result.returncode == 3
     line = one_line(result)
     assert line.startswith("karpy: cannot start: KUBECONFIG=/nonexistent/kubeconfig"), line
 
 
-def test_no_kubeconfig_at_all_is_one_line_and_exit_2() -> None:
+def test_no_kubeconfig_at_all_is_one_line_and_exit_3() -> None:
     result = run_karpy({"HEALTH_PROBE_PORT": "0"})
-    assert result.returncode == 2
+    assert result.returncode == 3
     assert "KUBECONFIG" in one_line(result)
 
 
-def test_unreadable_kubeconfig_is_one_line_and_exit_2(tmp_path: Path) -> None:
+def test_unreadable_kubeconfig_is_one_line_and_exit_3(tmp_path: Path) -> None:
     bad = tmp_path / "kubeconfig"
     bad.write_text("clusters: [\n")
     result = run_karpy({"KUBECONFIG": str(bad), "HEALTH_PROBE_PORT": "0"})
-    assert result.returncode == 2
+    assert result.returncode == 3
     assert one_line(result).startswith(f"karpy: cannot start: KUBECONFIG={bad}: cannot load")
 
 

@@ -631,11 +631,14 @@ def port_number(port: int | str) -> int:
     return int(p["containerPort"])
 
 
-def test_deployment_runs_karpy_as_a_single_service_account_pod() -> None:
-    """karpy:latest runs `karpy run` as ServiceAccount karpy, one replica, system-cluster-critical."""
+def test_deployment_runs_karpy_as_a_service_account_pod_with_two_replicas() -> None:
+    """karpy:latest runs `karpy run` as ServiceAccount karpy, two replicas (leader election), system-cluster-critical.
+
+    Karpenter v1.15's chart runs ``replicas: 2`` (values.yaml); karpy ran one unelected replica before it had
+    leader election."""
     dep = deployment()
     assert (dep["metadata"]["name"], dep["metadata"]["namespace"]) == ("karpy", "karpy")
-    assert dep["spec"]["replicas"] == 1
+    assert dep["spec"]["replicas"] == 2
     pod = dep["spec"]["template"]["spec"]
     assert (
         pod["serviceAccountName"]
@@ -665,16 +668,62 @@ def test_deployment_runs_non_root_read_only_without_capabilities() -> None:
     assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
 
 
+def test_rollout_and_placement_as_karpenters_chart() -> None:
+    """A rolling update one pod at a time (the chart's strategy.rollingUpdate.maxUnavailable 1; Recreate was for one
+    unelected replica), never two replicas on one node (required anti-affinity on the hostname), never on a node
+    karpy manages (karpenter.sh/nodepool DoesNotExist), spread over zones (maxSkew 1, DoNotSchedule)."""
+    dep = deployment()
+    assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
+    labels = dep["spec"]["selector"]["matchLabels"]
+    pod = dep["spec"]["template"]["spec"]
+    [term] = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term == {"matchExpressions": [{"key": "karpenter.sh/nodepool", "operator": "DoesNotExist"}]}
+    [anti] = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert anti == {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": labels}}
+    assert pod["topologySpreadConstraints"] == [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": labels},
+        }
+    ]
+
+
+def test_pod_disruption_budget_keeps_one_replica() -> None:
+    """policy/v1 PodDisruptionBudget karpy, maxUnavailable 1 over the Deployment's pods (the chart's)."""
+    [pdb] = by_kind(load(MANIFESTS / "poddisruptionbudget.yaml"), "PodDisruptionBudget")
+    assert pdb["apiVersion"] == "policy/v1"
+    assert (pdb["metadata"]["name"], pdb["metadata"]["namespace"]) == ("karpy", "karpy")
+    assert pdb["spec"] == {
+        "maxUnavailable": 1,
+        "selector": {"matchLabels": deployment()["spec"]["selector"]["matchLabels"]},
+    }
+    assert "poddisruptionbudget.yaml" in load_one(MANIFESTS / "kustomization.yaml")["resources"]
+
+
+def test_leader_election_env() -> None:
+    """Both replicas elect: DISABLE_LEADER_ELECTION unset, the Lease in the pod's own namespace (downward API),
+    LEADER_ELECTION_NAME left at Karpenter's default, which the Role's resourceNames name."""
+    variables = {e["name"]: e for e in container()["env"]}
+    assert "DISABLE_LEADER_ELECTION" not in variables
+    assert "LEADER_ELECTION_NAME" not in variables
+    assert variables["LEADER_ELECTION_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert from_environment(env()).leader_election_name == "karpenter-leader-election"
+
+
 def test_probes_and_ports_follow_the_settings() -> None:
     """Liveness /healthz and readiness /readyz hit HEALTH_PROBE_PORT; METRICS_PORT is the metrics port."""
     c = container()
     settings = env()
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports == {"http-metrics": int(settings["METRICS_PORT"]), "http": int(settings["HEALTH_PROBE_PORT"])}
-    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+    for probe, path, delay in (("livenessProbe", "/healthz", 30), ("readinessProbe", "/readyz", 5)):
         get = c[probe]["httpGet"]
         assert get["path"] == path
         assert port_number(get["port"]) == int(settings["HEALTH_PROBE_PORT"])
+        # The chart's timings (templates/deployment.yaml).
+        assert (c[probe]["initialDelaySeconds"], c[probe]["timeoutSeconds"]) == (delay, 30)
 
 
 def test_deployment_env_is_valid_karpy_configuration() -> None:
@@ -770,6 +819,19 @@ def test_leader_election_leases_only_in_the_karpy_namespace() -> None:
     [role] = by_kind(load(MANIFESTS / "rbac.yaml"), "Role")
     assert role["metadata"]["namespace"] == "karpy"
     assert {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")} <= grants("Role")
+
+
+def test_lease_role_is_karpenters() -> None:
+    """Exactly the rules of Karpenter's chart (templates/role.yaml): get/watch any Lease, patch/update only the
+    election Lease, create (no resourceNames possible). Before leader election karpy's Role granted every Lease verb
+    (list, delete, writes on any Lease); the expectation now is Karpenter's narrower Role."""
+    [role] = by_kind(load(MANIFESTS / "rbac.yaml"), "Role")
+    lease = ["coordination.k8s.io"], ["leases"]
+    assert [(r["apiGroups"], r["resources"], r["verbs"], r.get("resourceNames")) for r in role["rules"]] == [
+        (*lease, ["get", "watch"], None),
+        (*lease, ["patch", "update"], ["karpenter-leader-election"]),
+        (*lease, ["create"], None),
+    ]
 
 
 def test_bindings_reference_the_roles_and_service_account() -> None:
