@@ -40,6 +40,7 @@ from karpy.controllers.nodeclaim_tagging import NodeClaimTagging
 from karpy.controllers.nodeclass_status import NodeClassResolver, NodeClassStatusReconciler
 from karpy.controllers.nodepool_status import NodePoolStatusReconciler
 from karpy.controllers.provisioner import RECHECK_SECONDS, Provisioner
+from karpy.controllers.status_conditions import StatusConditions
 from karpy.controllers.terminator import NodeTermination, Terminator
 from karpy.health import listen, start_server
 from karpy.kube import resources as r
@@ -47,6 +48,7 @@ from karpy.kube.client import KubeClient
 from karpy.kube.events import EventRecorder
 from karpy.kube.watch import Informer
 from karpy.metrics import CLUSTER_STATE_NODE_COUNT, CLUSTER_STATE_SYNCED, INTERRUPTION_QUEUE_HEALTHY
+from karpy.metrics_state import StateMetrics
 from karpy.runtime.controller import Controller
 from karpy.runtime.singleton import SingletonController
 from karpy.runtime.supervisor import supervise
@@ -190,6 +192,11 @@ class Operator:
             self.interruption_loop = SingletonController(
                 self.interruption, base_delay=RECEIVE_BACKOFF[0], max_delay=RECEIVE_BACKOFF[1]
             )
+        # Karpenter's pod/node/NodePool metric controllers and operatorpkg's status controllers (conditions metrics
+        # and transition events); DISABLE_CLUSTER_STATE_OBSERVABILITY leaves them out, as in Karpenter.
+        self.observability = not settings.disable_cluster_state_observability
+        self.status_conditions = StatusConditions(self.events)
+        self.state_metrics = StateMetrics(self.state, cloud=cloud)
         self._wired = False
 
     def wire(self) -> None:
@@ -203,6 +210,15 @@ class Operator:
         self.state.subscribe(self._route)
         self.plans.subscribe(self._route_plan)
         self.provisioner.wake = self.provisioning.trigger
+        if self.observability:
+            self.state.subscribe(self.status_conditions.observe)
+            self.state_metrics.follow()
+            self.plans.subscribe(self._plan_decided)
+
+    def _plan_decided(self, nodeclaim: str) -> None:
+        """The pods planned onto ``nodeclaim`` have a scheduling decision (for the pod scheduling-time gauges)."""
+        for pod in self.plans.pods_of(nodeclaim):
+            self.state_metrics.times.decided(pod.key, schedulable=True)
 
     def _route_plan(self, nodeclaim: str) -> None:
         """The pods planned onto ``nodeclaim`` or its registration changed: its binder may bind them, and the
@@ -292,6 +308,8 @@ class Operator:
         ]
         if self.interruption_loop is not None:
             tasks.append(("interruption", self.interruption_loop.run))
+        if self.observability:
+            tasks += [("status.conditions", self.status_conditions.run), ("metrics.state", self.state_metrics.run)]
         async with asyncio.TaskGroup() as group:
             for name, factory in tasks:
                 group.create_task(supervise(name, factory), name=name)
