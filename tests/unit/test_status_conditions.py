@@ -301,3 +301,38 @@ async def test_standby_counts_and_publishes_nothing_but_stays_warm(harness: Any)
     assert recorder.events == []
     assert sample("operator_nodeclaim_status_condition_transitions_total", base) == before
     assert gauges(controller)["operator_nodeclaim_status_condition_count"]
+
+
+def _operator(**env: str) -> Any:
+    from karpy.cloudprovider.fake import FakeCloudProvider
+    from karpy.kube.fake import FakeKube
+    from karpy.operator import Operator
+    from karpy.settings import from_environment
+
+    settings = from_environment({"CLUSTER_NAME": "c", "DISABLE_LEADER_ELECTION": "true", **env})
+    op = Operator(settings, FakeKube(), FakeCloudProvider(), nodeclasses=None)  # type: ignore[arg-type]
+    op.wire()
+    return op
+
+
+def test_disable_cluster_state_observability_is_honoured() -> None:
+    """Wired by default: NodeClaim deltas reach the status-condition controller and provisionable pods the pod
+    scheduling times; DISABLE_CLUSTER_STATE_OBSERVABILITY=true leaves both unsubscribed, as Karpenter leaves out
+    the metrics and status controllers."""
+    pending = {
+        "metadata": {"name": "p", "namespace": "d", "uid": "p", "resourceVersion": "1"},
+        "spec": {"containers": []},
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        },
+    }
+    on = _operator()
+    on.state.apply("NodeClaim", "ADDED", nodeclaim(1, []))
+    on.state.apply("Pod", "ADDED", pending)
+    assert on.observability and ("NodeClaim", "nc-1") in on.status_conditions.observed
+    assert "d/p" in on.state_metrics.times.ack
+    off = _operator(DISABLE_CLUSTER_STATE_OBSERVABILITY="true")
+    off.state.apply("NodeClaim", "ADDED", nodeclaim(1, []))
+    off.state.apply("Pod", "ADDED", pending)
+    assert not off.observability and not off.status_conditions.observed and not off.state_metrics.times.ack
