@@ -135,6 +135,28 @@ async def test_nodeclaim_transition_events_and_condition_metrics(
     (state,) = await wait_for(pod_series, timeout=30, what="karpenter_pods_state for the bound pod")
     assert state["nodepool"] == POOL and state["scheduled"] == "true" and state["managed"] == "true"
 
+    # Cost and offerings from the instance types the cloud provider resolves (the minute loop, run once now).
+    await running.state_metrics.refresh()
+    labels = claim["metadata"]["labels"]
+    itype, zone = labels[wk.LABEL_INSTANCE_TYPE], labels[wk.LABEL_ZONE]
+    nodeclass = await kube.get(r.EC2NODECLASSES, POOL)
+    offered = {
+        (o.zone, o.capacity_type): o.price
+        for it in await running.cloud.get_instance_types(nodeclass)
+        if it.name == itype
+        for o in it.offerings
+    }
+    price = offered[(zone, "on-demand")]
+    assert price > 0
+    cost = REGISTRY.get_sample_value("karpenter_nodepools_cost_total", {"nodepool": POOL})
+    assert cost == pytest.approx(price)
+    estimate = {"instance_type": itype, "capacity_type": "on-demand", "zone": zone}
+    assert REGISTRY.get_sample_value("karpenter_cloudprovider_instance_type_offering_price_estimate", estimate) == price
+    assert REGISTRY.get_sample_value("karpenter_cloudprovider_instance_type_offering_available", estimate) == 1
+    assert (
+        REGISTRY.get_sample_value("karpenter_cloudprovider_instance_type_cpu_cores", {"instance_type": itype}) or 0
+    ) > 0
+
     await kube.delete(r.PODS, POD, "default")
     await kube.delete(r.NODECLAIMS, name)
 
