@@ -195,9 +195,16 @@ class Operator:
         # Karpenter's pod/node/NodePool metric controllers and operatorpkg's status controllers (conditions metrics
         # and transition events); DISABLE_CLUSTER_STATE_OBSERVABILITY leaves them out, as in Karpenter.
         self.observability = not settings.disable_cluster_state_observability
-        self.status_conditions = StatusConditions(self.events)
-        self.state_metrics = StateMetrics(self.state, cloud=cloud)
+        self._elected: asyncio.Event | None = None  # leader election's "elected" (None: always leading)
+        self.status_conditions = StatusConditions(self.events, leading=self.leading)
+        self.state_metrics = StateMetrics(self.state, cloud=cloud, leading=self.leading)
         self._wired = False
+
+    def leading(self) -> bool:
+        """This process leads: always, unless leader election handed an ``elected`` event that is not set yet.
+        Karpenter runs its metric and status controllers on the leader only, so the cluster-state gauges render
+        and the status-condition counters move only then (a dashboard summing the replicas counts once)."""
+        return self._elected is None or self._elected.is_set()
 
     def wire(self) -> None:
         """Subscribe everything once: Plans follows cluster state first (its index must be current when the

@@ -336,3 +336,16 @@ def test_disable_cluster_state_observability_is_honoured() -> None:
     off.state.apply("NodeClaim", "ADDED", nodeclaim(1, []))
     off.state.apply("Pod", "ADDED", pending)
     assert not off.observability and not off.status_conditions.observed and not off.state_metrics.times.ack
+
+
+def test_operator_renders_state_metrics_only_while_elected() -> None:
+    """Leader election's ``elected`` event (as Operator.run receives it) gates the collectors: a standby renders
+    none of these families, the leader does."""
+    op = _operator()
+    op.state.apply("NodeClaim", "ADDED", nodeclaim(1, []))
+    assert op.leading() and list(op.state_metrics.collect()) and list(op.status_conditions.collect())
+    op._elected = asyncio.Event()
+    assert not op.leading()
+    assert list(op.state_metrics.collect()) == [] and list(op.status_conditions.collect()) == []
+    op._elected.set()
+    assert op.leading() and list(op.status_conditions.collect())
