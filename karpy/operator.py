@@ -41,6 +41,7 @@ from karpy.controllers.nodeclaim_tagging import NodeClaimTagging
 from karpy.controllers.nodeclass_status import NodeClassResolver, NodeClassStatusReconciler
 from karpy.controllers.nodepool_status import NodePoolStatusReconciler
 from karpy.controllers.provisioner import RECHECK_SECONDS, Provisioner
+from karpy.controllers.status_conditions import StatusConditions
 from karpy.controllers.terminator import NodeTermination, Terminator
 from karpy.health import listen, start_server
 from karpy.kube import resources as r
@@ -48,6 +49,7 @@ from karpy.kube.client import KubeClient
 from karpy.kube.events import EventRecorder
 from karpy.kube.watch import Informer
 from karpy.metrics import CLUSTER_STATE_NODE_COUNT, CLUSTER_STATE_SYNCED, INTERRUPTION_QUEUE_HEALTHY
+from karpy.metrics_state import StateMetrics
 from karpy.runtime.controller import Controller
 from karpy.runtime.fence import Fence
 from karpy.runtime.leader import LeaderElectionLost, LeaderElector, LeaseConfig, new_identity
@@ -193,7 +195,19 @@ class Operator:
             self.interruption_loop = SingletonController(
                 self.interruption, base_delay=RECEIVE_BACKOFF[0], max_delay=RECEIVE_BACKOFF[1]
             )
+        # Karpenter's pod/node/NodePool metric controllers and operatorpkg's status controllers (conditions metrics
+        # and transition events); DISABLE_CLUSTER_STATE_OBSERVABILITY leaves them out, as in Karpenter.
+        self.observability = not settings.disable_cluster_state_observability
+        self._elected: asyncio.Event | None = None  # leader election's "elected" (None: always leading)
+        self.status_conditions = StatusConditions(self.events, leading=self.leading)
+        self.state_metrics = StateMetrics(self.state, cloud=cloud, leading=self.leading)
         self._wired = False
+
+    def leading(self) -> bool:
+        """This process leads: always, unless leader election handed an ``elected`` event that is not set yet.
+        Karpenter runs its metric and status controllers on the leader only, so the cluster-state gauges render
+        and the status-condition counters move only then (a dashboard summing the replicas counts once)."""
+        return self._elected is None or self._elected.is_set()
 
     def wire(self) -> None:
         """Subscribe everything once: Plans follows cluster state first (its index must be current when the
@@ -206,6 +220,15 @@ class Operator:
         self.state.subscribe(self._route)
         self.plans.subscribe(self._route_plan)
         self.provisioner.wake = self.provisioning.trigger
+        if self.observability:
+            self.state.subscribe(self.status_conditions.observe)
+            self.state_metrics.follow()
+            self.plans.subscribe(self._plan_decided)
+
+    def _plan_decided(self, nodeclaim: str) -> None:
+        """The pods planned onto ``nodeclaim`` have a scheduling decision (for the pod scheduling-time gauges)."""
+        for pod in self.plans.pods_of(nodeclaim):
+            self.state_metrics.times.decided(pod.key, schedulable=True)
 
     def _route_plan(self, nodeclaim: str) -> None:
         """The pods planned onto ``nodeclaim`` or its registration changed: its binder may bind them, and the
@@ -278,6 +301,8 @@ class Operator:
             (f"informer/{i.resource.kind}", i.run) for i in self.informers
         ]
         tasks.append(("observability", self._observe))
+        if self.observability:
+            tasks.append(("metrics.state", self.state_metrics.run))  # refreshes the instance-type gauges (reads)
         return tasks
 
     def leader_tasks(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
@@ -300,6 +325,8 @@ class Operator:
         ]
         if self.interruption_loop is not None:
             tasks.append(("interruption", self.interruption_loop.run))
+        if self.observability:
+            tasks.append(("status.conditions", self.status_conditions.run))  # publishes events: a writer
         return tasks
 
     async def run(self, elected: asyncio.Event | None = None) -> None:
@@ -310,6 +337,7 @@ class Operator:
         filling (keys wait deduplicated; the provisioner's and the loops' triggers only set flags), so a new
         leader starts with everything listed and the backlog queued."""
         self.wire()
+        self._elected = elected
         async with asyncio.TaskGroup() as group:
             for name, factory in self.warm_tasks():
                 group.create_task(supervise(name, factory), name=name)

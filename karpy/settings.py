@@ -132,9 +132,9 @@ KARPENTER_SETTINGS: Final[tuple[KarpenterSetting, ...]] = (
         "DISABLE_CLUSTER_STATE_OBSERVABILITY",
         "false",
         "core",
-        "no-op",
-        "karpy does not run Karpenter's pod/node/"
-        "NodePool metrics and status-condition metric controllers this disables, so it behaves as true either way",
+        "honoured",
+        "true turns off the pod/node/NodePool/instance-type metrics and the status-condition metrics and "
+        "transition events (Launched, Registered, Initialized, Ready, …, Finalized), as in Karpenter",
     ),
     _S(
         "LEADER_ELECTION_NAME",

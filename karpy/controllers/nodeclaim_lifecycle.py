@@ -54,7 +54,7 @@ from karpy.cloudprovider.types import (
 from karpy.controllers.launch_backoff import LaunchBackoff, record_launch_failure
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
-from karpy.kube.events import NORMAL, WARNING, EventRecorder
+from karpy.kube.events import WARNING, EventRecorder
 from karpy.kube.resources import NODECLAIMS, NODES
 from karpy.runtime.controller import Result
 from karpy.runtime.fence import NotLeader
@@ -215,7 +215,8 @@ class NodeClaimLifecycle:
             zone=result.zone,
             capacity_type=result.capacity_type,
         )
-        self.events.publish(updated, NORMAL, "Launched", f"Launched {result.instance_type} in {result.zone}")
+        # No event here: the status-condition controller publishes Karpenter's "Launched" event (Status condition
+        # transitioned, Type: Launched, Status: Unknown -> True) for this write (controllers/status_conditions.py).
 
     async def _terminate_unrecorded(self, result: LaunchResult) -> None:
         try:

@@ -13,6 +13,9 @@ from typing import Any
 import attrs
 
 from karpy.apis import labels as wk
+from karpy.apis.conditions import Condition, conditions_of
+from karpy.apis.quantity import QuantityError, parse_resource_list
+from karpy.apis.resources import Resources, add, max_of
 from karpy.apis.taints import Taint, taints
 from karpy.apis.times import parse_time
 from karpy.scheduling.model import Pod
@@ -27,6 +30,10 @@ class PodInfo:
     ``IsProvisionable`` input). ``daemonset``: owned by a DaemonSet. ``mirror``: a static pod's mirror.
     ``deletion_timestamp``: ``metadata.deletionTimestamp`` in seconds since the epoch (0 when not deleting);
     the apiserver sets it to the time of deletion plus the grace period, when the kubelet must have killed it.
+    For the pod metrics (Karpenter ``pkg/controllers/metrics/pod``): ``limits`` (canonical units, Kubernetes
+    ``PodLimits`` plus one ``pods``), ``ready`` (Ready=True), ``scheduled`` (PodScheduled=True), ``owner_link``
+    (the first ownerReference as Karpenter's self link, "" without one) and ``dynamic_resources`` (the pod
+    has ``spec.resourceClaims``).
     """
 
     pod: Pod
@@ -40,6 +47,11 @@ class PodInfo:
     do_not_disrupt: bool
     owner_kind: str
     deletion_timestamp: float = 0.0
+    limits: Mapping[str, int] = attrs.field(factory=dict)
+    ready: bool = False
+    scheduled: bool = False
+    owner_link: str = ""
+    dynamic_resources: bool = False
 
     @property
     def key(self) -> str:
@@ -92,12 +104,72 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         do_not_disrupt=annotations.get(wk.ANNOTATION_DO_NOT_DISRUPT) == "true",
         owner_kind=str(owner.get("kind")) if owner else "",
         deletion_timestamp=parse_time(meta.get("deletionTimestamp")),
+        limits=pod_limits(obj.get("spec") or {}),
+        ready=_condition_true(status, "Ready"),
+        scheduled=_condition_true(status, "PodScheduled"),
+        owner_link=_owner_link(meta),
+        dynamic_resources=bool((obj.get("spec") or {}).get("resourceClaims")),
     )
+
+
+def _condition_true(status: Mapping[str, Any], type_: str) -> bool:
+    return any(c.get("type") == type_ and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def _owner_link(meta: Mapping[str, Any]) -> str:
+    """The first ownerReference as Karpenter's pod metrics spell it: ``/apis/<apiVersion>/namespaces/<ns>/<kind
+    lower-cased>s/<name>`` ("" without owners; ``pkg/controllers/metrics/pod/controller.go`` makeLabels)."""
+    owners = meta.get("ownerReferences") or []
+    if not owners:
+        return ""
+    first = owners[0]
+    kind = str(first.get("kind", "")).lower()
+    return f"/apis/{first.get('apiVersion', '')}/namespaces/{meta.get('namespace', '')}/{kind}s/{first.get('name', '')}"
+
+
+def _limits_of(container: Mapping[str, Any]) -> Resources:
+    try:
+        return parse_resource_list((container.get("resources") or {}).get("limits"))
+    except QuantityError:
+        return {}
+
+
+def pod_limits(spec: Mapping[str, Any]) -> Resources:
+    """Effective limits of a pod, canonical units (Kubernetes ``resourcehelper.PodLimits``, as Karpenter's
+    ``resources.LimitsForPods`` sums them): max(sum of containers + restartable (sidecar) init containers, each
+    regular init container plus the sidecars started before it), ``spec.overhead`` added to the resources that
+    have a limit; pod-level ``spec.resources.limits`` win when set. Plus one ``pods``, as Karpenter counts."""
+    pod_level = (spec.get("resources") or {}).get("limits")
+    if pod_level:
+        try:
+            total = parse_resource_list(pod_level)
+        except QuantityError:
+            total = {}
+    else:
+        sidecars: Resources = {}
+        init_peak: Resources = {}
+        for init in spec.get("initContainers") or []:
+            lim = _limits_of(init)
+            if init.get("restartPolicy") == "Always":
+                sidecars = add(sidecars, lim)
+            else:
+                init_peak = max_of([init_peak, add(lim, sidecars)])
+        total = max_of([add(*(_limits_of(c) for c in spec.get("containers") or []), sidecars), init_peak])
+    try:
+        overhead = parse_resource_list(spec.get("overhead"))
+    except QuantityError:
+        overhead = {}
+    total = {k: v + (overhead.get(k, 0) if k in total else 0) for k, v in total.items()}
+    total["pods"] = 1
+    return total
 
 
 @attrs.frozen(slots=True)
 class NodeInfo:
-    """A Node as cluster state keeps it (canonical allocatable, taints, readiness)."""
+    """A Node as cluster state keeps it (canonical allocatable, taints, readiness). ``conditions`` are its
+    ``status.conditions`` without heartbeat times, ``deletion_timestamp`` its ``metadata.deletionTimestamp`` in
+    seconds since the epoch (0 when not deleting) and ``phase`` its ``status.phase`` ("" on current Kubernetes),
+    for the node and status-condition metrics."""
 
     name: str
     provider_id: str
@@ -112,6 +184,9 @@ class NodeInfo:
     created: float
     annotations: Mapping[str, str] = attrs.field(factory=dict)
     uid: str = ""
+    conditions: tuple[Condition, ...] = ()
+    deletion_timestamp: float = 0.0
+    phase: str = ""
 
 
 def node_info(obj: Mapping[str, Any]) -> NodeInfo:
@@ -135,4 +210,7 @@ def node_info(obj: Mapping[str, Any]) -> NodeInfo:
         created=parse_time(meta.get("creationTimestamp")),
         annotations=dict(meta.get("annotations") or {}),
         uid=str(meta.get("uid", "")),
+        conditions=conditions_of(obj),
+        deletion_timestamp=parse_time(meta.get("deletionTimestamp")),
+        phase=str(status.get("phase") or ""),
     )
