@@ -172,6 +172,28 @@ def blocked(node: NodeInfo | None, claim: NodeClaim | None, message: str) -> lis
     return out
 
 
+# karpy's node-level blockers (disruption/candidates.py node_blocker) → Karpenter's ValidateNodeDisruptable and
+# NewCandidate errors (core state/statenode.go, disruption/types.go); None: Karpenter publishes nothing for it.
+_NODE_BLOCKERS: Final[Mapping[str, str | None]] = {
+    "nodeclaim is being deleted": "node is deleting or marked for deletion",
+    "node is being deleted": "node is deleting or marked for deletion",
+    "nodeclaim is not initialized": "node isn't initialized",
+    "nominated for pending pods": "node is nominated for a pending pod",
+    "already being disrupted": None,  # Karpenter: "candidate is already being disrupted", not an event
+}
+
+
+def node_blocked_message(reason: str, claim: NodeClaim, node: NodeInfo | None) -> str | None:
+    """Karpenter's ``DisruptionBlocked`` message for a node-level blocker karpy found (None: no event, as for
+    a NodeClaim already in a command or karpy's own reasons such as a static NodePool)."""
+    if reason == "not managed by a known NodePool":
+        return sentence(f"NodePool not found (NodePool={claim.nodepool})") if claim.nodepool else None
+    if node is None and reason in ("nodeclaim has no node", "nodeclaim is not initialized"):
+        return sentence("nodeclaim does not have an associated node")
+    text = _NODE_BLOCKERS.get(reason)
+    return sentence(text) if text else None
+
+
 def nodepool_blocked_for_disruption_reason(nodepool: NodePool | Mapping[str, Any], reason: str) -> Event:
     """``NodePoolBlockedForDisruptionReason``: the NodePool's budgets allow 0 disruptions for ``reason``
     (Empty, Underutilized, Drifted) while it has nodes (core ``disruption/events/events.go``, published from

@@ -184,6 +184,7 @@ class Provisioner:
         now = self.state.clock()
         self.nominated.update({name: now for name, pods in result.existing.items() if pods})
         await self._plan_onto_existing(result.existing)
+        self._nominate_existing(result.existing)
         self.launch_backoff.prune(self.state.pods)
         plans, retry_in = self.launch_backoff.hold(result.new_nodeclaims)
         if retry_in > 0:
@@ -414,6 +415,21 @@ class Provisioner:
             if node is not None:
                 out.add(node.name)
         return out
+
+    def _nominate_existing(self, existing: Mapping[str, tuple[model.Pod, ...]]) -> None:
+        """``Nominated`` on each pod placed on an existing Node or in-flight NodeClaim (Karpenter
+        ``scheduling/scheduler.go`` ``Results.Record``: ``Pod should schedule on: nodeclaim/X, node/Y``)."""
+        for key, pods in existing.items():
+            node = None
+            claim_name = key.removeprefix("nodeclaim/")
+            if not key.startswith("nodeclaim/"):
+                node = self.state.nodes.get(key)
+                if node is None:
+                    continue
+                claim = self.state.nodeclaim_view_for_node(node)
+                claim_name = claim.name if claim else ""
+            for pod in pods:
+                self.events.record(ev.nominate_pod(pod, node, claim_name))
 
     async def _plan_onto_existing(self, existing: Mapping[str, tuple[model.Pod, ...]]) -> None:
         """Record pods placed on karpy's in-flight or uninitialized capacity on that NodeClaim."""

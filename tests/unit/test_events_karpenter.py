@@ -45,6 +45,13 @@ POD_REF = ("Pod", "web", "uid-web")
 NP_REF = ("NodePool", "np", "uid-np")
 
 
+@pytest.fixture(autouse=True)
+def fresh_rate_limiters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Karpenter's shared token buckets are process-wide: other tests in this process must not drain them."""
+    monkeypatch.setattr(ev, "POD_NOMINATION_RATE_LIMITER", TokenBucket(5.0, 10))
+    monkeypatch.setattr(ev, "INSUFFICIENT_CAPACITY_POD_RATE_LIMITER", TokenBucket(5.0, 10))
+
+
 def shape(event: Event) -> tuple[tuple[str, str, str], str, str, str]:
     """(involved kind/name/uid), type, reason, message."""
     meta = event.involved["metadata"]
@@ -615,3 +622,44 @@ async def test_spot_interruption_events_on_nodeclaim_and_node() -> None:
     assert _on(kube, "TerminatingOnInterruption", "Node", "node-a") == [
         (WARNING, "Interruption triggered termination for the Node")
     ]
+
+
+@pytest.mark.parametrize(
+    ("karpy", "with_node", "karpenter"),
+    [
+        ("nodeclaim is being deleted", True, "Node is deleting or marked for deletion"),
+        ("node is being deleted", True, "Node is deleting or marked for deletion"),
+        ("nodeclaim is not initialized", True, "Node isn't initialized"),
+        ("nodeclaim is not initialized", False, "Nodeclaim does not have an associated node"),
+        ("nodeclaim has no node", False, "Nodeclaim does not have an associated node"),
+        ("nominated for pending pods", True, "Node is nominated for a pending pod"),
+        ("not managed by a known NodePool", True, "NodePool not found (NodePool=np)"),
+        ("already being disrupted", True, None),
+        ("its NodePool is static (spec.replicas), which karpy does not implement yet", True, None),
+    ],
+)
+def test_node_blockers_use_karpenters_messages(karpy: str, with_node: bool, karpenter: str | None) -> None:
+    """core state/statenode.go ValidateNodeDisruptable and disruption/types.go NewCandidate."""
+    assert ev.node_blocked_message(karpy, CLAIM, NODE if with_node else None) == karpenter
+
+
+async def test_a_nominated_node_is_blocked_with_karpenters_message() -> None:
+    pool = nodepool()
+    a, b = nodeclaim("a", pool), nodeclaim("b", pool)
+    h = Harness(_with_node_uid([nodeclass(), pool, a, b, node(a), node(b), pod("b-0", "node-b")]))
+    h.provisioner.nominated["node-a"] = T0
+    await h.evaluate()
+    assert _on(h.kube, "DisruptionBlocked", "Node", "node-a") == [(NORMAL, "Node is nominated for a pending pod")]
+    assert _on(h.kube, "DisruptionBlocked", "NodeClaim", "a") == [(NORMAL, "Node is nominated for a pending pod")]
+    await h.close()
+
+
+async def test_a_pod_placed_on_an_existing_node_is_nominated_to_it() -> None:
+    """core scheduling/scheduler.go Results.Record: NominatePodEvent(pod, existing.Node, existing.NodeClaim)."""
+    pool = nodepool()
+    a = nodeclaim("a", pool)
+    h = Harness(_with_node_uid([nodeclass(), pool, a, node(a), pod("waiting")]))
+    assert await h.provisioner.provision_once() == [], "the pod fits on node-a: no new NodeClaim"
+    await h.events.flush()
+    assert _on(h.kube, "Nominated", "Pod", "waiting") == [(NORMAL, "Pod should schedule on: nodeclaim/a, node/node-a")]
+    await h.close()

@@ -214,6 +214,9 @@ class Disruption:
             reason, node, nodepool = node_blocker(self.state, claim, nominated, self.queue.in_flight)
             if reason or node is None or nodepool is None:
                 ctx.blocked[name] = reason
+                message = ev.node_blocked_message(reason, claim, node)
+                if message:  # Karpenter disruption/types.go NewCandidate publishes Blocked for these
+                    self.events.record(*ev.blocked(node, claim, message))
                 continue
             candidate, volumes = self._with_volume_terms(
                 build_candidate(self.state, claim, node, nodepool, types.get(nodepool.name, {}), now)
