@@ -2,7 +2,8 @@
 
 A NodePool's node runs a pod annotated ``karpenter.sh/do-not-disrupt``: the disruption controller (operator
 in-process, moto as AWS) publishes Karpenter's ``DisruptionBlocked`` (Normal, core
-``disruption/events/events.go`` ``Blocked``) on the NodeClaim and on its Node, with Karpenter's message. The
+``disruption/events/events.go`` ``Blocked``) on the NodeClaim and on its Node, with Karpenter's message (after
+the launch-time ones, which Karpenter publishes too). The
 events are listed the way kubectl's describers list them (kubectl ``describe.go`` ``searchEvents``): across all
 namespaces with the field selector ``involvedObject.name``, ``involvedObject.namespace`` (empty for
 cluster-scoped objects), ``involvedObject.kind`` and ``involvedObject.uid``. Everything made here is deleted at
@@ -11,8 +12,8 @@ the end.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -62,15 +63,13 @@ def guarded_pod() -> dict[str, Any]:
     }
 
 
-@pytest.fixture(scope="module")
-async def operator(local_cluster: Any, kube: KubeClient) -> AsyncIterator[Operator]:
-    async with running_operator(
-        local_cluster, kube, DISRUPTION_POLL_INTERVAL="500ms", DISRUPTION_VALIDATION_DELAY="1s"
-    ) as op:
-        try:
-            yield op
-        finally:
-            await _cleanup(kube)
+SETTINGS = {"DISRUPTION_POLL_INTERVAL": "500ms", "DISRUPTION_VALIDATION_DELAY": "1s"}
+LAUNCH_BLOCKERS = {
+    # Karpenter's DisruptionBlocked while a NodeClaim launches (core state/statenode.go ValidateNodeDisruptable)
+    "Nodeclaim does not have an associated node",
+    "Node isn't initialized",
+    "Node is nominated for a pending pod",
+}
 
 
 async def _claims(kube: KubeClient) -> list[dict[str, Any]]:
@@ -102,9 +101,31 @@ async def describe_events(kube: KubeClient, obj: dict[str, Any]) -> list[dict[st
 
 
 async def test_do_not_disrupt_pod_blocks_disruption_with_karpenters_event_on_nodeclaim_and_node(
-    operator: Operator, kube: KubeClient, local_cluster: Any
+    local_cluster: Any, kube: KubeClient
 ) -> None:
+    """The first operator launches the node; its launch-time DisruptionBlocked events (no Node yet, not
+    initialized, nominated) hold the 2-minute de-duplication of each object, as in Karpenter. A second operator
+    (a restart: a fresh recorder) finds the initialized node guarded by the pod and says so on both objects."""
     await apply(kube, [ec2nodeclass(POOL, local_cluster.cluster_name), nodepool()])
+    cleaned = False
+    try:
+        async with running_operator(local_cluster, kube, **SETTINGS):
+            claim, node = await _launch_guarded_node(kube)
+        before = {e["metadata"]["name"] for obj in (claim, node) for e in await describe_events(kube, obj)}
+        async with running_operator(local_cluster, kube, **SETTINGS) as op:
+            try:
+                await _assert_blocked_by_the_pod(kube, op, claim, node, before)
+            finally:
+                await _cleanup(kube)
+                cleaned = True
+    finally:
+        if not cleaned:
+            async with running_operator(local_cluster, kube, **SETTINGS):
+                await _cleanup(kube)
+
+
+async def _launch_guarded_node(kube: KubeClient) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Create the do-not-disrupt pod and wait until its node is bound and its NodeClaim Initialized."""
     await kube.create(r.PODS, guarded_pod(), "default")
 
     async def bound() -> str:
@@ -112,20 +133,45 @@ async def test_do_not_disrupt_pod_blocks_disruption_with_karpenters_event_on_nod
 
     node_name = await wait_for(bound, timeout=60, what="pod bound")
     (claim,) = await _claims(kube)
+    name = claim["metadata"]["name"]
+
+    async def initialized() -> dict[str, Any] | None:
+        obj = await kube.get(r.NODECLAIMS, name)
+        conditions = (obj.get("status") or {}).get("conditions") or []
+        done = any(c["type"] == wk.COND_INITIALIZED and c["status"] == "True" for c in conditions)
+        return obj if done else None
+
+    claim = await wait_for(initialized, timeout=60, what="NodeClaim initialized")
     node = await kube.get(r.NODES, node_name)
-    claim = await kube.get(r.NODECLAIMS, claim["metadata"]["name"])
     claim.setdefault("kind", "NodeClaim")
     node.setdefault("kind", "Node")
+    return claim, node
+
+
+async def _assert_blocked_by_the_pod(
+    kube: KubeClient, op: Operator, claim: dict[str, Any], node: dict[str, Any], before: set[str]
+) -> None:
+    """``before``: the events that the first operator published."""
     expected = f'Pod has "{wk.ANNOTATION_DO_NOT_DISRUPT}" annotation (Pod=default/{POOL})'
 
     async def blocked(obj: dict[str, Any]) -> list[dict[str, Any]]:
-        return [e for e in await describe_events(kube, obj) if e["reason"] == "DisruptionBlocked"]
+        events = [e for e in await describe_events(kube, obj) if e["reason"] == "DisruptionBlocked"]
+        fresh = [e for e in events if e["metadata"]["name"] not in before]
+        return events if any(e["message"] == expected for e in fresh) else []
 
-    on_claim = await wait_for(lambda: blocked(claim), timeout=60, what="DisruptionBlocked on the NodeClaim")
-    on_node = await wait_for(lambda: blocked(node), timeout=30, what="DisruptionBlocked on the Node")
+    await wait_for(lambda: blocked(claim), timeout=60, what="DisruptionBlocked on the NodeClaim")
+    await wait_for(lambda: blocked(node), timeout=30, what="DisruptionBlocked on the Node")
+    start = op.disruption.evaluations
+    await wait_for(
+        lambda: asyncio.sleep(0, op.disruption.evaluations >= start + 4), timeout=30, what="4 more evaluations"
+    )
+    on_claim, on_node = await blocked(claim), await blocked(node)
     for events, kind in ((on_claim, "NodeClaim"), (on_node, "Node")):
-        assert [(e["type"], e["message"]) for e in events] == [("Normal", expected)], events
-        [event] = events
+        assert {e["type"] for e in events} == {"Normal"}, events
+        by_pod = [e for e in events if e["message"] == expected and e["metadata"]["name"] not in before]
+        assert len(by_pod) == 1, f"de-duplicated on the {kind}'s UID across evaluations: {events}"
+        assert {e["message"] for e in events} - {expected} <= LAUNCH_BLOCKERS, events
+        [event] = by_pod
         assert event["metadata"]["namespace"] == "default", "cluster-scoped objects' events live in default"
         assert event["involvedObject"]["kind"] == kind
         assert event["source"]["component"] == "karpy"
