@@ -184,7 +184,8 @@ async def test_no_churn_and_failed_scheduling_names_the_ami(env: Env) -> None:
 
     messages = await wait_for(told, timeout=60, what="karpy's FailedScheduling on every GPU and Neuron pod")
     for name, message in messages.items():
-        assert message.startswith(
+        assert message.startswith(  # Karpenter's PodFailedToScheduleEvent text (scheduling/events.go)
+            "Failed to schedule pod, "
             f'incompatible with nodepool "{POOL}": no instance type that fits has a compatible AMI: '
             f'EC2NodeClass "{POOL}" resolves AMIs only for ('
         ), f"{name}: {message}"

@@ -55,9 +55,10 @@ from karpy.cloudprovider.types import (
     InterruptionQueue,
     QueuedMessage,
 )
+from karpy.controllers import events as ev
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
-from karpy.kube.events import NORMAL, WARNING, EventRecorder
+from karpy.kube.events import Event, EventRecorder
 from karpy.kube.resources import NODECLAIMS
 from karpy.metrics import (
     INTERRUPTION_DELETED,
@@ -75,21 +76,13 @@ log = structlog.get_logger("karpy.interruption")
 RECEIVE_BACKOFF: Final = (1.0, 30.0)  # the loop's first and longest wait after the queue could not be read
 REASON_MAX: Final = 300  # characters of an ignored message's reason in the log (a body can be 256 KB)
 
-# kind → (event reason, event type, message) published on the Node and NodeClaim (Karpenter events.go).
-EVENTS: Final[Mapping[str, tuple[str, str, str]]] = {
-    InterruptionKind.SPOT_INTERRUPTED: ("SpotInterrupted", WARNING, "Spot interruption warning was triggered"),
-    InterruptionKind.REBALANCE_RECOMMENDATION: (
-        "SpotRebalanceRecommendation",
-        NORMAL,
-        "Spot rebalance recommendation was triggered",
-    ),
-    InterruptionKind.SCHEDULED_CHANGE: (
-        "InstanceUnhealthy",
-        WARNING,
-        "An AWS Health scheduled change event was received",
-    ),
-    InterruptionKind.INSTANCE_STOPPED: ("InstanceStopping", WARNING, "Instance is stopping"),
-    InterruptionKind.INSTANCE_TERMINATED: ("InstanceTerminating", WARNING, "Instance is terminating"),
+# kind → the events published on the NodeClaim and its Node (Karpenter AWS interruption/utils.go notifyForMessage).
+EVENTS: Final[Mapping[str, Callable[[NodeInfo | None, NodeClaim], list[Event]]]] = {
+    InterruptionKind.SPOT_INTERRUPTED: ev.spot_interrupted,
+    InterruptionKind.REBALANCE_RECOMMENDATION: ev.rebalance_recommendation,
+    InterruptionKind.SCHEDULED_CHANGE: ev.unhealthy,
+    InterruptionKind.INSTANCE_STOPPED: ev.stopping,
+    InterruptionKind.INSTANCE_TERMINATED: ev.instance_terminating,
 }
 DRAIN_KINDS: Final = frozenset(
     {
@@ -243,8 +236,7 @@ class Interruption:
         name = claim.name
         labels = claim.meta.labels
         node = self.state.node_for_nodeclaim(claim)
-        reason, event_type, text = EVENTS[msg.kind]
-        self._publish(claim, node, event_type, reason, text)
+        self.events.record(*EVENTS[msg.kind](node, claim))
         if msg.kind == InterruptionKind.SPOT_INTERRUPTED:
             instance_type, zone = labels.get(wk.LABEL_INSTANCE_TYPE), labels.get(wk.LABEL_ZONE)
             if instance_type and zone:
@@ -262,9 +254,7 @@ class Interruption:
             raise
         pool = labels.get(wk.LABEL_NODEPOOL, "")
         NODECLAIMS_DISRUPTED.labels(reason=msg.kind, nodepool=pool).inc()
-        self._publish(
-            claim, node, WARNING, "TerminatingOnInterruption", f"Interruption triggered termination ({msg.kind})"
-        )
+        self.events.record(*ev.terminating_on_interruption(node, claim))
         log.info(
             "deleting nodeclaim on interruption",
             kind=msg.kind,
@@ -275,11 +265,3 @@ class Interruption:
             event_time=msg.time.isoformat() if msg.time else None,
         )
         return True
-
-    def _publish(self, claim: NodeClaim, node: NodeInfo | None, event_type: str, reason: str, text: str) -> None:
-        ref = {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": claim.raw["metadata"]}
-        self.events.publish(ref, event_type, reason, text)
-        if node is not None:
-            self.events.publish(
-                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name}}, event_type, reason, text
-            )

@@ -32,6 +32,7 @@ import structlog
 from karpy.apis.meta import JSON
 from karpy.apis.nodeclaim import NodeClaim
 from karpy.cloudprovider.types import CloudProvider, CloudProviderError, IncompatibleInstanceTypes
+from karpy.controllers import events as ev
 from karpy.kube.events import WARNING, EventRecorder
 from karpy.metrics import NODECLAIMS_LAUNCH_FAILED
 from karpy.scheduling import model
@@ -165,12 +166,13 @@ def record_launch_failure(
     delay = backoff.failed(keys, name)
     for key in keys:
         info = state.pods[key]
-        events.publish(
-            pod_ref(info.pod),
-            WARNING,
-            reason,
-            f"NodeClaim {name} failed to launch: {message}; new capacity for this pod is retried in {delay:.0f}s",
-        )
+        retry = f"new capacity for this pod is retried in {delay:.0f}s"
+        if reason == "InsufficientCapacityError":
+            # Karpenter nodeclaim/lifecycle/events.go InsufficientCapacityErrorPodEvent (deduped per pod for 2 min,
+            # rate-limited) plus karpy's back-off; NodeClassNotReady and LaunchFailed pod events are karpy's.
+            events.record(ev.insufficient_capacity_error_pod(info.pod, name, f"{message}; {retry}"))
+            continue
+        events.publish(pod_ref(info.pod), WARNING, reason, f"NodeClaim {name} failed to launch: {message}; {retry}")
     if keys:
         log.info("launch failed, pods backing off", nodeclaim=name, pods=len(keys), reason=reason, backoff=delay)
     return delay

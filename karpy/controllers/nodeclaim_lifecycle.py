@@ -51,10 +51,11 @@ from karpy.cloudprovider.types import (
     NodeClaimNotFoundError,
     NodeClassNotReadyError,
 )
+from karpy.controllers import events as ev
 from karpy.controllers.launch_backoff import LaunchBackoff, record_launch_failure
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
-from karpy.kube.events import WARNING, EventRecorder
+from karpy.kube.events import EventRecorder
 from karpy.kube.resources import NODECLAIMS, NODES
 from karpy.runtime.controller import Result
 from karpy.runtime.fence import NotLeader
@@ -117,7 +118,6 @@ class NodeClaimLifecycle:
     # Launch -------------------------------------------------------------------------------------------
 
     async def _launch(self, claim: NodeClaim) -> Result:
-        name = claim.name
         age = self.clock() - claim.meta.creation_timestamp
         if age > LAUNCH_TTL:
             return await self._delete(claim, "launch_timeout", f"not launched within {int(LAUNCH_TTL)}s")
@@ -131,7 +131,7 @@ class NodeClaimLifecycle:
             request = await self._launch_request(claim, nodeclass)
             result = await self.cloud.create(request)
         except InsufficientCapacityError as err:
-            self.events.publish(claim.raw, WARNING, "InsufficientCapacityError", f"NodeClaim {name}: {err}")
+            self.events.record(ev.insufficient_capacity_error(claim, str(err)))
             self._launch_failed(claim, "InsufficientCapacityError", str(err))
             return await self._delete(claim, "insufficient_capacity", str(err))
         except NodeClassNotReadyError as err:

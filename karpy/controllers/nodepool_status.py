@@ -35,6 +35,7 @@ from karpy.apis.nodepool import NodePool
 from karpy.apis.quantity import QuantityError, format_resource_list, parse_resource_list
 from karpy.apis.resources import add
 from karpy.cloudprovider.types import CloudProvider, CloudProviderError, InstanceType
+from karpy.controllers import events as ev
 from karpy.controllers.hash_restamp import nodepool_stamp, restamp_nodeclaims
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
@@ -204,7 +205,7 @@ def nodeclass_readiness(nodepool: NodePool, state: ClusterState) -> tuple[str, s
     return "True", "NodeClassReady", ""
 
 
-NO_COMPATIBLE_TYPES = "NodePool requirements filtered out all compatible available instance types"
+NO_COMPATIBLE_TYPES = ev.NO_COMPATIBLE_INSTANCE_TYPES
 
 
 def compatible_instance_types(nodepool: NodePool, instance_types: list[InstanceType]) -> list[str]:
@@ -324,8 +325,7 @@ class NodePoolStatusReconciler:
             log.warning(
                 "nodepool requirements filtered out all instance types", nodepool=key, instance_types=len(types)
             )
-        ref = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": nodepool.raw["metadata"]}
-        self.events.publish(ref, WARNING, "NoCompatibleInstanceTypes", NO_COMPATIBLE_TYPES)
+        self.events.record(ev.no_compatible_instance_types(nodepool))
 
     async def _ensure_hash(self, nodepool: NodePool) -> None:
         """Stamp the NodePool's hash annotations (Karpenter core ``pkg/controllers/nodepool/hash``), first

@@ -40,11 +40,12 @@ from karpy.apis.quantity import format_resource_list
 from karpy.apis.resources import add
 from karpy.apis.taints import taints_json
 from karpy.cloudprovider.types import CloudProvider, CloudProviderError, InstanceType
+from karpy.controllers import events as ev
 from karpy.controllers.launch_backoff import LaunchBackoff, explain_incompatible
 from karpy.controllers.terminator import drainable
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
-from karpy.kube.events import NORMAL, WARNING, EventRecorder
+from karpy.kube.events import EventRecorder
 from karpy.kube.resources import NODECLAIMS
 from karpy.metrics import NODECLAIMS_CREATED, UNSCHEDULABLE_PODS
 from karpy.runtime.batcher import Batcher
@@ -183,6 +184,7 @@ class Provisioner:
         now = self.state.clock()
         self.nominated.update({name: now for name, pods in result.existing.items() if pods})
         await self._plan_onto_existing(result.existing)
+        self._nominate_existing(result.existing)
         self.launch_backoff.prune(self.state.pods)
         plans, retry_in = self.launch_backoff.hold(result.new_nodeclaims)
         if retry_in > 0:
@@ -414,6 +416,21 @@ class Provisioner:
                 out.add(node.name)
         return out
 
+    def _nominate_existing(self, existing: Mapping[str, tuple[model.Pod, ...]]) -> None:
+        """``Nominated`` on each pod placed on an existing Node or in-flight NodeClaim (Karpenter
+        ``scheduling/scheduler.go`` ``Results.Record``: ``Pod should schedule on: nodeclaim/X, node/Y``)."""
+        for key, pods in existing.items():
+            node = None
+            claim_name = key.removeprefix("nodeclaim/")
+            if not key.startswith("nodeclaim/"):
+                node = self.state.nodes.get(key)
+                if node is None:
+                    continue
+                claim = self.state.nodeclaim_view_for_node(node)
+                claim_name = claim.name if claim else ""
+            for pod in pods:
+                self.events.record(ev.nominate_pod(pod, node, claim_name))
+
     async def _plan_onto_existing(self, existing: Mapping[str, tuple[model.Pod, ...]]) -> None:
         """Record pods placed on karpy's in-flight or uninitialized capacity on that NodeClaim."""
         by_claim: dict[str, list[model.Pod]] = {}
@@ -450,7 +467,7 @@ class Provisioner:
         except ApiError as err:
             log.warning("nodeclaim not created", nodepool=plan.nodepool, error=str(err))
             for pod in plan.pods:
-                self.events.publish(_pod_ref(pod), WARNING, "FailedScheduling", f"nodeclaim not created: {err.message}")
+                self.events.record(ev.pod_failed_to_schedule(pod, f"creating nodeclaim, {err.message}"))
             return None
         self.state.apply("NodeClaim", "ADDED", created)
         self.plans.record(created)
@@ -466,7 +483,7 @@ class Provisioner:
             requests=format_resource_list(dict(plan.requests)),
         )
         for pod in plan.pods:
-            self.events.publish(_pod_ref(pod), NORMAL, "Nominated", f"Pod should schedule on: nodeclaim/{name}")
+            self.events.record(ev.nominate_pod(pod, claim_name=name))
         return created
 
     def _report_errors(self, pending: Sequence[PodInfo], errors: Mapping[str, str]) -> None:
@@ -475,7 +492,7 @@ class Provisioner:
         for key, message in errors.items():
             info = by_key.get(key)
             if info is not None:
-                self.events.publish(_pod_ref(info.pod), WARNING, "FailedScheduling", message)
+                self.events.record(ev.pod_failed_to_schedule(info.pod, message))
         if errors:
             log.info("pods unschedulable", count=len(errors), example=next(iter(errors.values())))
 
@@ -542,14 +559,6 @@ def bound_nodes(state: ClusterState) -> list[model.ExistingNode]:
     """Every Node with only the pods bound to it now: the cluster as kube-scheduler's cache holds it. Nodes being
     deleted are included (their pods still count for pod (anti-)affinity and spread until they are gone)."""
     return [node_capacity(n, list(state.pods_on(n.name)), n.taints) for n in state.nodes.values()]
-
-
-def _pod_ref(pod: model.Pod) -> JSON:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
-    }
 
 
 def nodeclaim_from_plan(

@@ -41,14 +41,14 @@ import structlog
 
 from karpy.apis import labels as wk
 from karpy.apis.conditions import conditions_json, set_condition
-from karpy.apis.meta import JSON
 from karpy.apis.nodeclaim import NodeClaim
 from karpy.apis.taints import taints_json
 from karpy.apis.times import parse_time
 from karpy.cloudprovider.types import CloudProvider, NodeClaimNotFoundError
+from karpy.controllers import events as ev
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
-from karpy.kube.events import NORMAL, EventRecorder
+from karpy.kube.events import EventRecorder
 from karpy.kube.resources import NODECLAIMS, NODES, PODS
 from karpy.metrics import NODECLAIMS_TERMINATED
 from karpy.runtime.controller import Result
@@ -107,6 +107,16 @@ def stuck_terminating(info: PodInfo, now: float) -> bool:
     return info.deleting and info.deletion_timestamp > 0 and now - info.deletion_timestamp > STUCK_TERMINATING_AFTER
 
 
+def eviction_reason(claim: NodeClaim) -> str:
+    """What the ``Evicted`` events name (Karpenter ``terminator/eviction.go`` ``evictionReason``): the
+    NodeClaim's ``DisruptionReason`` condition reason when it is True (Empty, Underutilized, Drifted, ...), else
+    ``Forceful Termination``."""
+    cond = claim.condition(wk.COND_DISRUPTION_REASON)
+    if cond is not None and cond.true and cond.reason:
+        return cond.reason
+    return ev.FORCEFUL_TERMINATION
+
+
 def drainable(info: PodInfo) -> bool:
     """Pods the drain must evict (Karpenter core ``node/termination/terminator/terminator.go``): not terminal, not
     DaemonSet, not mirror, not tolerating the disrupted taint."""
@@ -149,8 +159,13 @@ class Terminator:
         node = self.state.node_for_nodeclaim(claim)
         if node is not None and not await self._instance_gone_under_unready_node(claim, node):
             await self._cordon(node)
-            remaining = await self._drain(node, termination_deadline(claim))
+            stamped = claim.meta.annotations.get(wk.ANNOTATION_TERMINATION_TIMESTAMP)
+            if stamped:
+                self.events.record(ev.node_termination_grace_period_expiring(node, stamped))
+            remaining = await self._drain(node, termination_deadline(claim), eviction_reason(claim))
             if remaining:
+                # Karpenter node/termination/controller.go awaitDrain: a NodeDrainError is a FailedDraining event.
+                self.events.record(ev.node_failed_to_drain(node, f"{remaining} pods are waiting to be evicted"))
                 return Result(requeue_after=DRAIN_POLL)
         if not await self._terminate_instance(claim):
             return Result(requeue_after=TERMINATE_POLL)
@@ -209,10 +224,13 @@ class Terminator:
             raise
         self.state.apply("NodeClaim", "MODIFIED", updated)
         log.info("termination deadline set", nodeclaim=claim.name, deadline=at)
-        return NodeClaim.from_json(updated)
+        stamped = NodeClaim.from_json(updated)
+        self.events.record(ev.nodeclaim_termination_grace_period_expiring(stamped, at))
+        return stamped
 
-    async def _drain(self, node: NodeInfo, deadline: float | None = None) -> int:
+    async def _drain(self, node: NodeInfo, deadline: float | None = None, reason: str = ev.FORCEFUL_TERMINATION) -> int:
         """Evict what must go (force-delete at the TGP deadline); returns how many drainable pods remain.
+        ``reason`` ends each pod's ``Evicted`` event (see :func:`eviction_reason`).
 
         Pods stuck terminating are not waited for (Karpenter ``IsDrainable``)."""
         now = self.clock()
@@ -228,7 +246,7 @@ class Terminator:
                 continue  # already evicted, waiting for its containers to stop
             if info.do_not_disrupt:
                 continue  # do-not-disrupt: never evicted; only the TGP deadline removes it
-            await self._evict(info)
+            await self._evict(info, node, reason)
         return len(remaining)
 
     async def _grace_of(self, info: PodInfo) -> int:
@@ -269,11 +287,10 @@ class Terminator:
         if len(self._forced) > 10000:
             self._forced.clear()
         self._forced.add(info.pod.uid)
-        message = f"Deleting pod: terminationGracePeriod deadline {datetime.fromtimestamp(deadline, UTC):%H:%M:%SZ}"
-        self.events.publish(_pod_ref(info), NORMAL, "Disrupted", message)
+        self.events.record(ev.disrupt_pod_delete(info.pod, grace, deadline, await self._grace_of(info)))
         log.info("deleted pod at the termination deadline", pod=info.key, grace_seconds=grace, node=info.node_name)
 
-    async def _evict(self, info: PodInfo) -> None:
+    async def _evict(self, info: PodInfo, node: NodeInfo, reason: str) -> None:
         body = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
@@ -286,9 +303,11 @@ class Terminator:
                 return
             if err.too_many_requests:
                 log.info("eviction blocked by a PodDisruptionBudget, retrying", pod=info.key)
+                # Karpenter terminator/eviction.go: a 429 is a FailedDraining event on the pod's Node.
+                self.events.record(ev.node_failed_to_drain(node, f"evicting pod violates a PDB (Pod={info.key})"))
                 return
             raise
-        self.events.publish(_pod_ref(info), NORMAL, "Evicted", "Evicted pod: node is being terminated")
+        self.events.record(ev.evict_pod(info.pod, reason))
         log.info("evicted pod", pod=info.key, node=info.node_name)
 
     async def _terminate_instance(self, claim: NodeClaim) -> bool:
@@ -429,11 +448,3 @@ class NodeTermination:
                 if not err.not_found:
                     raise
         return Result()
-
-
-def _pod_ref(info: PodInfo) -> JSON:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": info.pod.name, "namespace": info.pod.namespace, "uid": info.pod.uid},
-    }

@@ -1,14 +1,23 @@
-"""Kubernetes Events, de-duplicated for 2 minutes on (object, reason, message) as Karpenter's recorder does."""
+"""Kubernetes Events with Karpenter's de-duplication and rate limits (core ``pkg/events/recorder.go``).
+
+:meth:`EventRecorder.record` publishes :class:`Event` values as Karpenter's ``Recorder.Publish`` does: an event
+with ``dedupe_values`` is dropped while one with the same key — its lower-cased reason and those values, usually
+the object's UID (not its message) — was published within ``dedupe_timeout`` seconds (2 minutes unless the
+event says otherwise); then an event with a ``rate_limiter`` is dropped when the shared token bucket is empty
+(client-go ``flowcontrol.NewTokenBucketRateLimiter``). Events without ``dedupe_values`` are never de-duplicated.
+:meth:`EventRecorder.publish` (karpy's own events) de-duplicates for 2 minutes on (object, reason, message).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+import attrs
 import structlog
 
 from karpy.kube.client import KubeClient
@@ -20,6 +29,54 @@ NORMAL = "Normal"
 WARNING = "Warning"
 
 
+class TokenBucket:
+    """client-go's token-bucket rate limiter (``flowcontrol.NewTokenBucketRateLimiter(qps, burst)``): starts
+    full with ``burst`` tokens, refills ``qps`` tokens per second; ``clock`` gives seconds (monotonic)."""
+
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.qps = qps
+        self.burst = burst
+        self.clock = clock
+        self._tokens = float(burst)
+        self._at = clock()
+
+    def try_accept(self) -> bool:
+        """Take one token if there is one (``TryAccept``); False when the bucket is empty."""
+        now = self.clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.qps)
+        self._at = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+
+@attrs.frozen
+class Event:
+    """One event as Karpenter builds it (core ``pkg/events/recorder.go`` ``Event``).
+
+    Attributes:
+        involved: the object's reference JSON (apiVersion, kind, metadata with name, namespace, uid).
+        type: ``Normal`` or ``Warning``.
+        reason / message: as ``kubectl describe`` shows them.
+        dedupe_values: the de-duplication key after the reason (usually the object's UID); empty: never deduped.
+        dedupe_timeout: seconds a same-key event is suppressed (Karpenter's default: 2 minutes).
+        rate_limiter: a bucket shared by all events of a kind (Nominated, InsufficientCapacityError on pods).
+    """
+
+    involved: Mapping[str, Any]
+    type: str
+    reason: str
+    message: str
+    dedupe_values: tuple[str, ...] = ()
+    dedupe_timeout: float = DEDUPE_SECONDS
+    rate_limiter: TokenBucket | None = attrs.field(default=None, eq=False)
+
+    def dedupe_key(self) -> str:
+        """Karpenter's ``dedupeKey``: ``<lower-case reason>-<values joined by ->``."""
+        return f"{self.reason.lower()}-{'-'.join(self.dedupe_values)}"
+
+
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -27,22 +84,48 @@ def _now() -> str:
 class EventRecorder:
     """Publishes core/v1 Events; cluster-scoped objects' events go to namespace ``default`` (as kubectl shows)."""
 
-    def __init__(self, client: KubeClient, component: str = "karpy") -> None:
+    def __init__(
+        self, client: KubeClient, component: str = "karpy", *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.client = client
         self.component = component
+        self.clock = clock
         self._seen: dict[tuple[str, str, str], float] = {}
+        self._until: dict[str, float] = {}  # Karpenter dedupe key → monotonic time its suppression ends
         self._tasks: set[asyncio.Task[None]] = set()
+
+    def record(self, *events: Event) -> None:
+        """Publish ``events`` as Karpenter's ``Recorder.Publish`` does (see the module docstring)."""
+        for event in events:
+            if event.dedupe_values and not self._first_within(event.dedupe_key(), event.dedupe_timeout):
+                continue
+            if event.rate_limiter is not None and not event.rate_limiter.try_accept():
+                continue
+            self._post(event.involved, event.type, event.reason, event.message)
+
+    def _first_within(self, key: str, timeout: float) -> bool:
+        """False while ``key`` is suppressed; else remember it for ``timeout`` seconds (go-cache ``Set``)."""
+        now = self.clock()
+        if self._until.get(key, -1e18) > now:
+            return False
+        self._until[key] = now + timeout
+        if len(self._until) > 10000:  # bound memory: forget expired keys
+            self._until = {k: t for k, t in self._until.items() if t > now}
+        return True
 
     def publish(self, obj: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
         """Record an event about ``obj`` (its JSON: apiVersion, kind, metadata) without waiting."""
         meta = obj.get("metadata") or {}
         key = (str(meta.get("uid") or meta.get("name")), reason, message)
-        now = time.monotonic()
+        now = self.clock()
         if now - self._seen.get(key, -1e9) < DEDUPE_SECONDS:
             return
         self._seen[key] = now
         if len(self._seen) > 10000:  # bound memory: forget entries past the dedupe window
             self._seen = {k: t for k, t in self._seen.items() if now - t < DEDUPE_SECONDS}
+        self._post(obj, event_type, reason, message)
+
+    def _post(self, obj: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
         task = asyncio.get_running_loop().create_task(self._create(obj, event_type, reason, message))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -164,7 +164,7 @@ async def test_emptiness_deletes_empty_node_with_decision_record_and_taint() -> 
     assert present(claim, wk.COND_DISRUPTION_REASON)["reason"] == "Empty"
     taints = h.obj(NODES, "node-a")["spec"]["taints"]
     assert {"key": wk.TAINT_DISRUPTED_KEY, "effect": "NoSchedule"} in taints
-    events = h.kube.events("DisruptionTerminating")
+    events = h.kube.events("DisruptionTerminating", name="a")  # the Node gets its own (Karpenter's Terminating)
     assert events and "podsMoved" in events[0]["message"]
     assert h.disruption.evaluations == 1 and not h.queue.in_flight
 
@@ -342,7 +342,8 @@ async def test_pdb_and_do_not_disrupt_exclude_candidates() -> None:
     h.kube.seed(pdb("guard", {"app": "guarded"}, 0))
     ctx = await h.disruption.context(T0)
     assert ctx is not None and ctx.candidates == []
-    assert "PodDisruptionBudget default/guard" in ctx.blocked["a"] and "do-not-disrupt" in ctx.blocked["b"]
+    # Karpenter's wording (core state/statenode.go ValidatePodsDisruptable).
+    assert "PodDisruptionBudget=[default/guard]" in ctx.blocked["a"] and "do-not-disrupt" in ctx.blocked["b"]
 
 
 async def test_cooldown_blocks_young_nodes_and_recently_moved_workloads() -> None:

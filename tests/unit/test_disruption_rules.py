@@ -108,12 +108,14 @@ def test_do_not_disrupt_on_claim_node_or_pod_blocks() -> None:
     claim = claim_view(nodeclaim("a", pool))
     plain = infos(pod("p", "node-a"))
     assert do_not_disrupt_blocker(claim, {}, plain) == ""
-    assert "pod default/q" in do_not_disrupt_blocker(
+    # Karpenter's wording (core state/statenode.go), shown as the DisruptionBlocked event's message.
+    assert do_not_disrupt_blocker(
         claim, {}, infos(pod("q", "node-a", annotations={wk.ANNOTATION_DO_NOT_DISRUPT: "true"}))
-    )
-    assert "node has" in do_not_disrupt_blocker(claim, {wk.ANNOTATION_DO_NOT_DISRUPT: "true"}, plain)
+    ) == 'pod has "karpenter.sh/do-not-disrupt" annotation (Pod=default/q)'
+    node_blocked = 'disruption is blocked through the "karpenter.sh/do-not-disrupt" annotation'
+    assert do_not_disrupt_blocker(claim, {wk.ANNOTATION_DO_NOT_DISRUPT: "true"}, plain) == node_blocked
     protected = claim_view(nodeclaim("b", pool, annotations={wk.ANNOTATION_DO_NOT_DISRUPT: "true"}))
-    assert "nodeclaim has" in do_not_disrupt_blocker(protected, {}, plain)
+    assert do_not_disrupt_blocker(protected, {}, plain) == f"{node_blocked} (NodeClaim=b)"
     finished = pod("done", "node-a", annotations={wk.ANNOTATION_DO_NOT_DISRUPT: "true"})
     finished["status"]["phase"] = "Succeeded"
     assert do_not_disrupt_blocker(claim, {}, infos(finished)) == ""
@@ -123,9 +125,12 @@ def test_pdb_blocker() -> None:
     """Zero disruptions allowed, more evictions than allowed, or two PDBs on one pod block; namespaces matter."""
     a1, a2 = pod("a1", "n", labels={"app": "a"}), pod("a2", "n", labels={"app": "a"})
     assert pdb_blocker(infos(a1), [pdb("pa", {"app": "a"}, 1)]) == ""
-    assert "allows 0" in pdb_blocker(infos(a1), [pdb("pa", {"app": "a"}, 0)])
+    zero = pdb_blocker(infos(a1), [pdb("pa", {"app": "a"}, 0)])
+    assert zero == "pdb prevents pod evictions (PodDisruptionBudget=[default/pa])", "Karpenter's wording"
     assert "allows 1 disruption(s), 2 pod(s)" in pdb_blocker(infos(a1, a2), [pdb("pa", {"app": "a"}, 1)])
-    assert "2 PodDisruptionBudgets" in pdb_blocker(infos(a1), [pdb("p1", {"app": "a"}, 5), pdb("p2", {}, 5)])
+    two = pdb_blocker(infos(a1), [pdb("p1", {"app": "a"}, 5), pdb("p2", {}, 5)])
+    assert "2 PodDisruptionBudgets" in two
+    assert two.startswith("eviction does not support multiple PDBs (PodDisruptionBudget(s)=[default/p1 default/p2])")
     assert pdb_blocker(infos(a1), [pdb("other-ns", {"app": "a"}, 0, namespace="kube-system")]) == ""
     evicting = pod("a3", "n", labels={"app": "a"})
     evicting["metadata"]["deletionTimestamp"] = ts(T0)

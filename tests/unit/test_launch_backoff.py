@@ -172,7 +172,8 @@ async def test_pods_only_types_without_an_ami_would_fit_are_told_the_ami_require
     assert [json.loads(c["metadata"]["annotations"][wk.ANNOTATION_PLANNED_PODS]) for c in created] == [["default/cpu"]]
     failed = warnings(kube, "FailedScheduling")
     assert set(failed) == {"gpu", "huge"}
-    assert failed["gpu"].startswith(
+    assert failed["gpu"].startswith(  # Karpenter's PodFailedToScheduleEvent text (scheduling/events.go)
+        "Failed to schedule pod, "
         f'incompatible with nodepool "np": no instance type that fits has a compatible AMI: {AMI_REASON}; '
         "would fit: g.xlarge; "
     ), failed["gpu"]
@@ -222,7 +223,8 @@ async def test_a_failed_launch_backs_off_its_pods_and_tells_them_why() -> None:
         told["a"]
         == told["b"]
         == (
-            "NodeClaim np-1 failed to launch: CreateFleet launched nothing (Unsupported); "
+            # Karpenter's InsufficientCapacityErrorPodEvent text (nodeclaim/lifecycle/events.go), then karpy's back-off
+            "NodeClaim np-1 nominated for this pod failed to launch: CreateFleet launched nothing (Unsupported); "
             f"new capacity for this pod is retried in {BASE_DELAY:.0f}s"
         )
     )

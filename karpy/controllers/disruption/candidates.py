@@ -59,6 +59,11 @@ def pdbs_for(pod: PodInfo, pdbs: Iterable[Mapping[str, Any]]) -> list[Mapping[st
     ]
 
 
+def _pdb_key(pdb: Mapping[str, Any]) -> str:
+    meta = pdb.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
 def pdb_blocker(pods: Sequence[PodInfo], pdbs: Sequence[Mapping[str, Any]]) -> str:
     """Why ``pods`` cannot all be evicted now under their PDBs ("" when they can).
 
@@ -75,7 +80,12 @@ def pdb_blocker(pods: Sequence[PodInfo], pdbs: Sequence[Mapping[str, Any]]) -> s
             continue
         matching = pdbs_for(pod, pdbs)
         if len(matching) > 1:
-            return f"pod {pod.key} is selected by {len(matching)} PodDisruptionBudgets"
+            # Karpenter's text (core state/statenode.go ValidatePodsDisruptable), then karpy's count.
+            keys = " ".join(sorted(_pdb_key(p) for p in matching))
+            return (
+                f"eviction does not support multiple PDBs (PodDisruptionBudget(s)=[{keys}]): pod {pod.key} is "
+                f"selected by {len(matching)} PodDisruptionBudgets"
+            )
         if not matching:
             continue
         meta = matching[0].get("metadata") or {}
@@ -83,6 +93,8 @@ def pdb_blocker(pods: Sequence[PodInfo], pdbs: Sequence[Mapping[str, Any]]) -> s
         allowed[key] = int((matching[0].get("status") or {}).get("disruptionsAllowed") or 0)
         demand[key] = demand.get(key, 0) + 1
     for key, count in demand.items():
+        if allowed[key] <= 0:  # Karpenter's text (core state/statenode.go ValidatePodsDisruptable)
+            return f"pdb prevents pod evictions (PodDisruptionBudget=[{key[0]}/{key[1]}])"
         if count > allowed[key]:
             return (
                 f"PodDisruptionBudget {key[0]}/{key[1]} allows {allowed[key]} disruption(s), "
@@ -92,17 +104,19 @@ def pdb_blocker(pods: Sequence[PodInfo], pdbs: Sequence[Mapping[str, Any]]) -> s
 
 
 def do_not_disrupt_blocker(claim: NodeClaim, node_annotations: Mapping[str, str], pods: Iterable[PodInfo]) -> str:
-    """``karpenter.sh/do-not-disrupt=true`` on the NodeClaim, the Node or any non-terminal pod ("" if none).
+    """``karpenter.sh/do-not-disrupt=true`` on the NodeClaim, the Node or any non-terminal pod ("" if none), in
+    Karpenter's words (core ``state/statenode.go`` ``ValidateNodeDisruptable``/``ValidatePodsDisruptable``; the
+    ``DisruptionBlocked`` event is this text as a sentence).
 
     Pods that are terminating still count (aws#7259): the annotation is honoured until the pod is gone.
     """
     if claim.meta.annotations.get(wk.ANNOTATION_DO_NOT_DISRUPT) == "true":
-        return "nodeclaim has karpenter.sh/do-not-disrupt"
+        return f'disruption is blocked through the "{wk.ANNOTATION_DO_NOT_DISRUPT}" annotation (NodeClaim={claim.name})'
     if node_annotations.get(wk.ANNOTATION_DO_NOT_DISRUPT) == "true":
-        return "node has karpenter.sh/do-not-disrupt"
+        return f'disruption is blocked through the "{wk.ANNOTATION_DO_NOT_DISRUPT}" annotation'
     for pod in pods:
         if pod.do_not_disrupt and not pod.terminal:
-            return f"pod {pod.key} has karpenter.sh/do-not-disrupt"
+            return f'pod has "{wk.ANNOTATION_DO_NOT_DISRUPT}" annotation (Pod={pod.key})'
     return ""
 
 

@@ -31,6 +31,7 @@ import structlog
 from karpy.apis import labels as wk
 from karpy.apis.conditions import conditions_json
 from karpy.cloudprovider.types import CloudProviderError, InstanceType
+from karpy.controllers import events as ev
 from karpy.controllers.disruption import consolidation as cons
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption.candidates import (
@@ -60,7 +61,7 @@ from karpy.controllers.disruption.validation import Validation
 from karpy.controllers.provisioner import Provisioner, with_volume_terms
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
-from karpy.kube.events import NORMAL, EventRecorder
+from karpy.kube.events import EventRecorder
 from karpy.kube.resources import PDBS
 from karpy.metrics import DISRUPTION_EVALUATIONS
 from karpy.runtime.controller import Result
@@ -213,6 +214,9 @@ class Disruption:
             reason, node, nodepool = node_blocker(self.state, claim, nominated, self.queue.in_flight)
             if reason or node is None or nodepool is None:
                 ctx.blocked[name] = reason
+                message = ev.node_blocked_message(reason, claim, node)
+                if message:  # Karpenter disruption/types.go NewCandidate publishes Blocked for these
+                    self.events.record(*ev.blocked(node, claim, message))
                 continue
             candidate, volumes = self._with_volume_terms(
                 build_candidate(self.state, claim, node, nodepool, types.get(nodepool.name, {}), now)
@@ -226,7 +230,7 @@ class Disruption:
             )
             if reason and not eventual_ignores_pods(claim):
                 ctx.blocked[name] = reason
-                self.events.publish(claim.raw, NORMAL, "DisruptionBlocked", f"Cannot disrupt NodeClaim: {reason}")
+                self.events.record(*ev.blocked(node, claim, ev.sentence(reason)))
                 continue
             if reason:
                 ctx.eventual_only.add(name)

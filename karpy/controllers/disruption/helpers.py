@@ -17,13 +17,14 @@ from karpy.apis import labels as wk
 from karpy.apis.meta import JSON
 from karpy.apis.nodeclaim import NodeClaim
 from karpy.apis.nodepool import NodePool
+from karpy.controllers import events as ev
 from karpy.controllers.disruption import consolidation as cons
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption.emptiness import consolidate_after
 from karpy.controllers.disruption.types import Candidate
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
-from karpy.kube.events import NORMAL, EventRecorder
+from karpy.kube.events import EventRecorder
 from karpy.kube.resources import NAMESPACES, NODECLAIMS, NODES
 from karpy.scheduling import model
 from karpy.state.cluster import ClusterState, deleting
@@ -170,7 +171,7 @@ async def delete_claim(
         raise
     if answer.get("kind") == "NodeClaim" and deleting(answer):
         state.apply("NodeClaim", "MODIFIED", answer)  # read-your-writes: it counts as deleting at once
-    events.publish(claim.raw, NORMAL, "DisruptionTerminating", f"Disrupting NodeClaim: {reason} {text}")
+    events.record(*ev.terminating(state.node_for_nodeclaim(claim), claim, reason, text))
     log.info("disrupting nodeclaim", nodeclaim=name, reason=reason, record=record)
     return True
 

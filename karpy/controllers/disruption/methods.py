@@ -15,6 +15,7 @@ import attrs
 from karpy.apis import labels as wk
 from karpy.apis.hashing import legacy_nodeclass_hash, legacy_nodepool_hash, nodeclass_hash, nodepool_hash
 from karpy.apis.nodepool import NodePool
+from karpy.controllers import events as ev
 from karpy.controllers.budgets import allowed_disruptions
 from karpy.controllers.disruption import consolidation as cons
 from karpy.controllers.disruption import controls
@@ -23,6 +24,7 @@ from karpy.controllers.disruption.candidates import budget_counts
 from karpy.controllers.disruption.emptiness import (
     WHEN_EMPTY_OR_UNDERUTILIZED,
     consolidatable,
+    consolidate_after,
     consolidation_policy,
     empty_command,
 )
@@ -71,6 +73,9 @@ class Methods:
             return 0
         total, disrupting = budget_counts(self.state, pool, self.queue.in_flight)
         value = allowed_disruptions(view, reason, total, disrupting)
+        if total and allowed_disruptions(view, reason, total, 0) == 0:
+            # Karpenter disruption/helpers.go BuildDisruptionBudgetMapping: a budget of 0 for a pool with nodes.
+            self.queue.events.record(ev.nodepool_blocked_for_disruption_reason(view, reason))
         DISRUPTION_ALLOWED.labels(nodepool=pool, reason=reason).set(value)
         return value
 
@@ -135,7 +140,14 @@ class Methods:
         for c in ctx.candidates:
             if c.name in ctx.eventual_only:
                 continue
+            if consolidate_after(c.nodepool) is None:  # Karpenter disruption/consolidation.go ShouldDisrupt
+                message = f'NodePool "{c.pool}" has consolidation disabled'
+                self.queue.events.record(*ev.unconsolidatable(c.node, c.claim, message))
+                continue
             if consolidation_policy(c.nodepool) != WHEN_EMPTY_OR_UNDERUTILIZED or c.price is None:
+                if c.pods and consolidation_policy(c.nodepool) != WHEN_EMPTY_OR_UNDERUTILIZED:
+                    message = f'NodePool "{c.pool}" has consolidation policy WhenEmpty, but node is not empty'
+                    self.queue.events.record(*ev.unconsolidatable(c.node, c.claim, message))
                 continue
             if not self.consolidatable(ctx, c):
                 continue
@@ -195,6 +207,11 @@ class Methods:
         open_pools = [c for c in eligible if budget.get(c.pool, 0) > 0]
         command, why = cons.single_node(open_pools, ctx.simulator(), spot_to_spot=spot, accept=self.accept)
         ctx.blocked.update(why)
+        for c in open_pools:  # Karpenter disruption/consolidation.go computeConsolidation (single node)
+            if c.name in why and not why[c.name].startswith("not evaluated"):
+                self.queue.events.record(
+                    *ev.unconsolidatable(c.node, c.claim, ev.unconsolidatable_message(why[c.name]))
+                )
         if command is None and len(open_pools) == len(eligible):
             self._consolidated = (self.state_version, ctx.now)  # a budget-blocked pass is not "consolidated"
         return command

@@ -29,6 +29,7 @@ from karpy.apis.conditions import conditions_json, set_condition
 from karpy.apis.hashing import nodeclass_hash, nodepool_hash
 from karpy.apis.nodeclaim import NodeClaim
 from karpy.apis.times import now_rfc3339
+from karpy.controllers import events as ev
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption.candidates import do_not_disrupt_blocker
 from karpy.controllers.disruption.helpers import (
@@ -45,7 +46,7 @@ from karpy.controllers.provisioner import nodeclaim_from_plan
 from karpy.controllers.terminator import drainable
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
-from karpy.kube.events import NORMAL, WARNING, EventRecorder
+from karpy.kube.events import WARNING, EventRecorder
 from karpy.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PODS
 from karpy.metrics import DISRUPTION_DECISIONS, DISRUPTION_QUEUE_FAILURES, NODECLAIMS_CREATED, NODECLAIMS_DISRUPTED
 from karpy.runtime.fence import NotLeader
@@ -217,7 +218,7 @@ class Queue:
         """Take one candidate out of an emptiness command: untaint it, say why, back it off like an abandon."""
         log.info("candidate left the command", nodeclaim=c.name, reason=blocker, command=command.method)
         await untaint(self.client, self.state, c.node.name)
-        self.events.publish(c.claim.raw, WARNING, "DisruptionBlocked", f"{command.reason}: {blocker}")
+        self.events.record(*ev.blocked(c.node, c.claim, ev.sentence(blocker)))
         self.back_off(c.name)
 
     async def _set_reason(self, command: Command, on: bool) -> None:
@@ -252,10 +253,7 @@ class Queue:
         self.replacing.add(name)
         self.state.apply("NodeClaim", "ADDED", created)
         NODECLAIMS_CREATED.labels(nodepool=plan.nodepool, reason=command.reason.lower()).inc()
-        for c in command.candidates:
-            self.events.publish(
-                c.claim.raw, NORMAL, "DisruptionLaunching", f"Launching NodeClaim {name}: {command.reason}"
-            )
+        self.events.record(ev.launching(created, command.reason))
         log.info("launched replacement", nodeclaim=name, command=command.method, reason=command.reason)
         return name
 
@@ -276,13 +274,10 @@ class Queue:
                 return
             if not announced:
                 announced = True
-                for c in command.candidates:
-                    self.events.publish(
-                        c.claim.raw,
-                        NORMAL,
-                        "DisruptionWaitingReadiness",
-                        f"Waiting on readiness of {', '.join(waiting)}",
-                    )
+                for name in waiting:
+                    replacement = self.state.nodeclaim_view(name)
+                    if replacement is not None:
+                        self.events.record(ev.waiting_on_readiness(replacement))
             if self.clock() >= deadline:
                 limit = self.settings.replacement_timeout
                 raise _Abort(f"replacement(s) {', '.join(waiting)} not initialized within {limit:g}s", halt=True)
@@ -307,7 +302,8 @@ class Queue:
         except ApiError as err:
             log.warning("disruption reason not cleared", error=str(err))
         for c in command.candidates:
-            self.events.publish(c.claim.raw, WARNING, "DisruptionBlocked", f"{command.reason}: {abort.reason}")
+            # karpy's own reason: Karpenter publishes no event when a command fails (only logs and metrics).
+            self.events.publish(c.claim.raw, WARNING, "DisruptionAbandoned", f"{command.reason}: {abort.reason}")
             self.back_off(c.name)
         if abort.halt and command.reason == DRIFTED:
             for pool in {c.pool for c in command.candidates}:

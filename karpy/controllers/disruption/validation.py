@@ -18,17 +18,38 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
+from karpy.controllers import events as ev
 from karpy.controllers.disruption import consolidation as cons
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption.emptiness import empty_command
 from karpy.controllers.disruption.helpers import Clock, Context, Sleep
 from karpy.controllers.disruption.methods import Methods
-from karpy.controllers.disruption.types import EMPTY, UNDERUTILIZED, Command
-from karpy.kube.events import NORMAL, EventRecorder
+from karpy.controllers.disruption.types import EMPTY, UNDERUTILIZED, Candidate, Command
+from karpy.kube.events import EventRecorder
 from karpy.metrics import DISRUPTION_FAILED_VALIDATIONS
 from karpy.state.cluster import ClusterState
 
 log = structlog.get_logger("karpy.disruption")
+
+
+CONSOLIDATION_METHODS = frozenset({"single-node", "multi-node"})
+
+
+def command_string(command: Command, candidate: Candidate) -> str:
+    """Karpenter ``Command.StringForNode`` (core ``disruption/types.go``), the ConsolidationRejected event's
+    command: ``<reason>: <decision>: nodepools=[..]: [<nodes>] -> [1 replacement] (savings: $x.xx)``, or for
+    one candidate of several ``<decision>: [<name>] (part of N-node consolidation)``. karpy's commands carry no
+    ID, so Karpenter's ``<reason>/<id>`` is the reason alone."""
+    if len(command.candidates) > 1:
+        return f"{command.decision}: [{candidate.node.name}] (part of {len(command.candidates)}-node consolidation)"
+    pools = ",".join(dict.fromkeys(c.pool for c in command.candidates))
+    sources = ", ".join(c.node.name for c in command.candidates)
+    n = len(command.replacements)
+    moved = f" -> [{n} replacement{'' if n == 1 else 's'}]" if n else ""
+    return (
+        f"{command.reason}: {command.decision}: nodepools=[{pools}]: [{sources}]{moved} "
+        f"(savings: ${command.savings:.2f})"
+    )
 
 
 class Validation:
@@ -55,6 +76,7 @@ class Validation:
         self.settings = settings
         self.clock = clock
         self.sleep = sleep
+        self.rejection = "unknown"
 
     async def validate(self, command: Command) -> Command | None:
         """Wait ``validation_delay`` seconds, then recompute; the still-valid command or None."""
@@ -64,8 +86,11 @@ class Validation:
         fresh = None if ctx is None else self.revalidate(ctx, command, decided)
         if fresh is None:
             DISRUPTION_FAILED_VALIDATIONS.labels(consolidation_type=command.method).inc()
-            for c in command.candidates:
-                self.events.publish(c.claim.raw, NORMAL, "ConsolidationRejected", f"{command.reason}: no longer valid")
+            if command.method in CONSOLIDATION_METHODS:  # Karpenter: single- and multi-node consolidation only
+                reason = "unknown" if ctx is None else self.rejection
+                for c in command.candidates:
+                    text = command_string(command, c)
+                    self.events.record(*ev.consolidation_rejected(c.node, c.claim, text, reason, command.savings))
             log.info("disruption command rejected by validation", command=command.record())
         return fresh
 
@@ -81,18 +106,21 @@ class Validation:
             return self._revalidate_empty(ctx, command, decided)
         names = [c.name for c in command.candidates]
         current = {c.name: c for c in ctx.candidates}
+        self.rejection = "churn"  # the ConsolidationRejected event's reason (Karpenter's validation error kinds)
         if any(n not in current for n in names):
             return None
         chosen = [current[n] for n in names]
         eligible = {c.name for c in self.methods.underutilized(ctx)}
         if any(n not in eligible for n in names):
             return None
+        self.rejection = "budget"
         for pool in {c.pool for c in chosen}:
             if self.methods.allowed(pool, UNDERUTILIZED) < sum(1 for c in chosen if c.pool == pool):
                 return None
         fresh, _ = cons.consolidation_command(
             chosen, ctx.simulator()(chosen), method=command.method, spot_to_spot=self.settings.spot_to_spot
         )
+        self.rejection = "scheduling"
         if fresh is None or fresh.decision != command.decision or not self.methods.accept(fresh):
             return None
         if fresh.savings + 1e-9 < command.savings * 0.999:
