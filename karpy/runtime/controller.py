@@ -5,17 +5,38 @@ and returns; it never loops or sleeps. ``Result(requeue_after=s)`` asks to be ca
 logged and the key retried with per-key backoff. This mirrors controller-runtime's Reconciler.
 
 Every log line of a reconcile carries ``controller=<name>``, ``key=<key>`` and, when the key names an object
-(``key_name``, e.g. ``nodeclaim`` or ``nodepool``), that field too (structlog contextvars, bound per reconcile).
+(``key_name``, e.g. ``nodeclaim`` or ``nodepool``), that field too (structlog contextvars, bound per reconcile;
+:mod:`karpy.cloudprovider.metrics` reads ``controller`` from them to label cloud-provider calls, as Karpenter reads
+``injection.GetControllerName``).
+
+Each controller serves controller-runtime's reconcile families (controller-runtime
+``pkg/internal/controller/controller.go`` ``initMetrics``/``reconcileHandler``), ``controller`` = its name:
+``controller_runtime_reconcile_total{result}`` (``error`` when the reconciler raised, ``requeue_after`` for
+``Result(requeue_after>0)``, ``requeue`` for ``Result(requeue_after=0)``, else ``success``),
+``controller_runtime_reconcile_errors_total``, ``controller_runtime_reconcile_time_seconds``,
+``controller_runtime_max_concurrent_reconciles`` (its workers), ``controller_runtime_active_workers``, and
+the terminal-error, panic and timeout counters at 0, all initialised when it starts running.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Protocol
 
 import attrs
 import structlog
 
+from karpy.metrics_runtime import (
+    ACTIVE_WORKERS,
+    MAX_CONCURRENT_RECONCILES,
+    RECONCILE_ERRORS,
+    RECONCILE_PANICS,
+    RECONCILE_TIME,
+    RECONCILE_TIMEOUTS,
+    RECONCILE_TOTAL,
+    TERMINAL_RECONCILE_ERRORS,
+)
 from karpy.runtime.workqueue import WorkQueue
 
 log = structlog.get_logger("karpy.controller")
@@ -26,6 +47,31 @@ class Result:
     """``requeue_after``: seconds until the key is reconciled again (None: only on the next change)."""
 
     requeue_after: float | None = None
+
+    @property
+    def metric_result(self) -> str:
+        """controller-runtime's ``result`` label for this outcome: ``requeue_after``, ``requeue`` or ``success``."""
+        if self.requeue_after is None:
+            return "success"
+        return "requeue_after" if self.requeue_after > 0 else "requeue"
+
+
+def init_reconcile_metrics(controller: str, workers: int) -> None:
+    """Export ``controller``'s reconcile families at zero with its worker count (controller-runtime ``initMetrics``)."""
+    for result in ("error", "requeue_after", "requeue", "success"):
+        RECONCILE_TOTAL.labels(controller, result).inc(0)
+    for counter in (RECONCILE_ERRORS, TERMINAL_RECONCILE_ERRORS, RECONCILE_PANICS, RECONCILE_TIMEOUTS):
+        counter.labels(controller).inc(0)
+    MAX_CONCURRENT_RECONCILES.labels(controller).set(workers)
+    ACTIVE_WORKERS.labels(controller).set(0)
+
+
+def observe_reconcile(controller: str, result: str, seconds: float) -> None:
+    """Count one reconcile of ``controller`` with its ``result`` label and duration (seconds)."""
+    RECONCILE_TOTAL.labels(controller, result).inc()
+    if result == "error":
+        RECONCILE_ERRORS.labels(controller).inc()
+    RECONCILE_TIME.labels(controller).observe(seconds)
 
 
 class Reconciler(Protocol):
@@ -52,6 +98,7 @@ class Controller:
         self.reconciler = reconciler
         self.name = reconciler.name
         self.queue = queue if queue is not None else WorkQueue()  # an empty queue is falsy (__len__)
+        self.queue.name_metrics(self.name)
         self.workers = workers
         self.key_name = key_name
 
@@ -61,13 +108,19 @@ class Controller:
 
     async def run(self) -> None:
         """Run the workers until cancelled."""
+        init_reconcile_metrics(self.name, self.workers)
         await asyncio.gather(*(self._worker() for _ in range(self.workers)))
 
     async def _worker(self) -> None:
         while True:
             key = await self.queue.get()
-            with structlog.contextvars.bound_contextvars(**self._context(key)):
-                await self._reconcile(key)
+            active = ACTIVE_WORKERS.labels(self.name)
+            active.inc()
+            try:
+                with structlog.contextvars.bound_contextvars(**self._context(key)):
+                    await self._reconcile(key)
+            finally:
+                active.dec()
 
     def _context(self, key: str) -> dict[str, str]:
         context = {"controller": self.name, "key": key}
@@ -76,18 +129,21 @@ class Controller:
         return context
 
     async def _reconcile(self, key: str) -> None:
+        start = time.perf_counter()
         try:
             result = await self.reconciler.reconcile(key)
         except asyncio.CancelledError:
             self.queue.done(key)
             raise
         except Exception as err:
+            observe_reconcile(self.name, "error", time.perf_counter() - start)
             delay = self.queue.add_rate_limited(key)
             log.warning("reconcile failed", error=repr(err), retry_in=round(delay, 2))
             # A change seen while failing (often the reconciler's own status write) must not bypass the
             # backoff: the delayed retry reads the latest state anyway.
             self.queue.done(key, requeue_if_dirty=False)
             return
+        observe_reconcile(self.name, result.metric_result, time.perf_counter() - start)
         self.queue.forget(key)
         self.queue.done(key)
         if result.requeue_after is not None:

@@ -12,6 +12,9 @@ for the backoff and jitter instead of a hand-written sleep loop per controller:
   ``max_delay`` seconds, ±``jitter`` fraction), reset by the next success.
 * :meth:`SingletonController.trigger` wakes a waiting loop at once (a change the reconciler cares about).
 * every log line of a pass carries ``controller=<name>`` (structlog contextvars).
+* each pass is counted in controller-runtime's reconcile families under ``controller=<name>`` with one worker
+  (Karpenter's singletons are controller-runtime controllers with ``MaxConcurrentReconciles: 1``); a singleton has
+  no work queue, so it serves no ``workqueue_*`` series.
 
 Waits run on a :class:`~karpy.runtime.clock.Clock` (the event loop's by default) and the jitter on a
 ``random.Random`` (seeded in tests), so the loop is testable without waiting.
@@ -21,13 +24,15 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from typing import Protocol
 
 import structlog
 
+from karpy.metrics_runtime import ACTIVE_WORKERS
 from karpy.runtime.backoff import Backoff
 from karpy.runtime.clock import Clock, LoopClock
-from karpy.runtime.controller import Result
+from karpy.runtime.controller import Result, init_reconcile_metrics, observe_reconcile
 
 log = structlog.get_logger("karpy.controller")
 
@@ -75,6 +80,7 @@ class SingletonController:
 
     async def run(self) -> None:
         """Run passes until cancelled."""
+        init_reconcile_metrics(self.name, 1)
         while True:
             self._wake.clear()
             delay = await self.once()
@@ -83,15 +89,23 @@ class SingletonController:
     async def once(self) -> float | None:
         """One pass; the seconds to wait before the next (None: until triggered)."""
         self.passes += 1
-        with structlog.contextvars.bound_contextvars(controller=self.name):
-            try:
-                result = await self.reconciler.reconcile()
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:
-                delay = self.backoff.next()
-                log.warning("reconcile failed", error=repr(err)[:500], retry_in=round(delay, 2))
-                return delay
+        active = ACTIVE_WORKERS.labels(self.name)
+        active.inc()
+        start = time.perf_counter()
+        try:
+            with structlog.contextvars.bound_contextvars(controller=self.name):
+                try:
+                    result = await self.reconciler.reconcile()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as err:
+                    observe_reconcile(self.name, "error", time.perf_counter() - start)
+                    delay = self.backoff.next()
+                    log.warning("reconcile failed", error=repr(err)[:500], retry_in=round(delay, 2))
+                    return delay
+        finally:
+            active.dec()
+        observe_reconcile(self.name, result.metric_result, time.perf_counter() - start)
         self.backoff.reset()
         if result.requeue_after is None:
             return None
