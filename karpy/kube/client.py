@@ -19,11 +19,11 @@ from typing import Any
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
+import karpy.metrics_runtime as runtime_metrics
 from karpy.apis.meta import JSON
 from karpy.kube.errors import ApiError
 from karpy.kube.ratelimit import TokenBucket, client_rate_limiter
 from karpy.kube.resources import Resource
-from karpy.metrics_runtime import CLIENT_DURATION, CLIENT_REQUESTS
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -63,10 +63,10 @@ def request_labels(method: str, path: str) -> tuple[str, str, str, str, str]:
 def observe_request(method: str, path: str, code: str, seconds: float) -> None:
     """Count one apiserver request (``client_go_request_total{code, method}``) and, for API paths, its latency
     (``client_go_request_duration_seconds``), as client-go's ``RequestResult``/``RequestLatency`` hooks."""
-    CLIENT_REQUESTS.labels(code, method).inc()
+    runtime_metrics.CLIENT_REQUESTS.labels(code, method).inc()
     labels = request_labels(method, path)
     if labels[0]:
-        CLIENT_DURATION.labels(*labels).observe(seconds)
+        runtime_metrics.CLIENT_DURATION.labels(*labels).observe(seconds)
 
 
 # kubernetes-asyncio leaves its in-cluster loader unannotated (the kubeconfig loader is typed): its type, once.
@@ -160,19 +160,19 @@ class KubeClient:
         content_type: str = "application/json",
         timeout: float | None = 60.0,
     ) -> JSON:
-        """One request, throttled by the rate limiter (client-go ``Request.tryThrottle``); returns the decoded
-        JSON body ({} when empty).
+        """:meth:`_request`, counted in client-go's request families (:func:`observe_request`) with the answer's
+        HTTP status, ``<error>`` when none came.
 
         Raises:
             ApiError: a non-2xx status.
         """
-        if self.rate_limiter is not None:
-            await self.rate_limiter.wait()
         status = _STATUS.set([])
         start = time.perf_counter()
         code = "<error>"
         try:
-            answer = await self._send(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
+            answer = await self._request(
+                method, path, query=query, body=body, content_type=content_type, timeout=timeout
+            )
             code = str((_STATUS.get() or [201 if method == "POST" else 200])[-1])
             return answer
         except ApiError as err:
@@ -181,6 +181,26 @@ class KubeClient:
         finally:
             _STATUS.reset(status)
             observe_request(method, path, code, time.perf_counter() - start)
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = 60.0,
+    ) -> JSON:
+        """One request, throttled by the rate limiter (client-go ``Request.tryThrottle``); returns the decoded
+        JSON body ({} when empty).
+
+        Raises:
+            ApiError: a non-2xx status.
+        """
+        if self.rate_limiter is not None:
+            await self.rate_limiter.wait()
+        return await self._send(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
 
     async def _send(
         self,
