@@ -245,6 +245,7 @@ class KubeClient:
         response = await self._call(
             "GET", path, query=query, timeout=aiohttp.ClientTimeout(total=None, sock_read=read_timeout)
         )
+        runtime_metrics.CLIENT_REQUESTS.labels(str(response.status), "GET").inc()  # client-go counts watches too
         try:
             if response.status >= 300:
                 raise ApiError.from_body(response.status, await response.text())

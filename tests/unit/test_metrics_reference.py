@@ -365,7 +365,8 @@ def test_reconciles_and_workqueues_are_counted(scenario: Scenario) -> None:
 
 
 def test_client_requests_are_counted(scenario: Scenario) -> None:
-    """client_go_request_total counts every apiserver request but the watches, by method and status code."""
+    """client_go_request_total counts every apiserver request by method and status code (FakeKube serves watches
+    without the transport that counts them, so they are left out here)."""
     requests = [r for r in scenario.kube.requests if not r.query.get("watch")]
     for method in ("GET", "POST", "PATCH", "DELETE"):
         sent = sum(1 for r in requests if r.method == method)
