@@ -22,21 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 from typing import Protocol
 
 import attrs
 import structlog
 
-from karpy.metrics_runtime import (
-    ACTIVE_WORKERS,
-    MAX_CONCURRENT_RECONCILES,
-    RECONCILE_ERRORS,
-    RECONCILE_PANICS,
-    RECONCILE_TIME,
-    RECONCILE_TIMEOUTS,
-    RECONCILE_TOTAL,
-    TERMINAL_RECONCILE_ERRORS,
-)
+import karpy.metrics_runtime as runtime_metrics
+from karpy.runtime.fence import NotLeader
 from karpy.runtime.workqueue import WorkQueue
 
 log = structlog.get_logger("karpy.controller")
@@ -59,19 +52,45 @@ class Result:
 def init_reconcile_metrics(controller: str, workers: int) -> None:
     """Export ``controller``'s reconcile families at zero with its worker count (controller-runtime ``initMetrics``)."""
     for result in ("error", "requeue_after", "requeue", "success"):
-        RECONCILE_TOTAL.labels(controller, result).inc(0)
-    for counter in (RECONCILE_ERRORS, TERMINAL_RECONCILE_ERRORS, RECONCILE_PANICS, RECONCILE_TIMEOUTS):
+        runtime_metrics.RECONCILE_TOTAL.labels(controller, result).inc(0)
+    for counter in (
+        runtime_metrics.RECONCILE_ERRORS,
+        runtime_metrics.TERMINAL_RECONCILE_ERRORS,
+        runtime_metrics.RECONCILE_PANICS,
+        runtime_metrics.RECONCILE_TIMEOUTS,
+    ):
         counter.labels(controller).inc(0)
-    MAX_CONCURRENT_RECONCILES.labels(controller).set(workers)
-    ACTIVE_WORKERS.labels(controller).set(0)
+    runtime_metrics.MAX_CONCURRENT_RECONCILES.labels(controller).set(workers)
+    runtime_metrics.ACTIVE_WORKERS.labels(controller).set(0)
 
 
 def observe_reconcile(controller: str, result: str, seconds: float) -> None:
     """Count one reconcile of ``controller`` with its ``result`` label and duration (seconds)."""
-    RECONCILE_TOTAL.labels(controller, result).inc()
+    runtime_metrics.RECONCILE_TOTAL.labels(controller, result).inc()
     if result == "error":
-        RECONCILE_ERRORS.labels(controller).inc()
-    RECONCILE_TIME.labels(controller).observe(seconds)
+        runtime_metrics.RECONCILE_ERRORS.labels(controller).inc()
+    runtime_metrics.RECONCILE_TIME.labels(controller).observe(seconds)
+
+
+async def metered(controller: str, reconcile: Awaitable[Result]) -> Result:
+    """Await one reconcile of ``controller``, counted as controller-runtime's ``reconcileHandler`` counts it (an
+    exception is an ``error``) while it holds an active worker. A write the leader fence refused
+    (:class:`~karpy.runtime.fence.NotLeader`) is not counted: the process is stepping down, as controller-runtime
+    stops its controllers when leadership is lost."""
+    active = runtime_metrics.ACTIVE_WORKERS.labels(controller)
+    active.inc()
+    start = time.perf_counter()
+    try:
+        result = await reconcile
+    except NotLeader:
+        raise
+    except Exception:
+        observe_reconcile(controller, "error", time.perf_counter() - start)
+        raise
+    finally:
+        active.dec()
+    observe_reconcile(controller, result.metric_result, time.perf_counter() - start)
+    return result
 
 
 class Reconciler(Protocol):
@@ -114,13 +133,8 @@ class Controller:
     async def _worker(self) -> None:
         while True:
             key = await self.queue.get()
-            active = ACTIVE_WORKERS.labels(self.name)
-            active.inc()
-            try:
-                with structlog.contextvars.bound_contextvars(**self._context(key)):
-                    await self._reconcile(key)
-            finally:
-                active.dec()
+            with structlog.contextvars.bound_contextvars(**self._context(key)):
+                await self._reconcile(key)
 
     def _context(self, key: str) -> dict[str, str]:
         context = {"controller": self.name, "key": key}
@@ -129,21 +143,18 @@ class Controller:
         return context
 
     async def _reconcile(self, key: str) -> None:
-        start = time.perf_counter()
         try:
-            result = await self.reconciler.reconcile(key)
+            result = await metered(self.name, self.reconciler.reconcile(key))
         except asyncio.CancelledError:
             self.queue.done(key)
             raise
         except Exception as err:
-            observe_reconcile(self.name, "error", time.perf_counter() - start)
             delay = self.queue.add_rate_limited(key)
             log.warning("reconcile failed", error=repr(err), retry_in=round(delay, 2))
             # A change seen while failing (often the reconciler's own status write) must not bypass the
             # backoff: the delayed retry reads the latest state anyway.
             self.queue.done(key, requeue_if_dirty=False)
             return
-        observe_reconcile(self.name, result.metric_result, time.perf_counter() - start)
         self.queue.forget(key)
         self.queue.done(key)
         if result.requeue_after is not None:

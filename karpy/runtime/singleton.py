@@ -24,15 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from typing import Protocol
 
 import structlog
 
-from karpy.metrics_runtime import ACTIVE_WORKERS
 from karpy.runtime.backoff import Backoff
 from karpy.runtime.clock import Clock, LoopClock
-from karpy.runtime.controller import Result, init_reconcile_metrics, observe_reconcile
+from karpy.runtime.controller import Result, init_reconcile_metrics, metered
 
 log = structlog.get_logger("karpy.controller")
 
@@ -89,23 +87,15 @@ class SingletonController:
     async def once(self) -> float | None:
         """One pass; the seconds to wait before the next (None: until triggered)."""
         self.passes += 1
-        active = ACTIVE_WORKERS.labels(self.name)
-        active.inc()
-        start = time.perf_counter()
-        try:
-            with structlog.contextvars.bound_contextvars(controller=self.name):
-                try:
-                    result = await self.reconciler.reconcile()
-                except asyncio.CancelledError:
-                    raise
-                except Exception as err:
-                    observe_reconcile(self.name, "error", time.perf_counter() - start)
-                    delay = self.backoff.next()
-                    log.warning("reconcile failed", error=repr(err)[:500], retry_in=round(delay, 2))
-                    return delay
-        finally:
-            active.dec()
-        observe_reconcile(self.name, result.metric_result, time.perf_counter() - start)
+        with structlog.contextvars.bound_contextvars(controller=self.name):
+            try:
+                result = await metered(self.name, self.reconciler.reconcile())
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                delay = self.backoff.next()
+                log.warning("reconcile failed", error=repr(err)[:500], retry_in=round(delay, 2))
+                return delay
         self.backoff.reset()
         if result.requeue_after is None:
             return None
