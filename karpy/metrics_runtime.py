@@ -14,6 +14,10 @@ Sources followed: controller-runtime v0.24.1 ``pkg/internal/controller/metrics/m
 
 from __future__ import annotations
 
+import time
+from collections.abc import Awaitable
+from typing import Protocol, TypeVar
+
 from prometheus_client import Counter, Gauge, Histogram
 
 # controller-runtime's reconcile-time buckets, seconds.
@@ -135,3 +139,56 @@ INSTANCE_TERMINATION_FAILURES = Counter(
     "Total number of failed TerminateInstances calls, by the instance's zone and zone ID.",
     ["zone", "zone_id"],
 )
+
+
+# --- the reconcile accounting (controller-runtime ``initMetrics``/``reconcileHandler``) -------------------------
+
+
+class ReconcileOutcome(Protocol):
+    """What a reconcile returns (:class:`karpy.runtime.controller.Result`): its ``result`` label."""
+
+    @property
+    def metric_result(self) -> str:
+        """``success``, ``requeue`` or ``requeue_after``."""
+        ...
+
+
+R = TypeVar("R", bound=ReconcileOutcome)
+
+
+def init_reconcile_metrics(controller: str, workers: int) -> None:
+    """Export ``controller``'s reconcile families at zero with its worker count (controller-runtime ``initMetrics``)."""
+    for result in ("error", "requeue_after", "requeue", "success"):
+        RECONCILE_TOTAL.labels(controller, result).inc(0)
+    for counter in (RECONCILE_ERRORS, TERMINAL_RECONCILE_ERRORS, RECONCILE_PANICS, RECONCILE_TIMEOUTS):
+        counter.labels(controller).inc(0)
+    MAX_CONCURRENT_RECONCILES.labels(controller).set(workers)
+    ACTIVE_WORKERS.labels(controller).set(0)
+
+
+def observe_reconcile(controller: str, result: str, seconds: float) -> None:
+    """Count one reconcile of ``controller`` with its ``result`` label and duration (seconds)."""
+    RECONCILE_TOTAL.labels(controller, result).inc()
+    if result == "error":
+        RECONCILE_ERRORS.labels(controller).inc()
+    RECONCILE_TIME.labels(controller).observe(seconds)
+
+
+async def metered(controller: str, reconcile: Awaitable[R], *, uncounted: tuple[type[BaseException], ...] = ()) -> R:
+    """Await one reconcile of ``controller`` while it holds an active worker, counted as controller-runtime's
+    ``reconcileHandler`` counts it: its result, or ``error`` when it raised. An ``uncounted`` exception (the leader
+    fence's ``NotLeader``: the process is stepping down, as controller-runtime stops its controllers when
+    leadership is lost) and a cancellation are not counted."""
+    active = ACTIVE_WORKERS.labels(controller)
+    active.inc()
+    start = time.perf_counter()
+    try:
+        result = await reconcile
+    except Exception as err:
+        if not isinstance(err, uncounted):
+            observe_reconcile(controller, "error", time.perf_counter() - start)
+        raise
+    finally:
+        active.dec()
+    observe_reconcile(controller, result.metric_result, time.perf_counter() - start)
+    return result

@@ -37,6 +37,7 @@ from tenacity import (
     wait_exponential,
 )
 
+import karpy.metrics_runtime as runtime_metrics
 from karpy.apis import labels as wk
 from karpy.apis.meta import JSON
 from karpy.aws.amis import ami_for, no_ami_reason
@@ -55,7 +56,6 @@ from karpy.cloudprovider.types import (
     NodeClaimNotFoundError,
     Offering,
 )
-from karpy.metrics_runtime import INSTANCE_LAUNCH_FAILURES, INSTANCE_TERMINATION_FAILURES
 
 log = structlog.get_logger("karpy.aws.instances")
 LIVE_STATES: Final = ("pending", "running", "stopping", "stopped", "shutting-down")
@@ -131,7 +131,7 @@ def count_launch_failures(errors: Iterable[Mapping[str, Any]], status: Mapping[s
         overrides = (error.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}
         zone = str(overrides.get("AvailabilityZone") or subnet_zones.get(str(overrides.get("SubnetId")), ""))
         reason = launch_failure_reason(str(error.get("ErrorCode") or ""), str(error.get("ErrorMessage") or ""))
-        INSTANCE_LAUNCH_FAILURES.labels(zone, zone_ids.get(zone, ""), capacity_type, reason).inc()
+        runtime_metrics.INSTANCE_LAUNCH_FAILURES.labels(zone, zone_ids.get(zone, ""), capacity_type, reason).inc()
 
 
 def provider_id(zone: str, instance_id: str) -> str:
@@ -475,7 +475,7 @@ class InstanceProvider:
             await self.ec2.terminate_instances(InstanceIds=[instance.instance_id])
         except Exception as err:
             # zone_id "": karpy's instance view carries the zone name only.
-            INSTANCE_TERMINATION_FAILURES.labels(instance.zone, "").inc()
+            runtime_metrics.INSTANCE_TERMINATION_FAILURES.labels(instance.zone, "").inc()
             if is_not_found(err):
                 raise NodeClaimNotFoundError(f"instance {instance.instance_id} not found") from err
             raise CloudProviderError(f"TerminateInstances {instance.instance_id}: {err}") from err

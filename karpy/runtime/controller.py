@@ -21,8 +21,6 @@ the terminal-error, panic and timeout counters at 0, all initialised when it sta
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable
 from typing import Protocol
 
 import attrs
@@ -47,50 +45,6 @@ class Result:
         if self.requeue_after is None:
             return "success"
         return "requeue_after" if self.requeue_after > 0 else "requeue"
-
-
-def init_reconcile_metrics(controller: str, workers: int) -> None:
-    """Export ``controller``'s reconcile families at zero with its worker count (controller-runtime ``initMetrics``)."""
-    for result in ("error", "requeue_after", "requeue", "success"):
-        runtime_metrics.RECONCILE_TOTAL.labels(controller, result).inc(0)
-    for counter in (
-        runtime_metrics.RECONCILE_ERRORS,
-        runtime_metrics.TERMINAL_RECONCILE_ERRORS,
-        runtime_metrics.RECONCILE_PANICS,
-        runtime_metrics.RECONCILE_TIMEOUTS,
-    ):
-        counter.labels(controller).inc(0)
-    runtime_metrics.MAX_CONCURRENT_RECONCILES.labels(controller).set(workers)
-    runtime_metrics.ACTIVE_WORKERS.labels(controller).set(0)
-
-
-def observe_reconcile(controller: str, result: str, seconds: float) -> None:
-    """Count one reconcile of ``controller`` with its ``result`` label and duration (seconds)."""
-    runtime_metrics.RECONCILE_TOTAL.labels(controller, result).inc()
-    if result == "error":
-        runtime_metrics.RECONCILE_ERRORS.labels(controller).inc()
-    runtime_metrics.RECONCILE_TIME.labels(controller).observe(seconds)
-
-
-async def metered(controller: str, reconcile: Awaitable[Result]) -> Result:
-    """Await one reconcile of ``controller``, counted as controller-runtime's ``reconcileHandler`` counts it (an
-    exception is an ``error``) while it holds an active worker. A write the leader fence refused
-    (:class:`~karpy.runtime.fence.NotLeader`) is not counted: the process is stepping down, as controller-runtime
-    stops its controllers when leadership is lost."""
-    active = runtime_metrics.ACTIVE_WORKERS.labels(controller)
-    active.inc()
-    start = time.perf_counter()
-    try:
-        result = await reconcile
-    except NotLeader:
-        raise
-    except Exception:
-        observe_reconcile(controller, "error", time.perf_counter() - start)
-        raise
-    finally:
-        active.dec()
-    observe_reconcile(controller, result.metric_result, time.perf_counter() - start)
-    return result
 
 
 class Reconciler(Protocol):
@@ -127,7 +81,7 @@ class Controller:
 
     async def run(self) -> None:
         """Run the workers until cancelled."""
-        init_reconcile_metrics(self.name, self.workers)
+        runtime_metrics.init_reconcile_metrics(self.name, self.workers)
         await asyncio.gather(*(self._worker() for _ in range(self.workers)))
 
     async def _worker(self) -> None:
@@ -144,7 +98,7 @@ class Controller:
 
     async def _reconcile(self, key: str) -> None:
         try:
-            result = await metered(self.name, self.reconciler.reconcile(key))
+            result = await runtime_metrics.metered(self.name, self.reconciler.reconcile(key), uncounted=(NotLeader,))
         except asyncio.CancelledError:
             self.queue.done(key)
             raise

@@ -28,9 +28,11 @@ from typing import Protocol
 
 import structlog
 
+import karpy.metrics_runtime as runtime_metrics
 from karpy.runtime.backoff import Backoff
 from karpy.runtime.clock import Clock, LoopClock
-from karpy.runtime.controller import Result, init_reconcile_metrics, metered
+from karpy.runtime.controller import Result
+from karpy.runtime.fence import NotLeader
 
 log = structlog.get_logger("karpy.controller")
 
@@ -78,7 +80,7 @@ class SingletonController:
 
     async def run(self) -> None:
         """Run passes until cancelled."""
-        init_reconcile_metrics(self.name, 1)
+        runtime_metrics.init_reconcile_metrics(self.name, 1)
         while True:
             self._wake.clear()
             delay = await self.once()
@@ -89,7 +91,7 @@ class SingletonController:
         self.passes += 1
         with structlog.contextvars.bound_contextvars(controller=self.name):
             try:
-                result = await metered(self.name, self.reconciler.reconcile())
+                result = await runtime_metrics.metered(self.name, self.reconciler.reconcile(), uncounted=(NotLeader,))
             except asyncio.CancelledError:
                 raise
             except Exception as err:
