@@ -5,6 +5,7 @@ serves as Karpenter does fails here too). The kustomize base ships it as a Confi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -12,12 +13,16 @@ from typing import Any
 
 import yaml
 
-import karpy.operator  # noqa: F401 - registers every metric family karpy serves
-from karpy.cloudprovider.fake import FakeCloudProvider
-from karpy.kube.fake import FakeKube
-from karpy.operator import Operator
-from karpy.settings import from_environment
-from tests.unit.test_metrics_reference import EXCEPTIONS, NOT_YET, REFERENCE, label_problem, served
+from tests.unit.test_metrics_reference import (
+    EXCEPTIONS,
+    NOT_YET,
+    REFERENCE,
+    Family,
+    label_problem,
+    merged,
+    scale_up_and_down,
+    served,
+)
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 DASHBOARD = json.loads((MANIFESTS / "grafana-dashboard.json").read_text())
@@ -55,11 +60,11 @@ def metric_names(expr: str) -> set[str]:
     return names
 
 
-def _served_with_operator() -> dict[str, Any]:
-    """The registry's families once an Operator exists (scrape-time collectors register with it)."""
-    settings = from_environment({"CLUSTER_NAME": "c", "DISABLE_LEADER_ELECTION": "true"})
-    Operator(settings, FakeKube(), FakeCloudProvider(), nodeclasses=object())  # type: ignore[arg-type]
-    return served()
+def _served_during_a_scale_up() -> dict[str, Family]:
+    """The registry's families while a scale-up's nodes are up and after they went (scrape-time collectors render
+    only what exists)."""
+    scenario = asyncio.run(scale_up_and_down())
+    return merged(scenario.families_up, served())
 
 
 def test_dashboard_reads_only_metrics_karpy_serves() -> None:
@@ -68,7 +73,7 @@ def test_dashboard_reads_only_metrics_karpy_serves() -> None:
     unknown = sorted(n for n in names if n not in REFERENCE and not n.startswith("karpy_"))
     assert unknown == [], "not a Karpenter v1.15 metric name nor karpy's"
     assert sorted(names & EXCEPTIONS.keys()) == [], "karpy does not serve these (reasoned exceptions)"
-    families = _served_with_operator()
+    families = _served_during_a_scale_up()
     missing = sorted(n for n in names if n not in families and n not in NOT_YET)
     assert missing == [], "read by the dashboard but not registered"
     stale = sorted(n for n in names & NOT_YET.keys() if n in families and not label_problem(n, families[n]))

@@ -291,7 +291,9 @@ def _node(name: str, claim: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def _scale_up_and_down() -> Scenario:
+async def scale_up_and_down() -> Scenario:
+    """The whole Operator on the fakes: two pending pods get a NodeClaim, its Node registers and initializes, then
+    the pods go and the NodeClaim is deleted until it and its Node are gone."""
     settings = from_environment(
         {
             "CLUSTER_NAME": "c",
@@ -318,7 +320,8 @@ async def _scale_up_and_down() -> Scenario:
             await kube.create(NODES, _node(f"node-{i}", claim))
         await _until(
             lambda: all(
-                condition_true(kube.object(NODECLAIMS, c["metadata"]["name"]) or {}, wk.COND_INITIALIZED) for c in claims
+                condition_true(kube.object(NODECLAIMS, c["metadata"]["name"]) or {}, wk.COND_INITIALIZED)
+                for c in claims
             ),
             "the NodeClaims initialized",
         )
@@ -337,7 +340,7 @@ async def _scale_up_and_down() -> Scenario:
 
 @pytest.fixture(scope="module")
 def scenario() -> Iterator[Scenario]:
-    yield asyncio.run(_scale_up_and_down())
+    yield asyncio.run(scale_up_and_down())
 
 
 def test_reference_file_lists_the_126_names() -> None:
