@@ -14,7 +14,10 @@ its production disruption timings (10 s poll, 15 s validation).
    12 nodes, 12 commands, 302 s). The drain waits for the terminating pods until they are stuck (a minute past
    their deletionTimestamp, Karpenter ``IsStuckTerminating``), then the nodes go with the pods still there.
 
-After each, the NodeClaim counters match the NodeClaims left (created − terminated = live).
+After each, the NodeClaim counters match the NodeClaims left (created − terminated = live). The first also
+scrapes ``/metrics`` before the scale-up, once the nodes are up and after they are gone, and checks every
+sample's label names against Karpenter v1.15's reference and the families' values against the NodeClaims that
+came and went (:mod:`e2e.metrics_check`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from e2e import metrics_check
 from e2e.helpers import (
     KINDS,
     KarpyProcess,
@@ -209,12 +213,16 @@ async def _pool(env: Env, cluster_name: str, policy: str, annotations: dict[str,
 
 async def test_01_empty_nodes_within_budget_go_in_one_command(local_cluster: Any, env: Env) -> None:
     await _pool(env, local_cluster.cluster_name, "WhenEmpty", {})
+    scrape_empty = await scrape_metrics(env.karpy.metrics_port)
     await apply(env.client, [deployment(POOL, POOL, "500m", spread=True, grace=5)])
     await scale(env.client, POOL, NODES)
     await wait_for(lambda: env.all_running(NODES), timeout=240, what=f"{NODES} spread pods Running", interval=1)
     await wait_for(lambda: _settled(env, NODES), timeout=180, what=f"{NODES} nodes, one pod each", interval=1)
     before = {c["metadata"]["name"] for c in await env.claims()}
     assert len(before) == NODES
+    scrape_up = await scrape_metrics(env.karpy.metrics_port)
+    assert metrics_check.label_mismatches(scrape_up) == []
+    metrics_check.check_scale_up(scrape_empty, scrape_up, nodepool=POOL, nodeclaims=NODES)
     decisions_before = await _decisions(env)
     mark = len(env.karpy.logs())
     await scale(env.client, POOL, 0)
@@ -243,6 +251,9 @@ async def test_01_empty_nodes_within_budget_go_in_one_command(local_cluster: Any
     print(f"emptiness: {NODES} nodes gone in {len(commands)} command(s), {gone_s}s after the last pod left")
     assert gone_s <= CONSOLIDATE_AFTER + 30, f"gone {gone_s}s after empty, want ≤ consolidateAfter + 30 s"
     await assert_nodeclaim_counters(env.client, env.karpy, [POOL])
+    scrape_down = await scrape_metrics(env.karpy.metrics_port)
+    assert metrics_check.label_mismatches(scrape_down) == []
+    metrics_check.check_scale_down(scrape_up, scrape_down, nodepool=POOL, nodeclaims=NODES)
 
 
 async def test_02_nodes_left_with_terminating_pods_go_in_one_command(local_cluster: Any, env: Env) -> None:

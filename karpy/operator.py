@@ -26,6 +26,7 @@ from karpy.aws.cloudprovider import AWSCloudProvider
 from karpy.aws.eks import discover
 from karpy.aws.session import AWSClients
 from karpy.aws.sqs import SQSInterruptionQueue
+from karpy.cloudprovider.metrics import MeteredCloudProvider
 from karpy.cloudprovider.types import CloudProvider, CloudProviderError, InterruptionQueue
 from karpy.controllers.binder import Binder
 from karpy.controllers.disruption.controller import Disruption
@@ -580,7 +581,7 @@ def aws_operator(
     return Operator(
         settings,
         client,
-        cloud,
+        MeteredCloudProvider(cloud, provider="aws"),  # karpenter_cloudprovider_{duration_seconds,errors_total}
         nodeclasses=cloud,
         interruption_queue=interruption_queue,
         launch_templates=cloud,

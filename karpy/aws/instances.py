@@ -37,6 +37,7 @@ from tenacity import (
     wait_exponential,
 )
 
+import karpy.metrics_runtime as runtime_metrics
 from karpy.apis import labels as wk
 from karpy.apis.meta import JSON
 from karpy.aws.amis import ami_for, no_ami_reason
@@ -86,6 +87,52 @@ def ice_offerings(
             lifecycle = str(error.get("Lifecycle") or capacity_type)
             marked.append((lifecycle, str(instance_type), str(zone)))
     return marked, spot_blocked
+
+
+# Karpenter AWS ``pkg/errors/errors.go`` ``ToReasonMessage``, after its authorization cases: (substring of
+# "<code>: <message>", reason), first match wins; anything else (ICE codes among them) is ``LaunchFailed``.
+_LAUNCH_FAILURE_REASONS: Final = (
+    ("iamInstanceProfile.name is invalid", "InstanceProfileNameInvalid"),
+    ("InvalidLaunchTemplateId.NotFound", "LaunchTemplateNotFound"),
+    ("User data is limited to", "UserDataSizeLimitExceeded"),
+    ("InvalidAMIID.Malformed", "InvalidAMIID"),
+    ("InvalidAMIID.NotFound", "AMINotFound"),
+    ("RequestLimitExceeded", "RequestLimitExceeded"),
+    ("InternalError", "InternalError"),
+    ("not eligible for Free Tier", "FreeTierIneligible"),
+    ("MaxFleetCountExceeded", "FleetQuotaExceeded"),
+    ("PendingVerification", "AccountPendingVerification"),
+    ("MaxSpotInstanceCountExceeded", "SpotQuotaExceeded"),
+    ("VcpuLimitExceeded", "VCPULimitExceeded"),
+    ("InsufficientFreeAddressesInSubnet", "InsufficientFreeAddressesInSubnet"),
+)
+
+
+def launch_failure_reason(code: str, message: str) -> str:
+    """The ``reason`` label of one CreateFleet error (Karpenter AWS ``ToReasonMessage``), e.g.
+    ``VCPULimitExceeded``; ``LaunchFailed`` for what it does not categorise."""
+    text = f"{code}: {message}"
+    if "AuthFailure.ServiceLinkedRoleCreationNotPermitted" in text:
+        return "SpotSLRCreationFailed"
+    if "UnauthorizedOperation" in text or "AccessDenied" in text or "AuthFailure" in text:
+        return "AMIAuthorizationFailure" if "Not authorized for images" in text else "Unauthorized"
+    if "InvalidParameter" in text and "belong to different networks" in text:
+        return "SecurityGroupSubnetVPCMismatch"
+    return next((reason for part, reason in _LAUNCH_FAILURE_REASONS if part in text), "LaunchFailed")
+
+
+def count_launch_failures(errors: Iterable[Mapping[str, Any]], status: Mapping[str, Any], capacity_type: str) -> None:
+    """``karpenter_cloudprovider_instance_launch_failures_total{zone, zone_id, capacity_type, reason}``: one per
+    CreateFleet error (per offering, not per NodeClaim), the zone ID resolved from the NodeClass subnets
+    (Karpenter AWS ``instance.go`` ``updateUnavailableOfferingsCache``)."""
+    subnets = list(status.get("subnets") or [])
+    zone_ids = {str(s.get("zone")): str(s.get("zoneID") or "") for s in subnets}
+    subnet_zones = {str(s.get("id")): str(s.get("zone")) for s in subnets}
+    for error in errors:
+        overrides = (error.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}
+        zone = str(overrides.get("AvailabilityZone") or subnet_zones.get(str(overrides.get("SubnetId")), ""))
+        reason = launch_failure_reason(str(error.get("ErrorCode") or ""), str(error.get("ErrorMessage") or ""))
+        runtime_metrics.INSTANCE_LAUNCH_FAILURES.labels(zone, zone_ids.get(zone, ""), capacity_type, reason).inc()
 
 
 def provider_id(zone: str, instance_id: str) -> str:
@@ -195,6 +242,7 @@ class InstanceProvider:
         response = await self.create_fleet(configs, capacity_type, tags)
         instance_ids = [i for entry in response.get("Instances") or [] for i in entry.get("InstanceIds") or []]
         errors = response.get("Errors") or []
+        count_launch_failures(errors, status, capacity_type)
         if not instance_ids:
             self._mark_unavailable(errors, status, capacity_type)
             codes = sorted({str(e.get("ErrorCode")) for e in errors})
@@ -433,6 +481,8 @@ class InstanceProvider:
         except NotLeader:  # refused by the leader fence: nothing was sent, not an AWS failure
             raise
         except Exception as err:
+            # zone_id "": karpy's instance view carries the zone name only.
+            runtime_metrics.INSTANCE_TERMINATION_FAILURES.labels(instance.zone, "").inc()
             if is_not_found(err):
                 raise NodeClaimNotFoundError(f"instance {instance.instance_id} not found") from err
             raise CloudProviderError(f"TerminateInstances {instance.instance_id}: {err}") from err

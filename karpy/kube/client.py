@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import base64
 import builtins
+import contextvars
 import json
 import os
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
+import karpy.metrics_runtime as runtime_metrics
 from karpy.apis.meta import JSON
 from karpy.kube.errors import ApiError
 from karpy.kube.ratelimit import TokenBucket, client_rate_limiter
@@ -28,6 +31,47 @@ WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+
+# The HTTP status of the request in flight (:meth:`KubeClient._send` appends it), for client_go_request_total.
+_STATUS: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("karpy_kube_status", default=None)
+# client-go's verb for the latency histogram (operatorpkg ``LatencyAdapter.Observe``); GET and PUT depend on the path.
+_VERBS = {"POST": "CREATE", "PATCH": "PATCH", "DELETE": "DELETE"}
+
+
+def request_labels(method: str, path: str) -> tuple[str, str, str, str, str]:
+    """(verb, group, version, kind, subresource) of a request, as operatorpkg's ``LatencyAdapter`` derives them
+    from client-go's URL template (``parsePath``): ``kind`` is the resource's plural, ``group`` "" for the core
+    group; GET of a collection is ``LIST``, of one object ``GET``; POST ``CREATE``; PUT ``UPDATE``. A path outside
+    ``/api`` and ``/apis`` (``/version``) gives ``("", …)``."""
+    parts = path.split("?", 1)[0].strip("/").split("/")
+    if parts[0] == "api":
+        group_idx = 0
+    elif parts[0] == "apis":
+        group_idx = 1
+    else:
+        return ("", "", "", "", "")
+    if len(parts) < group_idx + 3:
+        return ("", "", "", "", "")
+    version_idx = group_idx + 1
+    namespaced = parts[group_idx + 2] == "namespaces" and len(parts) > group_idx + 4
+    kind_idx = version_idx + 3 if namespaced else version_idx + 1
+    named = len(parts) > kind_idx + 1
+    subresource = parts[kind_idx + 2] if len(parts) == kind_idx + 3 else ""
+    verb = _VERBS.get(method) or ("UPDATE" if method == "PUT" else ("GET" if named else "LIST"))
+    if method == "PUT" and not named:
+        verb = "CREATE"
+    group = "" if group_idx == 0 else parts[1]
+    return (verb, group, parts[version_idx], parts[kind_idx], subresource)
+
+
+def observe_request(method: str, path: str, code: str, seconds: float) -> None:
+    """Count one apiserver request (``client_go_request_total{code, method}``) and, for API paths, its latency
+    (``client_go_request_duration_seconds``), as client-go's ``RequestResult``/``RequestLatency`` hooks."""
+    runtime_metrics.CLIENT_REQUESTS.labels(code, method).inc()
+    labels = request_labels(method, path)
+    if labels[0]:
+        runtime_metrics.CLIENT_DURATION.labels(*labels).observe(seconds)
+
 
 # kubernetes-asyncio leaves its in-cluster loader unannotated (the kubeconfig loader is typed): its type, once.
 _load_incluster_config: Callable[..., None] = k8s_config.load_incluster_config
@@ -135,6 +179,38 @@ class KubeClient:
         content_type: str = "application/json",
         timeout: float | None = 60.0,
     ) -> JSON:
+        """:meth:`_request`, counted in client-go's request families (:func:`observe_request`) with the answer's
+        HTTP status, ``<error>`` when none came.
+
+        Raises:
+            ApiError: a non-2xx status.
+        """
+        status = _STATUS.set([])
+        start = time.perf_counter()
+        code = "<error>"
+        try:
+            answer = await self._request(
+                method, path, query=query, body=body, content_type=content_type, timeout=timeout
+            )
+            code = str((_STATUS.get() or [201 if method == "POST" else 200])[-1])
+            return answer
+        except ApiError as err:
+            code = str(err.status)
+            raise
+        finally:
+            _STATUS.reset(status)
+            observe_request(method, path, code, time.perf_counter() - start)
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = 60.0,
+    ) -> JSON:
         """One request, throttled by the rate limiter (client-go ``Request.tryThrottle``); returns the decoded
         JSON body ({} when empty).
 
@@ -164,6 +240,9 @@ class KubeClient:
     ) -> JSON:
         """The transport under :meth:`request`: send, decode, raise :class:`ApiError` on a non-2xx status."""
         response = await self._call(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
+        status = _STATUS.get()
+        if status is not None:
+            status.append(response.status)
         try:
             text = await response.text()
         finally:
@@ -192,6 +271,7 @@ class KubeClient:
         response = await self._call(
             "GET", path, query=query, timeout=aiohttp.ClientTimeout(total=None, sock_read=read_timeout)
         )
+        runtime_metrics.CLIENT_REQUESTS.labels(str(response.status), "GET").inc()  # client-go counts watches too
         try:
             if response.status >= 300:
                 raise ApiError.from_body(response.status, await response.text())

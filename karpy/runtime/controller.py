@@ -6,7 +6,17 @@ logged and the key retried with per-key backoff. This mirrors controller-runtime
 the leader fence (:class:`~karpy.runtime.fence.NotLeader`) is not an error: the key is not retried.
 
 Every log line of a reconcile carries ``controller=<name>``, ``key=<key>`` and, when the key names an object
-(``key_name``, e.g. ``nodeclaim`` or ``nodepool``), that field too (structlog contextvars, bound per reconcile).
+(``key_name``, e.g. ``nodeclaim`` or ``nodepool``), that field too (structlog contextvars, bound per reconcile;
+:mod:`karpy.cloudprovider.metrics` reads ``controller`` from them to label cloud-provider calls, as Karpenter reads
+``injection.GetControllerName``).
+
+Each controller serves controller-runtime's reconcile families (controller-runtime
+``pkg/internal/controller/controller.go`` ``initMetrics``/``reconcileHandler``), ``controller`` = its name:
+``controller_runtime_reconcile_total{result}`` (``error`` when the reconciler raised, ``requeue_after`` for
+``Result(requeue_after>0)``, ``requeue`` for ``Result(requeue_after=0)``, else ``success``),
+``controller_runtime_reconcile_errors_total``, ``controller_runtime_reconcile_time_seconds``,
+``controller_runtime_max_concurrent_reconciles`` (its workers), ``controller_runtime_active_workers``, and
+the terminal-error, panic and timeout counters at 0, all initialised when it starts running.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from typing import Protocol
 import attrs
 import structlog
 
+import karpy.metrics_runtime as runtime_metrics
 from karpy.runtime.fence import NotLeader
 from karpy.runtime.workqueue import WorkQueue
 
@@ -28,6 +39,13 @@ class Result:
     """``requeue_after``: seconds until the key is reconciled again (None: only on the next change)."""
 
     requeue_after: float | None = None
+
+    @property
+    def metric_result(self) -> str:
+        """controller-runtime's ``result`` label for this outcome: ``requeue_after``, ``requeue`` or ``success``."""
+        if self.requeue_after is None:
+            return "success"
+        return "requeue_after" if self.requeue_after > 0 else "requeue"
 
 
 class Reconciler(Protocol):
@@ -54,6 +72,7 @@ class Controller:
         self.reconciler = reconciler
         self.name = reconciler.name
         self.queue = queue if queue is not None else WorkQueue()  # an empty queue is falsy (__len__)
+        self.queue.name_metrics(self.name)
         self.workers = workers
         self.key_name = key_name
 
@@ -63,6 +82,7 @@ class Controller:
 
     async def run(self) -> None:
         """Run the workers until cancelled."""
+        runtime_metrics.init_reconcile_metrics(self.name, self.workers)
         await asyncio.gather(*(self._worker() for _ in range(self.workers)))
 
     async def _worker(self) -> None:
@@ -79,7 +99,7 @@ class Controller:
 
     async def _reconcile(self, key: str) -> None:
         try:
-            result = await self.reconciler.reconcile(key)
+            result = await runtime_metrics.metered(self.name, self.reconciler.reconcile(key), uncounted=(NotLeader,))
         except asyncio.CancelledError:
             self.queue.done(key)
             raise

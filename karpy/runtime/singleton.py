@@ -14,6 +14,9 @@ for the backoff and jitter instead of a hand-written sleep loop per controller:
   step; the loop waits for :meth:`SingletonController.trigger` (the process is exiting).
 * :meth:`SingletonController.trigger` wakes a waiting loop at once (a change the reconciler cares about).
 * every log line of a pass carries ``controller=<name>`` (structlog contextvars).
+* each pass is counted in controller-runtime's reconcile families under ``controller=<name>`` with one worker
+  (Karpenter's singletons are controller-runtime controllers with ``MaxConcurrentReconciles: 1``); a singleton has
+  no work queue, so it serves no ``workqueue_*`` series.
 
 Waits run on a :class:`~karpy.runtime.clock.Clock` (the event loop's by default) and the jitter on a
 ``random.Random`` (seeded in tests), so the loop is testable without waiting.
@@ -27,6 +30,7 @@ from typing import Protocol
 
 import structlog
 
+import karpy.metrics_runtime as runtime_metrics
 from karpy.runtime.backoff import Backoff
 from karpy.runtime.clock import Clock, LoopClock
 from karpy.runtime.controller import Result
@@ -78,6 +82,7 @@ class SingletonController:
 
     async def run(self) -> None:
         """Run passes until cancelled."""
+        runtime_metrics.init_reconcile_metrics(self.name, 1)
         while True:
             self._wake.clear()
             delay = await self.once()
@@ -88,7 +93,7 @@ class SingletonController:
         self.passes += 1
         with structlog.contextvars.bound_contextvars(controller=self.name):
             try:
-                result = await self.reconciler.reconcile()
+                result = await runtime_metrics.metered(self.name, self.reconciler.reconcile(), uncounted=(NotLeader,))
             except asyncio.CancelledError:
                 raise
             except NotLeader as err:

@@ -6,6 +6,14 @@ off per key (``base`` doubling up to ``cap`` seconds) until a success forgets th
 :class:`~karpy.runtime.clock.Clock` (the event loop's by default; tests pass a fake one); a key already waiting
 is not waited for twice: it keeps the earlier of its two ready times (client-go ``delaying_queue.go``
 ``insert``).
+
+A named queue (``name=``, or :meth:`WorkQueue.name_metrics`; :class:`~karpy.runtime.controller.Controller` names
+its queue after itself) serves client-go's workqueue families with ``name`` and ``controller`` both that name, as
+controller-runtime's metrics provider does (``pkg/internal/metrics/workqueue.go``): ``workqueue_depth`` (keys
+waiting, including a key added again while processed), ``workqueue_adds_total``, ``workqueue_queue_duration_seconds``
+(added → taken), ``workqueue_work_duration_seconds`` (taken → done), ``workqueue_unfinished_work_seconds`` and
+``workqueue_longest_running_processor_seconds`` (computed at scrape), ``workqueue_retries_total`` (adds with a
+delay, client-go ``AddAfter``).
 """
 
 from __future__ import annotations
@@ -13,15 +21,80 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import time
 from collections import deque
+from collections.abc import Callable
 
+from karpy.metrics_runtime import (
+    WORKQUEUE_ADDS,
+    WORKQUEUE_DEPTH,
+    WORKQUEUE_LONGEST_RUNNING,
+    WORKQUEUE_QUEUE_DURATION,
+    WORKQUEUE_RETRIES,
+    WORKQUEUE_UNFINISHED_WORK,
+    WORKQUEUE_WORK_DURATION,
+)
 from karpy.runtime.clock import Clock, LoopClock, Timer
+
+
+class _QueueMetrics:
+    """The workqueue families of one named queue. ``monotonic`` (seconds) times the waits and the work."""
+
+    def __init__(self, name: str, monotonic: Callable[[], float]) -> None:
+        self.monotonic = monotonic
+        self.depth = WORKQUEUE_DEPTH.labels(name, name, "")
+        self.adds = WORKQUEUE_ADDS.labels(name, name)
+        self.latency = WORKQUEUE_QUEUE_DURATION.labels(name, name)
+        self.work = WORKQUEUE_WORK_DURATION.labels(name, name)
+        self.retries = WORKQUEUE_RETRIES.labels(name, name)
+        self.added: dict[str, float] = {}
+        self.started: dict[str, float] = {}
+        WORKQUEUE_UNFINISHED_WORK.labels(name, name).set_function(self.unfinished)
+        WORKQUEUE_LONGEST_RUNNING.labels(name, name).set_function(self.longest)
+
+    def add(self, key: str) -> None:
+        self.adds.inc()
+        self.depth.inc()
+        self.added.setdefault(key, self.monotonic())
+
+    def get(self, key: str) -> None:
+        now = self.monotonic()
+        self.depth.dec()
+        added = self.added.pop(key, None)
+        if added is not None:
+            self.latency.observe(now - added)
+        self.started[key] = now
+
+    def drop(self, key: str) -> None:
+        """A key counted in the depth is dropped without being taken (a dirty key not re-queued)."""
+        self.depth.dec()
+        self.added.pop(key, None)
+
+    def done(self, key: str) -> None:
+        started = self.started.pop(key, None)
+        if started is not None:
+            self.work.observe(self.monotonic() - started)
+
+    def unfinished(self) -> float:
+        now = self.monotonic()
+        return sum(now - t for t in self.started.values())
+
+    def longest(self) -> float:
+        return self.monotonic() - min(self.started.values()) if self.started else 0.0
 
 
 class WorkQueue:
     """See the module docstring. All methods must be called from the event loop thread."""
 
-    def __init__(self, *, base_delay: float = 0.1, max_delay: float = 60.0, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        base_delay: float = 0.1,
+        max_delay: float = 60.0,
+        clock: Clock | None = None,
+        name: str = "",
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._queue: deque[str] = deque()
         self._queued: set[str] = set()
         self._processing: set[str] = set()
@@ -35,6 +108,17 @@ class WorkQueue:
         self._clock = clock or LoopClock()
         self.base_delay = base_delay
         self.max_delay = max_delay
+        self._monotonic = monotonic
+        self._metrics: _QueueMetrics | None = None
+        self.name = ""
+        if name:
+            self.name_metrics(name)
+
+    def name_metrics(self, name: str) -> None:
+        """Serve the workqueue families for this queue as ``name`` (once; a named queue keeps its name)."""
+        if self._metrics is None:
+            self.name = name
+            self._metrics = _QueueMetrics(name, self._monotonic)
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -42,10 +126,14 @@ class WorkQueue:
     def add(self, key: str) -> None:
         """Queue ``key`` now (no-op when already queued; deferred when being processed)."""
         if key in self._processing:
+            if key not in self._dirty and self._metrics is not None:
+                self._metrics.add(key)
             self._dirty.add(key)
             return
         if key in self._queued:
             return
+        if self._metrics is not None:
+            self._metrics.add(key)
         self._queued.add(key)
         self._queue.append(key)
         self._wake()
@@ -56,6 +144,8 @@ class WorkQueue:
         if delay <= 0:
             self.add(key)
             return
+        if self._metrics is not None:
+            self._metrics.retries.inc()
         ready = self._clock.now() + delay
         current = self._waiting.get(key)
         if current is not None and current <= ready:
@@ -93,16 +183,30 @@ class WorkQueue:
             key = self._queue.popleft()
             self._queued.discard(key)
             self._processing.add(key)
+            if self._metrics is not None:
+                self._metrics.get(key)
             return key
 
     def done(self, key: str, *, requeue_if_dirty: bool = True) -> None:
         """Finish processing ``key``; re-queue it if it was added meanwhile (unless ``requeue_if_dirty`` is
         False: after a failure the rate-limited retry already scheduled covers that change)."""
         self._processing.discard(key)
+        if self._metrics is not None:
+            self._metrics.done(key)
         if key in self._dirty:
             self._dirty.discard(key)
             if requeue_if_dirty:
-                self.add(key)
+                self._requeue_dirty(key)
+            elif self._metrics is not None:
+                self._metrics.drop(key)
+
+    def _requeue_dirty(self, key: str) -> None:
+        """Queue a key added while it was processed (already counted as added then, client-go ``Done``)."""
+        if key in self._queued:
+            return
+        self._queued.add(key)
+        self._queue.append(key)
+        self._wake()
 
     def _wake(self) -> None:
         async def notify() -> None:
