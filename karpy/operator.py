@@ -46,7 +46,7 @@ from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
 from karpy.kube.events import EventRecorder
 from karpy.kube.watch import Informer
-from karpy.metrics import CLUSTER_STATE_NODE_COUNT, CLUSTER_STATE_SYNCED, INTERRUPTION_QUEUE_HEALTHY
+from karpy.metrics import INTERRUPTION_QUEUE_HEALTHY, ClusterStateObserver
 from karpy.runtime.controller import Controller
 from karpy.runtime.singleton import SingletonController
 from karpy.runtime.supervisor import supervise
@@ -309,9 +309,9 @@ class Operator:
 
     async def _observe(self) -> None:
         logged = False
+        observer = ClusterStateObserver()
         while True:
-            CLUSTER_STATE_SYNCED.set(1 if self.state.synced else 0)
-            CLUSTER_STATE_NODE_COUNT.set(len(self.state.nodes))
+            observer.observe(self.state.synced, len(self.state.nodes), self.state.clock())
             if self.state.synced and not logged:
                 logged = True
                 log.info(

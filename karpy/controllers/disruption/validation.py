@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
+from karpy import metrics
 from karpy.controllers.disruption import consolidation as cons
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption.emptiness import empty_command
@@ -25,7 +26,6 @@ from karpy.controllers.disruption.helpers import Clock, Context, Sleep
 from karpy.controllers.disruption.methods import Methods
 from karpy.controllers.disruption.types import EMPTY, UNDERUTILIZED, Command
 from karpy.kube.events import NORMAL, EventRecorder
-from karpy.metrics import DISRUPTION_FAILED_VALIDATIONS
 from karpy.state.cluster import ClusterState
 
 log = structlog.get_logger("karpy.disruption")
@@ -63,7 +63,8 @@ class Validation:
         ctx = await self.context(self.clock())
         fresh = None if ctx is None else self.revalidate(ctx, command, decided)
         if fresh is None:
-            DISRUPTION_FAILED_VALIDATIONS.labels(consolidation_type=command.method).inc()
+            kind = metrics.consolidation_type(command.method)
+            metrics.DISRUPTION_FAILED_VALIDATIONS.labels(consolidation_type=kind).inc(len(command.candidates))
             for c in command.candidates:
                 self.events.publish(c.claim.raw, NORMAL, "ConsolidationRejected", f"{command.reason}: no longer valid")
             log.info("disruption command rejected by validation", command=command.record())
