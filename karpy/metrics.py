@@ -28,7 +28,7 @@ import platform
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from typing import Any, Final
 
@@ -546,6 +546,68 @@ def pending_pods_by_zone(controller: str, pods: Iterable[model.Pod]) -> None:
     _LAST_ZONES[controller] = set(counts)
 
 
+class PodLatencies:
+    """The pod latency histograms fed by pod events, as Karpenter core ``metrics/pod/controller.go`` observes them:
+    ``karpenter_pods_bound_duration_seconds`` (creation → bound) and ``…_startup_duration_seconds`` (creation →
+    running) for pods first seen unbound / pending, and their ``provisioning_`` twins measured from when karpy
+    found the pod schedulable (:meth:`schedulable`, called by the provisioner's decision).
+
+    A cluster state listener (:meth:`on_change`, ``(kind, event, key, old, new)`` with pod views that have
+    ``pod.created``, ``pod.node_name`` and ``phase``). The end of each latency is when karpy sees the change on the
+    watch (Karpenter reads the PodScheduled/Ready conditions' ``lastTransitionTime``: the same instant up to the
+    watch delay), and "running" is the phase leaving Pending (Karpenter waits for Ready=True as well).
+    ``clock`` gives seconds since the epoch; ``active`` says whether to observe (leader only, as Karpenter's
+    metric controllers run only on the leader).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time, active: Callable[[], bool] = lambda: True) -> None:
+        self.clock = clock
+        self.active = active
+        self._unbound: set[str] = set()
+        self._pending: set[str] = set()
+        self._schedulable: dict[str, float] = {}
+
+    def schedulable(self, key: str, at: float) -> None:
+        """Pod ``key`` (``namespace/name``) was first found schedulable at ``at`` (kept only the first time)."""
+        self._schedulable.setdefault(key, at)
+
+    def on_change(self, kind: str, event: str, key: str, old: Any, new: Any) -> None:
+        """Observe a pod's binding and start from its views (see the class docstring)."""
+        if kind != "Pod":
+            return
+        if new is None:
+            self._forget(key)
+            return
+        now = self.clock()
+        created = float(new.pod.created)
+        dynamic = "true" if getattr(new, "dynamic_resources", False) else "false"
+        schedulable = self._schedulable.get(key)
+        if not new.pod.node_name and new.phase == "Pending":
+            self._unbound.add(key)
+        elif key in self._unbound:
+            self._unbound.discard(key)
+            if self.active():
+                PODS_BOUND_DURATION.labels(dynamic_resources=dynamic).observe(max(0.0, now - created))
+                if schedulable is not None:
+                    PODS_PROVISIONING_BOUND_DURATION.labels(dynamic_resources=dynamic).observe(
+                        max(0.0, now - schedulable)
+                    )
+        if new.phase == "Pending":
+            self._pending.add(key)
+        elif key in self._pending:
+            self._pending.discard(key)
+            if new.phase == "Running" and self.active():
+                PODS_STARTUP_DURATION.observe(max(0.0, now - created))
+                if schedulable is not None:
+                    PODS_PROVISIONING_STARTUP_DURATION.observe(max(0.0, now - schedulable))
+            self._schedulable.pop(key, None)
+
+    def _forget(self, key: str) -> None:
+        self._unbound.discard(key)
+        self._pending.discard(key)
+        self._schedulable.pop(key, None)
+
+
 def _build_info() -> None:
     """``karpenter_build_info`` = 1: karpy's version, the Python version for ``goversion``, the machine in Go's
     ``GOARCH`` spelling; ``commit`` is "" (a Python package carries no VCS revision)."""
@@ -559,3 +621,7 @@ def _build_info() -> None:
 
 
 _build_info()
+
+# The process's pod latency tracker: the provisioner records schedulable times into it and the operator subscribes
+# it to cluster state.
+POD_LATENCIES: Final = PodLatencies()

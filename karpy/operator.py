@@ -201,6 +201,7 @@ class Operator:
         self._wired = True
         self.plans.follow()
         self.state.subscribe(self._route)
+        self.state.subscribe(self.provisioner.latencies.on_change)  # karpenter_pods_*_duration_seconds
         self.plans.subscribe(self._route_plan)
         self.provisioner.wake = self.provisioning.trigger
 

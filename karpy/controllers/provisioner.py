@@ -118,6 +118,7 @@ class Provisioner:
         self.nominated: dict[str, float] = {}
         self._vacating: set[str] = set()
         self._decided: set[str] = set()  # pod UIDs whose first scheduling decision was observed (metrics)
+        self.latencies = metrics.POD_LATENCIES  # the operator subscribes it to cluster state
         self._batches = itertools.count(1)
         self._started = int(state.clock())
         # Per-pod back-off after failed launches; the NodeClaim lifecycle records failures into the same one.
@@ -186,7 +187,7 @@ class Provisioner:
             )
             run.left = len(result.errors)
         now = self.state.clock()
-        self._observe_decisions([p.pod for p in pending], now)
+        self._observe_decisions([p.pod for p in pending], now, {**volume_errors, **result.errors})
         self.nominated.update({name: now for name, pods in result.existing.items() if pods})
         await self._plan_onto_existing(result.existing)
         self.launch_backoff.prune(self.state.pods)
@@ -209,11 +210,14 @@ class Provisioner:
         )
         return made
 
-    def _observe_decisions(self, pods: Sequence[model.Pod], now: float) -> None:
+    def _observe_decisions(self, pods: Sequence[model.Pod], now: float, unplaced: Mapping[str, str]) -> None:
         """``karpenter_pods_scheduling_decision_duration_seconds``: once per pod, from when karpy first saw it
         (its creation, or karpy's start for an older pod) to its first scheduling decision (Karpenter core
-        ``state/cluster.go`` ``MarkPodSchedulingDecisions``); forgotten once the pod is gone."""
+        ``state/cluster.go`` ``MarkPodSchedulingDecisions``); forgotten once the pod is gone. Pods placed (not in
+        ``unplaced``) are schedulable from ``now`` for the ``karpenter_pods_provisioning_*`` latencies."""
         for pod in pods:
+            if pod.key not in unplaced:
+                self.latencies.schedulable(pod.key, now)
             if pod.uid not in self._decided:
                 self._decided.add(pod.uid)
                 seen = max(pod.created, self.state.started_at)

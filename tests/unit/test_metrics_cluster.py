@@ -164,3 +164,65 @@ def test_label_value_mappings() -> None:
         "underutilized",
         "drifted",
     ]
+
+
+def test_pod_latencies_observe_bound_and_started_pods_from_creation_and_from_schedulable() -> None:
+    """A pod created at 1000 s, seen pending and unbound, found schedulable at 1010 s, bound at 1030 s, running at
+    1050 s: bound 30 s (provisioning 20 s) and startup 50 s (provisioning 40 s). A pod already running when first
+    seen observes nothing, and the series label ``dynamic_resources`` is "false" without resource claims."""
+    from karpy.state.cluster import ClusterState
+    from tests.unit.disruption_builders import pod, ts
+
+    now = [1000.0]
+    latencies = metrics.PodLatencies(clock=lambda: now[0])
+    state = ClusterState(clock=lambda: now[0])
+    state.subscribe(latencies.on_change)
+    pending = pod("lat")
+    pending["metadata"]["creationTimestamp"] = ts(1000.0)
+    running_already = pod("old", "node-x")
+    with Delta(
+        ("karpenter_pods_bound_duration_seconds_sum", {"dynamic_resources": "false"}),
+        ("karpenter_pods_provisioning_bound_duration_seconds_sum", {"dynamic_resources": "false"}),
+        ("karpenter_pods_startup_duration_seconds_sum", {}),
+        ("karpenter_pods_provisioning_startup_duration_seconds_sum", {}),
+        ("karpenter_pods_startup_duration_seconds_count", {}),
+    ) as delta:
+        state.apply("Pod", "ADDED", running_already)
+        state.apply("Pod", "ADDED", pending)
+        now[0] = 1010.0
+        latencies.schedulable("default/lat", now[0])
+        now[0] = 1030.0
+        bound = {
+            **pending,
+            "spec": {**pending["spec"], "nodeName": "node-a"},
+            "metadata": {**pending["metadata"], "resourceVersion": "900001"},
+        }
+        state.apply("Pod", "MODIFIED", bound)
+        now[0] = 1050.0
+        started = {
+            **bound,
+            "status": {"phase": "Running"},
+            "metadata": {**bound["metadata"], "resourceVersion": "900002"},
+        }
+        state.apply("Pod", "MODIFIED", started)
+        state.apply("Pod", "MODIFIED", {**started, "metadata": {**started["metadata"], "resourceVersion": "900003"}})
+    assert delta() == [30.0, 20.0, 50.0, 40.0, 1.0]
+
+
+def test_pod_latencies_observe_nothing_on_a_standby() -> None:
+    from karpy.state.cluster import ClusterState
+    from tests.unit.disruption_builders import pod
+
+    latencies = metrics.PodLatencies(clock=lambda: 5.0, active=lambda: False)
+    state = ClusterState(clock=lambda: 5.0)
+    state.subscribe(latencies.on_change)
+    pending = pod("standby-pod")
+    with Delta(("karpenter_pods_startup_duration_seconds_count", {})) as delta:
+        state.apply("Pod", "ADDED", pending)
+        running = {
+            **pending,
+            "status": {"phase": "Running"},
+            "metadata": {**pending["metadata"], "resourceVersion": "900004"},
+        }
+        state.apply("Pod", "MODIFIED", running)
+    assert delta() == [0.0]

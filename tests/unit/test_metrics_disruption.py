@@ -18,6 +18,7 @@ from karpy.controllers.disruption.controls import DisruptionSettings
 from karpy.controllers.terminator import Terminator
 from karpy.kube.events import EventRecorder
 from karpy.kube.resources import NODECLAIMS
+from karpy.metrics import PodLatencies
 from tests.unit.disruption_builders import T0, nodeclaim, nodeclass, nodepool, pod
 from tests.unit.metrics_helpers import Delta, sample, total
 from tests.unit.test_disruption_orchestrator import Harness, node, two_nodes
@@ -158,7 +159,9 @@ async def test_a_provisioning_with_min_values_relaxed_counts_provisioned_true() 
     ) as delta:
         h = Harness([nodeclass(), pool, pod("w", cpu="3")])
         h.provisioner.min_values_policy = "BestEffort"
+        h.provisioner.latencies = latencies = PodLatencies(clock=h.clock)
         assert len(await h.provisioner.provision_once()) == 1
+        assert set(latencies._schedulable) == {"default/w"}, "placed: schedulable from the decision"
         assert len(await h.provisioner.provision_once()) == 0, "planned: no second NodeClaim, no second decision"
     assert delta() == [1, 0, 1, 1]
     assert sample("karpenter_scheduler_unschedulable_pods_count", controller="provisioner") == 0
