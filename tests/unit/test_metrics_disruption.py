@@ -250,3 +250,38 @@ def _candidates() -> list[Any]:
 
 def _series(name: str) -> list[tuple[dict[str, str], float]]:
     return [(dict(s.labels), s.value) for f in REGISTRY.collect() for s in f.samples if s.name == name]
+
+
+async def test_candidates_that_gained_pods_before_the_command_acted_are_failed_validations_not_decisions() -> None:
+    """One of 3 empty nodes gains a pod: it fails validation (1), the other two go in one decision. A lone
+    candidate that gains a pod fails validation and no decision nor queue failure is counted."""
+    pool = nodepool("m-race", budgets=[{"nodes": "100%"}])
+    claims = [nodeclaim(n, pool) for n in ("a", "b", "c")]
+    decision = {"decision": "delete", "reason": "empty", "consolidation_type": "empty"}
+    failed = {"consolidation_type": "empty"}
+    gone = disrupted("empty", "m-race", "when_empty_or_underutilized", "graceful")
+    with Delta(
+        ("karpenter_voluntary_disruption_failed_validations_total", failed),
+        ("karpenter_voluntary_disruption_decisions_total", decision),
+        ("karpenter_nodeclaims_disrupted_total", gone),
+    ) as delta:
+        h = Harness([nodeclass(), pool, *claims, *(node(c) for c in claims)])
+        command = await h.evaluate()
+        assert command is not None and len(command.candidates) == 3
+        h.cancel_commands()
+        h.kube.seed(pod("late", "node-b"))  # in the apiserver, not in the cache
+        assert await h.queue.execute(command) is True
+    assert delta() == [1, 1, 2]
+    lone = nodepool("m-race-lone")
+    with Delta(
+        ("karpenter_voluntary_disruption_failed_validations_total", failed),
+        ("karpenter_voluntary_disruption_decisions_total", decision),
+        ("karpenter_voluntary_disruption_queue_failures_total", decision),
+    ) as delta:
+        h2 = Harness(two_nodes(lone))
+        command = await h2.evaluate()
+        assert command is not None
+        h2.cancel_commands()
+        h2.kube.seed(pod("late", "node-a"))
+        assert await h2.queue.execute(command) is False
+    assert delta() == [1, 0, 0]

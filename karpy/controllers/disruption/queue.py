@@ -128,8 +128,12 @@ class Queue:
         tainted: list[str] = []
         created: list[str] = []
         decided = False
+        original = command
         try:
             command = await self._taint_all(command, tainted)
+            if len(command.candidates) < len(original.candidates):  # empty nodes that gained pods left it
+                dropped = len(original.candidates) - len(command.candidates)
+                metrics.DISRUPTION_FAILED_VALIDATIONS.labels(consolidation_type=kind).inc(dropped)
             await self._set_reason(command, True)
             # Karpenter counts a decision once its command is queued (core ``disruption/queue.go``
             # ``recordDecisionPerformed``): here, once its candidates are tainted and re-checked.
@@ -237,9 +241,6 @@ class Queue:
         log.info("candidate left the command", nodeclaim=c.name, reason=blocker, command=command.method)
         await untaint(self.client, self.state, c.node.name)
         self.events.publish(c.claim.raw, WARNING, "DisruptionBlocked", f"{command.reason}: {blocker}")
-        metrics.DISRUPTION_FAILED_VALIDATIONS.labels(
-            consolidation_type=metrics.consolidation_type(command.method)
-        ).inc()
         self.back_off(c.name)
 
     async def _set_reason(self, command: Command, on: bool) -> None:
