@@ -174,7 +174,7 @@ class Provisioner:
         existing = self._existing_capacity()
         pods, volume_errors = self.scheduling_pods(pending)
         metrics.SCHEDULER_IGNORED_PODS.set(len(volume_errors))
-        metrics.pending_pods_by_zone(metrics.PROVISIONER, pods)
+        metrics.pending_pods_by_zone(metrics.PROVISIONER, [p for p in pods if not p.node_name])
         with metrics.scheduling(metrics.PROVISIONER, len(pods)) as run:
             result = solve(
                 pods,
@@ -214,8 +214,11 @@ class Provisioner:
         """``karpenter_pods_scheduling_decision_duration_seconds``: once per pod, from when karpy first saw it
         (its creation, or karpy's start for an older pod) to its first scheduling decision (Karpenter core
         ``state/cluster.go`` ``MarkPodSchedulingDecisions``); forgotten once the pod is gone. Pods placed (not in
-        ``unplaced``) are schedulable from ``now`` for the ``karpenter_pods_provisioning_*`` latencies."""
+        ``unplaced``) are schedulable from ``now`` for the ``karpenter_pods_provisioning_*`` latencies. Bound pods
+        (displaced from a deleting node) are skipped, as Karpenter skips scheduled pods."""
         for pod in pods:
+            if pod.node_name:
+                continue  # a bound pod of a deleting node: Karpenter skips scheduled pods here
             if pod.key not in unplaced:
                 self.latencies.schedulable(pod.key, now)
             if pod.uid not in self._decided:
