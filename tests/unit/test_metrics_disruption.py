@@ -285,3 +285,14 @@ async def test_candidates_that_gained_pods_before_the_command_acted_are_failed_v
         h2.kube.seed(pod("late", "node-a"))
         assert await h2.queue.execute(command) is False
     assert delta() == [1, 0, 0]
+
+
+async def test_allowed_disruptions_is_the_budget_and_a_not_ready_node_consumes_it() -> None:
+    """Budget ``nodes: 1`` with one NotReady node: Karpenter's gauges read allowed 1 (the budget) and 1 node
+    consuming it, while the method sees 0 left."""
+    pool = nodepool("m-budget", budgets=[{"nodes": "1"}])
+    a, b, c = (nodeclaim(n, pool) for n in ("a", "b", "c"))
+    h = Harness([nodeclass(), pool, a, b, c, node(a), node(b, ready=False), node(c), pod("c-0", "node-c")])
+    assert h.disruption.methods.allowed("m-budget", "Empty") == 0
+    assert sample("karpenter_nodepools_allowed_disruptions", nodepool="m-budget", reason="empty") == 1
+    assert sample("karpenter_nodepools_nodes_consuming_budgets", nodepool="m-budget", reason="empty") == 1
