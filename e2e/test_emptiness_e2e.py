@@ -3,7 +3,7 @@
 A Deployment of 12 pods spread one per node (hostname anti-affinity) over NodePool ``empt``
 (``consolidateAfter: 20s``, budget ``100%``) is scaled to zero, and Karpenter's emptiness deletes the 12 empty
 nodes in ONE command once they are Consolidatable (core ``emptiness.go``): the decision record lists every
-node, ``karpenter_voluntary_disruption_decisions_total{reason="Empty"}`` moves by exactly one. karpy runs with
+node, ``karpenter_voluntary_disruption_decisions_total{reason="empty"}`` moves by exactly one. karpy runs with
 its production disruption timings (10 s poll, 15 s validation).
 
 1. pods that stop at once: every NodeClaim is gone within ``consolidateAfter`` + 30 s of the last pod leaving;
@@ -169,12 +169,12 @@ async def _ready(env: Env, res: r.Resource, name: str) -> bool:
 
 
 async def _decisions(env: Env) -> float:
-    """``karpenter_voluntary_disruption_decisions_total{reason="Empty"}`` summed over its other labels."""
+    """``karpenter_voluntary_disruption_decisions_total{reason="empty"}`` summed over its other labels."""
     samples = await scrape_metrics(env.karpy.metrics_port)
     return sum(
         v
         for (name, labels), v in samples.items()
-        if name == "karpenter_voluntary_disruption_decisions_total" and dict(labels).get("reason") == "Empty"
+        if name == "karpenter_voluntary_disruption_decisions_total" and dict(labels).get("reason") == "empty"
     )
 
 

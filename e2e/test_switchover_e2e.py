@@ -651,7 +651,7 @@ async def test_karpy_adopts_karpenters_nodes_then_drifts_them_on_a_real_change(e
 
     assert sum(await metric_values(env, "karpenter_nodeclaims_created_total")) == 0
     assert sum(await metric_values(env, "karpenter_voluntary_disruption_decisions_total")) == 0
-    assert await metric_values(env, "karpenter_voluntary_disruption_eligible_nodes", reason=DRIFTED) == [0.0]
+    assert await metric_values(env, "karpenter_voluntary_disruption_eligible_nodes", reason=DRIFTED.lower()) == [0.0]
     evaluations = [line for line in env.karpy.logs() if line.get("message") == "disruption evaluation"]
     assert evaluations and all(line.get("command") is None for line in evaluations)
     assert max(line.get("candidates", 0) for line in evaluations) >= REPLICAS, "karpy evaluated Karpenter's nodes"
@@ -722,6 +722,7 @@ async def test_karpy_adopts_karpenters_nodes_then_drifts_them_on_a_real_change(e
         assert claim["metadata"]["labels"].get("karpy-e2e/switched") == "yes"
         assert notes[wk.ANNOTATION_NODEPOOL_HASH] == new_hash[wk.ANNOTATION_NODEPOOL_HASH]
         assert notes[wk.ANNOTATION_NODECLASS_HASH] == class_notes[wk.ANNOTATION_NODECLASS_HASH]
-    assert sum(await metric_values(env, "karpenter_voluntary_disruption_decisions_total", reason=DRIFTED)) == REPLICAS
+    decisions = await metric_values(env, "karpenter_voluntary_disruption_decisions_total", reason=DRIFTED.lower())
+    assert sum(decisions) == REPLICAS
     record_figures(switchover_drift_replacement_seconds=round(drift_seconds, 1))
     print("switchover figures:", json.dumps({"window_s": round(window, 1), "drift_s": round(drift_seconds, 1)}))

@@ -49,7 +49,7 @@ from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
 from karpy.kube.events import EventRecorder
 from karpy.kube.watch import Informer
-from karpy.metrics import CLUSTER_STATE_NODE_COUNT, CLUSTER_STATE_SYNCED, INTERRUPTION_QUEUE_HEALTHY
+from karpy.metrics import INTERRUPTION_QUEUE_HEALTHY, ClusterStateObserver
 from karpy.metrics_state import StateMetrics
 from karpy.runtime.controller import Controller
 from karpy.runtime.fence import Fence
@@ -219,6 +219,7 @@ class Operator:
         self._wired = True
         self.plans.follow()
         self.state.subscribe(self._route)
+        self.state.subscribe(self.provisioner.latencies.on_change)  # karpenter_pods_*_duration_seconds
         self.plans.subscribe(self._route_plan)
         self.provisioner.wake = self.provisioning.trigger
         if self.observability:
@@ -361,9 +362,9 @@ class Operator:
 
     async def _observe(self) -> None:
         logged = False
+        observer = ClusterStateObserver()
         while True:
-            CLUSTER_STATE_SYNCED.set(1 if self.state.synced else 0)
-            CLUSTER_STATE_NODE_COUNT.set(len(self.state.nodes))
+            observer.observe(self.state.synced, len(self.state.nodes), self.state.clock())
             if self.state.synced and not logged:
                 logged = True
                 log.info(

@@ -39,7 +39,7 @@ from karpy.controllers.interruption import instance_id_of
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.resources import NODECLAIMS, NODES
-from karpy.metrics import GC_INSTANCES_TERMINATED, GC_LAUNCH_TEMPLATES_DELETED, NODECLAIMS_DISRUPTED
+from karpy.metrics import GARBAGE_COLLECTED, GC_INSTANCES_TERMINATED, GC_LAUNCH_TEMPLATES_DELETED, nodeclaim_disrupted
 from karpy.runtime.controller import Result
 from karpy.state.cluster import ClusterState
 
@@ -236,7 +236,7 @@ class GarbageCollection:
                     continue
                 raise
             pool = claim.nodepool
-            NODECLAIMS_DISRUPTED.labels(reason="garbage_collected", nodepool=pool).inc()
+            nodeclaim_disrupted(claim, GARBAGE_COLLECTED)
             log.info("deleted nodeclaim whose instance is gone", nodeclaim=name, provider_id=pid, nodepool=pool)
             deleted.append(name)
         return deleted

@@ -66,7 +66,7 @@ from karpy.metrics import (
     INTERRUPTION_QUEUE_ERRORS,
     INTERRUPTION_QUEUE_HEALTHY,
     INTERRUPTION_RECEIVED,
-    NODECLAIMS_DISRUPTED,
+    nodeclaim_disrupted,
 )
 from karpy.runtime.controller import Result
 from karpy.state.cluster import ClusterState
@@ -198,7 +198,7 @@ class Interruption:
         except CloudProviderError as err:
             log.warning("interruption message not deleted", message_id=queued.message_id, error=str(err)[:300])
             return False
-        INTERRUPTION_DELETED.labels(message_type=msg.kind).inc()
+        INTERRUPTION_DELETED.inc()
         return True
 
     async def act(self, msg: InterruptionMessage) -> list[str]:
@@ -253,7 +253,7 @@ class Interruption:
                 return False
             raise
         pool = labels.get(wk.LABEL_NODEPOOL, "")
-        NODECLAIMS_DISRUPTED.labels(reason=msg.kind, nodepool=pool).inc()
+        nodeclaim_disrupted(claim, msg.kind)
         self.events.record(*ev.terminating_on_interruption(node, claim))
         log.info(
             "deleting nodeclaim on interruption",

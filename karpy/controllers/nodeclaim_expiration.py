@@ -19,12 +19,12 @@ from __future__ import annotations
 import time
 from collections.abc import Collection
 
+from karpy import metrics
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption import drift as dr
 from karpy.controllers.disruption.helpers import Clock, cluster_paused, delete_claim
 from karpy.kube.client import KubeClient
 from karpy.kube.events import EventRecorder
-from karpy.metrics import NODECLAIMS_DISRUPTED
 from karpy.runtime.controller import Result
 from karpy.state.cluster import ClusterState
 
@@ -74,5 +74,5 @@ class NodeClaimExpiration:
             return Result(requeue_after=self.settings.poll)
         record = {"method": "expiration", "reason": dr.EXPIRED, "decision": "delete"}
         if await delete_claim(self.client, self.state, self.events, claim, record, "Expired"):
-            NODECLAIMS_DISRUPTED.labels(reason="expired", nodepool=pool_name).inc()
+            metrics.nodeclaim_disrupted(claim, metrics.EXPIRED)
         return Result()

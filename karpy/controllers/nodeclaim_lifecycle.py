@@ -37,6 +37,7 @@ from typing import Any
 
 import structlog
 
+from karpy import metrics
 from karpy.apis import labels as wk
 from karpy.apis.conditions import conditions_json, set_condition
 from karpy.apis.ec2nodeclass import EC2NodeClass
@@ -259,6 +260,7 @@ class NodeClaimLifecycle:
             subresource="status",
         )
         registered = self._applied(updated)
+        metrics.NODES_CREATED.labels(nodepool=claim.nodepool, zone=claim.meta.labels.get(wk.LABEL_ZONE, "")).inc()
         log.info("registered nodeclaim", nodeclaim=claim.name, node=node.name)
         return await self._initialize(registered)
 
@@ -379,6 +381,9 @@ class NodeClaimLifecycle:
         except ApiError as err:
             if not err.not_found:
                 raise
+            return Result()
+        # ``reason`` is Karpenter's: launch_timeout, registration_timeout, insufficient_capacity, nodeclass_not_ready.
+        metrics.nodeclaim_disrupted(claim, reason)
         return Result()
 
 

@@ -31,6 +31,7 @@ from typing import Any
 import attrs
 import structlog
 
+from karpy import metrics
 from karpy.apis import labels as wk
 from karpy.apis.hashing import nodeclass_hash, nodepool_hash
 from karpy.apis.meta import JSON
@@ -47,7 +48,6 @@ from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.events import EventRecorder
 from karpy.kube.resources import NODECLAIMS
-from karpy.metrics import NODECLAIMS_CREATED, UNSCHEDULABLE_PODS
 from karpy.runtime.batcher import Batcher
 from karpy.runtime.clock import Clock, LoopClock, Timer
 from karpy.runtime.controller import Result
@@ -118,6 +118,8 @@ class Provisioner:
         # disruption candidates for a while (Karpenter nomination window).
         self.nominated: dict[str, float] = {}
         self._vacating: set[str] = set()
+        self._decided: set[str] = set()  # pod UIDs whose first scheduling decision was observed (metrics)
+        self.latencies = metrics.POD_LATENCIES  # the operator subscribes it to cluster state
         self._batches = itertools.count(1)
         self._started = int(state.clock())
         # Per-pod back-off after failed launches; the NodeClaim lifecycle records failures into the same one.
@@ -172,16 +174,21 @@ class Provisioner:
         nodepools, pool_views = await self._nodepools()
         existing = self._existing_capacity()
         pods, volume_errors = self.scheduling_pods(pending)
-        result = solve(
-            pods,
-            nodepools,
-            existing,
-            self.daemonsets(),
-            preference_policy=self.preference_policy,
-            namespace_labels=self.state.namespace_labels(),
-            min_values_policy=self.min_values_policy,
-        )
+        metrics.SCHEDULER_IGNORED_PODS.set(len(volume_errors))
+        metrics.pending_pods_by_zone(metrics.PROVISIONER, [p for p in pods if not p.node_name])
+        with metrics.scheduling(metrics.PROVISIONER, len(pods)) as run:
+            result = solve(
+                pods,
+                nodepools,
+                existing,
+                self.daemonsets(),
+                preference_policy=self.preference_policy,
+                namespace_labels=self.state.namespace_labels(),
+                min_values_policy=self.min_values_policy,
+            )
+            run.left = len(result.errors)
         now = self.state.clock()
+        self._observe_decisions([p.pod for p in pending], now, {**volume_errors, **result.errors})
         self.nominated.update({name: now for name, pods in result.existing.items() if pods})
         await self._plan_onto_existing(result.existing)
         self._nominate_existing(result.existing)
@@ -193,6 +200,7 @@ class Provisioner:
         created = await asyncio.gather(*(self._create(nc, pool_views[nc.nodepool], batch) for nc in plans))
         errors = {**volume_errors, **result.errors}
         errors.update(await self._explain_incompatible(pods, nodepools, pool_views, result.errors))
+        metrics.UNSCHEDULABLE_PODS.labels(controller=metrics.PROVISIONER).set(len(result.errors))
         self._report_errors(pending, errors)
         made = [c for c in created if c is not None]
         log.info(
@@ -203,6 +211,24 @@ class Provisioner:
             unschedulable=len(errors),
         )
         return made
+
+    def _observe_decisions(self, pods: Sequence[model.Pod], now: float, unplaced: Mapping[str, str]) -> None:
+        """``karpenter_pods_scheduling_decision_duration_seconds``: once per pod, from when karpy first saw it
+        (its creation, or karpy's start for an older pod) to its first scheduling decision (Karpenter core
+        ``state/cluster.go`` ``MarkPodSchedulingDecisions``); forgotten once the pod is gone. Pods placed (not in
+        ``unplaced``) are schedulable from ``now`` for the ``karpenter_pods_provisioning_*`` latencies. Bound pods
+        (displaced from a deleting node) are skipped, as Karpenter skips scheduled pods."""
+        for pod in pods:
+            if pod.node_name:
+                continue  # a bound pod of a deleting node: Karpenter skips scheduled pods here
+            if pod.key not in unplaced:
+                self.latencies.schedulable(pod.key, now)
+            if pod.uid not in self._decided:
+                self._decided.add(pod.uid)
+                seen = max(pod.created, self.state.started_at)
+                metrics.PODS_SCHEDULING_DECISION_DURATION.observe(max(0.0, now - seen))
+        if len(self._decided) > 2 * max(len(self.state.pods), 1000):
+            self._decided &= {info.pod.uid for info in self.state.pods.values()}
 
     def _trigger_in(self, seconds: float) -> None:
         """Open a batch once the first held NodeClaim's pods are out of back-off (one timer, the earliest)."""
@@ -471,7 +497,7 @@ class Provisioner:
             return None
         self.state.apply("NodeClaim", "ADDED", created)
         self.plans.record(created)
-        NODECLAIMS_CREATED.labels(nodepool=plan.nodepool, reason="provisioning").inc()
+        metrics.nodeclaim_created(created, metrics.PROVISIONED)
         name = created["metadata"]["name"]
         log.info(
             "created nodeclaim",
@@ -487,7 +513,6 @@ class Provisioner:
         return created
 
     def _report_errors(self, pending: Sequence[PodInfo], errors: Mapping[str, str]) -> None:
-        UNSCHEDULABLE_PODS.set(len(errors))
         by_key = {p.key: p for p in pending}
         for key, message in errors.items():
             info = by_key.get(key)

@@ -39,6 +39,7 @@ from datetime import UTC, datetime
 
 import structlog
 
+from karpy import metrics
 from karpy.apis import labels as wk
 from karpy.apis.conditions import conditions_json, set_condition
 from karpy.apis.nodeclaim import NodeClaim
@@ -50,7 +51,6 @@ from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.events import EventRecorder
 from karpy.kube.resources import NODECLAIMS, NODES, PODS
-from karpy.metrics import NODECLAIMS_TERMINATED
 from karpy.runtime.controller import Result
 from karpy.scheduling.model import Taint
 from karpy.scheduling.taints import tolerates
@@ -147,6 +147,8 @@ class Terminator:
         self._pod_grace: dict[str, int] = {}
         # Pod UIDs already deleted at the TGP deadline: the delete is sent once, whatever the cache still shows.
         self._forced: set[str] = set()
+        # NodeClaim UIDs whose node's drain finished (``karpenter_nodes_drained_total`` counts each once).
+        self._drained: set[str] = set()
 
     async def reconcile(self, key: str) -> Result:
         """Advance termination of NodeClaim ``key``."""
@@ -167,12 +169,24 @@ class Terminator:
                 # Karpenter node/termination/controller.go awaitDrain: a NodeDrainError is a FailedDraining event.
                 self.events.record(ev.node_failed_to_drain(node, f"{remaining} pods are waiting to be evicted"))
                 return Result(requeue_after=DRAIN_POLL)
+            self._drained_once(claim)
         if not await self._terminate_instance(claim):
             return Result(requeue_after=TERMINATE_POLL)
-        if node is not None and await self._remove_node(node):
+        if node is not None and await self._remove_node(node, claim.meta.deletion_timestamp):
             return Result(requeue_after=DRAIN_POLL)
         await self._release(claim)
         return Result()
+
+    def _drained_once(self, claim: NodeClaim) -> None:
+        """``karpenter_nodes_drained_total`` once per NodeClaim, when its node's drain first finds nothing left
+        (Karpenter counts the ``Drained`` condition turning True, core ``node/termination/controller.go``)."""
+        uid = claim.meta.uid or claim.name
+        if uid in self._drained:
+            return
+        if len(self._drained) > 10000:
+            self._drained.clear()
+        self._drained.add(uid)
+        metrics.NODES_DRAINED.labels(nodepool=claim.nodepool).inc()
 
     async def _instance_gone_under_unready_node(self, claim: NodeClaim, node: NodeInfo) -> bool:
         """The Node is NotReady and its instance no longer exists: nothing can confirm an eviction there, so the
@@ -287,6 +301,7 @@ class Terminator:
         if len(self._forced) > 10000:
             self._forced.clear()
         self._forced.add(info.pod.uid)
+        metrics.PODS_DRAINED.labels(reason=self._drain_reason(info)).inc()
         self.events.record(ev.disrupt_pod_delete(info.pod, grace, deadline, await self._grace_of(info)))
         log.info("deleted pod at the termination deadline", pod=info.key, grace_seconds=grace, node=info.node_name)
 
@@ -299,6 +314,7 @@ class Terminator:
         try:
             await self.client.create_subresource(PODS, info.pod.name, "eviction", body, info.pod.namespace)
         except ApiError as err:
+            metrics.PODS_EVICTION_REQUESTS.labels(code=str(err.status)).inc()
             if err.not_found or err.conflict:
                 return
             if err.too_many_requests:
@@ -307,8 +323,21 @@ class Terminator:
                 self.events.record(ev.node_failed_to_drain(node, f"evicting pod violates a PDB (Pod={info.key})"))
                 return
             raise
+        metrics.PODS_EVICTION_REQUESTS.labels(code="200").inc()
+        metrics.PODS_DRAINED.labels(reason=self._drain_reason(info)).inc()
         self.events.record(ev.evict_pod(info.pod, reason))
         log.info("evicted pod", pod=info.key, node=info.node_name)
+
+    def _drain_reason(self, info: PodInfo) -> str:
+        """The ``reason`` of ``karpenter_pods_drained_total``: the reason of the DisruptionReason condition of the
+        NodeClaim of the pod's node, else ``Forceful Termination`` (Karpenter core ``terminator/eviction.go``
+        ``evictionReason``; "" when the node or its NodeClaim is unknown)."""
+        node = self.state.nodes.get(info.node_name)
+        claim = self.state.nodeclaim_view_for_node(node) if node is not None else None
+        if claim is None:
+            return ""
+        cond = claim.condition(wk.COND_DISRUPTION_REASON)
+        return cond.reason if cond is not None and cond.true else metrics.FORCEFUL_TERMINATION
 
     async def _terminate_instance(self, claim: NodeClaim) -> bool:
         """True once the instance is gone."""
@@ -318,6 +347,12 @@ class Terminator:
         try:
             await self.cloud.delete(pid)
         except NodeClaimNotFoundError:
+            terminating = claim.condition(wk.COND_INSTANCE_TERMINATING)
+            if terminating is not None and terminating.true and terminating.last_transition_time > 0:
+                since = self.clock() - terminating.last_transition_time
+                metrics.NODECLAIMS_INSTANCE_TERMINATION_DURATION.labels(nodepool=claim.nodepool).observe(
+                    max(0.0, since)
+                )
             return True
         if not claim.is_true(wk.COND_INSTANCE_TERMINATING):
             conditions = set_condition(
@@ -357,9 +392,10 @@ class Terminator:
             return False
         return True
 
-    async def _remove_node(self, node: NodeInfo) -> bool:
-        """Release the Node's finalizer and delete it; True while it still exists."""
-        return await remove_node(self.client, self.state, node)
+    async def _remove_node(self, node: NodeInfo, deleted: float = 0.0) -> bool:
+        """Release the Node's finalizer and delete it; True while it still exists. ``deleted``: when the deletion
+        was requested (the NodeClaim's deletionTimestamp, seconds since the epoch) for the Node metrics."""
+        return await remove_node(self.client, self.state, node, deleted=deleted, now=self.clock)
 
     async def _release(self, claim: NodeClaim) -> None:
         name = claim.name
@@ -378,13 +414,22 @@ class Terminator:
                 # successful release counted it; counting again would make terminated exceed created.
                 return
             raise
-        NODECLAIMS_TERMINATED.labels(nodepool=claim.nodepool).inc()
+        metrics.nodeclaim_terminated(claim, self.clock())
         log.info("terminated nodeclaim", nodeclaim=name)
 
 
-async def remove_node(client: KubeClient, state: ClusterState, node: NodeInfo) -> bool:
+async def remove_node(
+    client: KubeClient,
+    state: ClusterState,
+    node: NodeInfo,
+    *,
+    deleted: float = 0.0,
+    now: Callable[[], float] = time.time,
+) -> bool:
     """Release ``node``'s ``karpenter.sh/termination`` finalizer and delete it; True while it still exists (in
-    ``state``).
+    ``state``). Releasing the finalizer counts the Node terminated (``karpenter_nodes_terminated_total``, its
+    lifetime and, when ``deleted`` — the deletion request time, seconds since the epoch — is known, its
+    termination duration at ``now()``).
 
     Raises:
         ApiError: the apiserver refused (other than NotFound).
@@ -410,6 +455,7 @@ async def remove_node(client: KubeClient, state: ClusterState, node: NodeInfo) -
             if err.not_found:
                 return False
             raise
+        metrics.node_terminated(current.labels, current.created, deleted, now())
     if not current.deleting:
         try:
             await client.delete(NODES, node.name)

@@ -19,7 +19,14 @@ from tests.unit.test_terminator_tgp import apiserver, evictions_asked, gone_clou
 
 
 def _terminated(pool: str) -> float:
-    return REGISTRY.get_sample_value("karpenter_nodeclaims_terminated_total", {"nodepool": pool}) or 0.0
+    """``karpenter_nodeclaims_terminated_total{nodepool=pool}`` summed over its other labels (capacity_type, zone)."""
+    return sum(
+        s.value
+        for family in REGISTRY.collect()
+        if family.name == "karpenter_nodeclaims_terminated"
+        for s in family.samples
+        if s.name == "karpenter_nodeclaims_terminated_total" and s.labels.get("nodepool") == pool
+    )
 
 
 def _terminating_pod(name: str, node_name: str, deletion: float) -> dict:

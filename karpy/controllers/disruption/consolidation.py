@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
+from karpy import metrics
 from karpy.apis import labels as wk
 from karpy.controllers.disruption.types import UNDERUTILIZED, Candidate, Command
 from karpy.scheduling import model
@@ -64,15 +65,18 @@ def simulate(
     nodes = {c.node.name for c in candidates}
     remaining = [e for e in existing if e.nodeclaim not in claims and e.name not in nodes]
     pods = [attrs.evolve(p.pod, node_name="") for c in candidates for p in c.pods]
-    return solve(
-        [*pods, *pending],
-        nodepools,
-        remaining,
-        daemonsets,
-        preference_policy=options.preference_policy,
-        min_values_policy=options.min_values_policy,
-        namespace_labels=options.namespace_labels,
-    )
+    with metrics.scheduling(metrics.DISRUPTION, len(pods) + len(pending)) as run:
+        result = solve(
+            [*pods, *pending],
+            nodepools,
+            remaining,
+            daemonsets,
+            preference_policy=options.preference_policy,
+            min_values_policy=options.min_values_policy,
+            namespace_labels=options.namespace_labels,
+        )
+        run.left = len(result.errors)
+    return result
 
 
 def all_candidate_pods_scheduled(candidates: Sequence[Candidate], result: model.SchedulingResult) -> bool:
@@ -212,7 +216,10 @@ def multi_node(
     ordered = list(candidates)[:MULTI_NODE_MAX_CANDIDATES]
     lo, hi = 2, len(ordered)
     best: Command | None = None
-    while lo <= hi and clock() < deadline:
+    while lo <= hi:
+        if clock() >= deadline:
+            metrics.DISRUPTION_CONSOLIDATION_TIMEOUTS.labels(consolidation_type="multi").inc()
+            break
         mid = (lo + hi) // 2
         prefix = ordered[:mid]
         command, _ = consolidation_command(prefix, simulator(prefix), method="multi-node", spot_to_spot=spot_to_spot)
@@ -243,8 +250,12 @@ def single_node(
     Gives up after ``timeout`` seconds (the rest are reported as not evaluated)."""
     why: dict[str, str] = {}
     deadline = clock() + timeout
+    timed_out = False
     for candidate in sort_for_single(candidates):
         if clock() >= deadline:
+            if not timed_out:
+                timed_out = True
+                metrics.DISRUPTION_CONSOLIDATION_TIMEOUTS.labels(consolidation_type="single").inc()
             why[candidate.name] = "not evaluated: single-node consolidation timed out"
             continue
         command, reason = consolidation_command(

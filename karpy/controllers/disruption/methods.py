@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 
+from karpy import metrics
 from karpy.apis import labels as wk
 from karpy.apis.hashing import legacy_nodeclass_hash, legacy_nodepool_hash, nodeclass_hash, nodepool_hash
 from karpy.apis.nodepool import NodePool
@@ -31,7 +32,6 @@ from karpy.controllers.disruption.emptiness import (
 from karpy.controllers.disruption.helpers import Context, created, transition, workload
 from karpy.controllers.disruption.queue import Queue
 from karpy.controllers.disruption.types import DRIFTED, EMPTY, UNDERUTILIZED, Candidate, Command
-from karpy.metrics import DISRUPTION_ALLOWED, DISRUPTION_ELIGIBLE
 from karpy.state.cluster import ClusterState
 
 # Karpenter's consolidation short-cut: once consolidation found nothing (and no budget held it back), it is not
@@ -64,7 +64,13 @@ class Methods:
 
     def decide(self, ctx: Context) -> Command | None:
         """The first command of emptiness → drift → multi-node → single-node (Karpenter's method order)."""
-        return self.emptiness(ctx) or self.drift(ctx) or self.consolidation(ctx)
+        # Each method's evaluation is timed as Karpenter's ``disrupt`` does (core ``disruption/controller.go``).
+        with metrics.DISRUPTION_EVALUATION_DURATION.labels(reason="empty", consolidation_type="empty").time():
+            command = self.emptiness(ctx)
+        if command is None:
+            with metrics.DISRUPTION_EVALUATION_DURATION.labels(reason="drifted", consolidation_type="").time():
+                command = self.drift(ctx)
+        return command or self.consolidation(ctx)
 
     def allowed(self, pool: str, reason: str) -> int:
         """Budget left for ``reason`` in ``pool`` now (commands in flight count as disrupting)."""
@@ -76,7 +82,10 @@ class Methods:
         if total and allowed_disruptions(view, reason, total, 0) == 0:
             # Karpenter disruption/helpers.go BuildDisruptionBudgetMapping: a budget of 0 for a pool with nodes.
             self.queue.events.record(ev.nodepool_blocked_for_disruption_reason(view, reason))
-        DISRUPTION_ALLOWED.labels(nodepool=pool, reason=reason).set(value)
+        # Karpenter's gauges: the budget itself (before what is disrupting is subtracted) and what consumes it.
+        labels = {"nodepool": pool, "reason": metrics.disruption_reason(reason)}
+        metrics.DISRUPTION_ALLOWED.labels(**labels).set(allowed_disruptions(view, reason, total, 0))
+        metrics.NODES_CONSUMING_BUDGETS.labels(**labels).set(disrupting)
         return value
 
     def consolidatable(self, ctx: Context, c: Candidate) -> bool:
@@ -89,14 +98,14 @@ class Methods:
         eligible = [
             c for c in ctx.candidates if not c.pods and c.name not in ctx.eventual_only and self.consolidatable(ctx, c)
         ]
-        DISRUPTION_ELIGIBLE.labels(reason=EMPTY).set(len(eligible))
+        metrics.DISRUPTION_ELIGIBLE.labels(reason=metrics.disruption_reason(EMPTY)).set(len(eligible))
         allowed = {pool: self.allowed(pool, EMPTY) for pool in {c.pool for c in eligible}}
         return empty_command(eligible, allowed)
 
     def drift(self, ctx: Context) -> Command | None:
         """One drifted candidate (empty ones first, oldest drift first) whose pods all fit, within ``Drifted``."""
         drifted = [c for c in ctx.candidates if c.claim.is_true(wk.COND_DRIFTED)]
-        DISRUPTION_ELIGIBLE.labels(reason=DRIFTED).set(len(drifted))
+        metrics.DISRUPTION_ELIGIBLE.labels(reason=metrics.disruption_reason(DRIFTED)).set(len(drifted))
         by_name = {c.name: c for c in drifted}
         order = dr.drift_order([(transition(c.claim, wk.COND_DRIFTED), len(c.pods), c.name) for c in drifted])
         for name in order:
@@ -156,7 +165,7 @@ class Methods:
                 ctx.blocked[c.name] = why
                 continue
             out.append(c)
-        DISRUPTION_ELIGIBLE.labels(reason=UNDERUTILIZED).set(len(out))
+        metrics.DISRUPTION_ELIGIBLE.labels(reason=metrics.disruption_reason(UNDERUTILIZED)).set(len(out))
         return out
 
     def cooling_down(self, c: Candidate, now: float) -> str:
@@ -200,12 +209,14 @@ class Methods:
                 taken[c.pool] = taken.get(c.pool, 0) + 1
                 within.append(c)
         spot = self.settings.spot_to_spot
-        command = cons.multi_node(within, ctx.simulator(), spot_to_spot=spot, accept=self.accept)
+        with metrics.DISRUPTION_EVALUATION_DURATION.labels(reason="underutilized", consolidation_type="multi").time():
+            command = cons.multi_node(within, ctx.simulator(), spot_to_spot=spot, accept=self.accept)
         if command is not None:
             return command
         # Single-node needs one disruption per pool: every candidate of a pool with budget left is tried.
         open_pools = [c for c in eligible if budget.get(c.pool, 0) > 0]
-        command, why = cons.single_node(open_pools, ctx.simulator(), spot_to_spot=spot, accept=self.accept)
+        with metrics.DISRUPTION_EVALUATION_DURATION.labels(reason="underutilized", consolidation_type="single").time():
+            command, why = cons.single_node(open_pools, ctx.simulator(), spot_to_spot=spot, accept=self.accept)
         ctx.blocked.update(why)
         for c in open_pools:  # Karpenter disruption/consolidation.go computeConsolidation (single node)
             if c.name in why and not why[c.name].startswith("not evaluated"):

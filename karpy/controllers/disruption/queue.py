@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import attrs
 import structlog
 
+from karpy import metrics
 from karpy.apis import labels as wk
 from karpy.apis.conditions import conditions_json, set_condition
 from karpy.apis.hashing import nodeclass_hash, nodepool_hash
@@ -48,7 +49,6 @@ from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.events import WARNING, EventRecorder
 from karpy.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PODS
-from karpy.metrics import DISRUPTION_DECISIONS, DISRUPTION_QUEUE_FAILURES, NODECLAIMS_CREATED, NODECLAIMS_DISRUPTED
 from karpy.runtime.fence import NotLeader
 from karpy.scheduling import model
 from karpy.state.cluster import ClusterState
@@ -121,18 +121,34 @@ class Queue:
     async def execute(self, command: Command) -> bool:
         """Taint, re-check fresh, launch replacements, wait for them, delete the candidates; True on success,
         False when the command was abandoned (undone; see the module docstring)."""
-        labels = {"decision": command.decision, "reason": command.reason, "consolidation_type": command.method}
+        kind = metrics.consolidation_type(command.method)
+        labels = {
+            "decision": command.decision,
+            "reason": metrics.disruption_reason(command.reason),
+            "consolidation_type": kind,
+        }
         tainted: list[str] = []
         created: list[str] = []
+        decided = False
+        original = command
         try:
             command = await self._taint_all(command, tainted)
+            if len(command.candidates) < len(original.candidates):  # empty nodes that gained pods left it
+                dropped = len(original.candidates) - len(command.candidates)
+                metrics.DISRUPTION_FAILED_VALIDATIONS.labels(consolidation_type=kind).inc(dropped)
             await self._set_reason(command, True)
+            # Karpenter counts a decision once its command is queued (core ``disruption/queue.go``
+            # ``recordDecisionPerformed``): here, once its candidates are tainted and re-checked.
+            decided = True
+            metrics.voluntary_decision(
+                command.decision, command.reason, command.method, {c.pool for c in command.candidates}
+            )
             for plan in command.replacements:
                 created.append(await self._create_replacement(plan, command))
             await self._await_initialized(created, command)
         except _Abort as abort:
             await self._abandon(command, tainted, created, abort)
-            DISRUPTION_QUEUE_FAILURES.labels(**labels).inc()
+            self._count_failure(command, created, labels, decided)
             return False
         except NotLeader as err:
             # The leader fence refused a write: this process is exiting. Undoing would be refused too, and the
@@ -143,19 +159,33 @@ class Queue:
         except Exception as err:  # the command is a background task: undo it and report, never leak it half-done
             log.exception("disruption command failed", command=command.record())
             await self._abandon(command, tainted, created, _Abort(f"error: {err}", halt=False))
-            DISRUPTION_QUEUE_FAILURES.labels(**labels).inc()
+            self._count_failure(command, created, labels, decided)
             return False
         finally:
             self.replacing.difference_update(created)
         now = self.clock()
         for c in command.candidates:
             if await delete_claim(self.client, self.state, self.events, c.claim, command.record(), command.reason):
-                NODECLAIMS_DISRUPTED.labels(reason=command.reason.lower(), nodepool=c.pool).inc()
+                policy = c.nodepool.disruption.consolidation_policy if kind else ""
+                metrics.nodeclaim_disrupted(c.claim, labels["reason"], policy)
             for p in c.pods:
                 self.disrupted_workloads[workload(p.pod)] = now
-        DISRUPTION_DECISIONS.labels(**labels).inc()
         log.info("disruption command done", command=command.record())
         return True
+
+    def _count_failure(self, command: Command, created: Sequence[str], labels: dict[str, str], decided: bool) -> None:
+        """An abandoned command: before its decision counted, its candidates failed the re-check
+        (``failed_validations_total``); after, ``queue_failures_total`` counts its replacements that did not
+        initialize (Karpenter core ``disruption/queue.go``: ``failedLaunches``), at least one."""
+        if not decided:
+            metrics.DISRUPTION_FAILED_VALIDATIONS.labels(consolidation_type=labels["consolidation_type"]).inc(
+                len(command.candidates)
+            )
+            return
+        initialized = sum(
+            1 for n in created if (v := self.state.nodeclaim_view(n)) is not None and v.is_true(wk.COND_INITIALIZED)
+        )
+        metrics.DISRUPTION_QUEUE_FAILURES.labels(**labels).inc(max(1, len(command.replacements) - initialized))
 
     async def _taint_all(self, command: Command, tainted: list[str]) -> Command:
         """Taint and re-check every candidate (appending each tainted Node to ``tainted``); the command with
@@ -252,7 +282,7 @@ class Queue:
         name = str(created["metadata"]["name"])
         self.replacing.add(name)
         self.state.apply("NodeClaim", "ADDED", created)
-        NODECLAIMS_CREATED.labels(nodepool=plan.nodepool, reason=command.reason.lower()).inc()
+        metrics.nodeclaim_created(created, metrics.disruption_reason(command.reason))
         self.events.record(ev.launching(created, command.reason))
         log.info("launched replacement", nodeclaim=name, command=command.method, reason=command.reason)
         return name

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
+from karpy import metrics
 from karpy.controllers import events as ev
 from karpy.controllers.disruption import consolidation as cons
 from karpy.controllers.disruption import controls
@@ -26,7 +27,6 @@ from karpy.controllers.disruption.helpers import Clock, Context, Sleep
 from karpy.controllers.disruption.methods import Methods
 from karpy.controllers.disruption.types import EMPTY, UNDERUTILIZED, Candidate, Command
 from karpy.kube.events import EventRecorder
-from karpy.metrics import DISRUPTION_FAILED_VALIDATIONS
 from karpy.state.cluster import ClusterState
 
 log = structlog.get_logger("karpy.disruption")
@@ -85,7 +85,8 @@ class Validation:
         ctx = await self.context(self.clock())
         fresh = None if ctx is None else self.revalidate(ctx, command, decided)
         if fresh is None:
-            DISRUPTION_FAILED_VALIDATIONS.labels(consolidation_type=command.method).inc()
+            kind = metrics.consolidation_type(command.method)
+            metrics.DISRUPTION_FAILED_VALIDATIONS.labels(consolidation_type=kind).inc(len(command.candidates))
             if command.method in CONSOLIDATION_METHODS:  # Karpenter: single- and multi-node consolidation only
                 reason = "unknown" if ctx is None else self.rejection
                 for c in command.candidates:
