@@ -5,10 +5,6 @@ A scrape is :func:`e2e.helpers.scrape_metrics`' ``{(sample name, labels): value}
 checks every sample of a reference family against Karpenter's label names (``tests/data/karpenter_v1_15_metrics.json``,
 the same reference and lists as ``tests/unit/test_metrics_reference.py``); :func:`check_scale_up` and
 :func:`check_scale_down` check the values of the families against the NodeClaims the test saw come and go.
-
-MERGER: the checks of families other branches of issue 10 add are written but off
-(:data:`CHECK_METRICS1_FAMILIES`, :data:`CHECK_METRICS2_FAMILIES`): set each to True once its branch is merged
-(``h-metrics1``: karpy/metrics.py event-time counters; ``h-metrics2``: karpy/metrics_state.py scrape-time gauges).
 """
 
 from __future__ import annotations
@@ -18,11 +14,6 @@ from collections.abc import Mapping
 from tests.unit.test_metrics_reference import EXCEPTIONS, IGNORED_LABELS, NOT_YET, REFERENCE
 
 Scrape = Mapping[tuple[str, frozenset[tuple[str, str]]], float]
-
-# MERGER: True once h-metrics1 (karpenter_nodeclaims_*/nodes_* labels and values) is merged.
-CHECK_METRICS1_FAMILIES = False
-# MERGER: True once h-metrics2 (karpenter_nodes_allocatable, pods_state, nodepools_* collectors) is merged.
-CHECK_METRICS2_FAMILIES = False
 
 
 def family_of(sample: str) -> str | None:
@@ -98,25 +89,23 @@ def check_scale_up(before: Scrape, after: Scrape, *, nodepool: str, nodeclaims: 
     assert delta(before, after, "workqueue_adds_total", **queue) >= nodeclaims
     assert ("workqueue_depth", frozenset({**queue, "priority": ""}.items())) in after
     assert total(after, "controller_runtime_conversion_webhook_panics_total") == 0
-    if CHECK_METRICS1_FAMILIES:
-        created = delta(
-            before,
-            after,
-            "karpenter_nodeclaims_created_total",
-            nodepool=nodepool,
-            reason="provisioned",
-            min_values_relaxed="false",
-        )
-        assert created >= nodeclaims and creates >= created, (created, creates)
-        assert delta(before, after, "karpenter_nodes_created_total", nodepool=nodepool) >= nodeclaims
-    if CHECK_METRICS2_FAMILIES:
-        nodes = total(after, "karpenter_nodes_allocatable", nodepool=nodepool, resource_type="cpu")
-        assert nodes > 0
-        series = [lab for (n, lab) in after if n == "karpenter_nodes_allocatable" and ("nodepool", nodepool) in lab]
-        assert len({dict(lab)["node_name"] for lab in series}) == nodeclaims
-        # One cost series per NodePool; its value needs the pool's prices, which the instance-type snapshot
-        # picks up on its next (once a minute) refresh: a figure for the collector's own tests, not this scrape.
-        assert ("karpenter_nodepools_cost_total", frozenset({("nodepool", nodepool)})) in after
+    created = delta(
+        before,
+        after,
+        "karpenter_nodeclaims_created_total",
+        nodepool=nodepool,
+        reason="provisioned",
+        min_values_relaxed="false",
+    )
+    assert created >= nodeclaims and creates >= created, (created, creates)
+    assert delta(before, after, "karpenter_nodes_created_total", nodepool=nodepool) >= nodeclaims
+    nodes = total(after, "karpenter_nodes_allocatable", nodepool=nodepool, resource_type="cpu")
+    assert nodes > 0
+    series = [lab for (n, lab) in after if n == "karpenter_nodes_allocatable" and ("nodepool", nodepool) in lab]
+    assert len({dict(lab)["node_name"] for lab in series}) == nodeclaims
+    # One cost series per NodePool; its value needs the pool's prices, which the instance-type snapshot
+    # picks up on its next (once a minute) refresh: a figure for the collector's own tests, not this scrape.
+    assert ("karpenter_nodepools_cost_total", frozenset({("nodepool", nodepool)})) in after
 
 
 def check_scale_down(before: Scrape, after: Scrape, *, nodepool: str, nodeclaims: int) -> None:
@@ -144,12 +133,10 @@ def check_scale_down(before: Scrape, after: Scrape, *, nodepool: str, nodeclaims
     assert delta(before, after, "controller_runtime_reconcile_total", controller="terminator") >= nodeclaims
     assert delta(before, after, "client_go_request_total", method="DELETE") >= nodeclaims
     assert total(after, "controller_runtime_active_workers", controller="terminator") >= 0
-    if CHECK_METRICS1_FAMILIES:
-        disrupted = delta(before, after, "karpenter_nodeclaims_disrupted_total", nodepool=nodepool, reason="empty")
-        assert disrupted == nodeclaims, disrupted
-        terminated = delta(before, after, "karpenter_nodeclaims_terminated_total", nodepool=nodepool)
-        assert terminated == nodeclaims, terminated
-        assert delta(before, after, "karpenter_nodes_terminated_total", nodepool=nodepool) == nodeclaims
-    if CHECK_METRICS2_FAMILIES:
-        left = [lab for (n, lab) in after if n == "karpenter_nodes_allocatable" and ("nodepool", nodepool) in lab]
-        assert not left, f"per-node series left after the nodes went: {left[:3]}"
+    disrupted = delta(before, after, "karpenter_nodeclaims_disrupted_total", nodepool=nodepool, reason="empty")
+    assert disrupted == nodeclaims, disrupted
+    terminated = delta(before, after, "karpenter_nodeclaims_terminated_total", nodepool=nodepool)
+    assert terminated == nodeclaims, terminated
+    assert delta(before, after, "karpenter_nodes_terminated_total", nodepool=nodepool) == nodeclaims
+    left = [lab for (n, lab) in after if n == "karpenter_nodes_allocatable" and ("nodepool", nodepool) in lab]
+    assert not left, f"per-node series left after the nodes went: {left[:3]}"

@@ -82,72 +82,9 @@ EXCEPTIONS: dict[str, str] = {
     "aws_sdk_go_request_attempt_duration_seconds": _AWS_SDK,
 }
 
-# Names other branches of issue 10 are adding (or fixing the labels of) in parallel, by owner: metrics1 the
-# event-time families in karpy/metrics.py, metrics2 the scrape-time collectors (karpy/metrics_state.py) and the
-# operator_* status-condition/termination families, leader the leader_election_* families.
-_METRICS1 = (
-    "karpenter_build_info",
-    "karpenter_nodeclaims_created_total",
-    "karpenter_nodeclaims_terminated_total",
-    "karpenter_nodeclaims_disrupted_total",
-    "karpenter_nodeclaims_termination_duration_seconds",
-    "karpenter_nodeclaims_instance_termination_duration_seconds",
-    "karpenter_nodes_created_total",
-    "karpenter_nodes_terminated_total",
-    "karpenter_nodes_termination_duration_seconds",
-    "karpenter_nodes_drained_total",
-    "karpenter_nodes_lifetime_duration_seconds",
-    "karpenter_pods_eviction_requests_total",
-    "karpenter_pods_drained_total",
-    "karpenter_voluntary_disruption_decisions_by_nodepool_total",
-    "karpenter_voluntary_disruption_decision_evaluation_duration_seconds",
-    "karpenter_voluntary_disruption_consolidation_timeouts_total",
-    "karpenter_nodepools_nodes_consuming_budgets",
-    "karpenter_scheduler_unschedulable_pods_count",
-    "karpenter_scheduler_unfinished_work_seconds",
-    "karpenter_scheduler_scheduling_duration_seconds",
-    "karpenter_scheduler_queue_depth",
-    "karpenter_scheduler_pending_pods_by_effective_zone_count",
-    "karpenter_scheduler_ignored_pods_count",
-    "karpenter_interruption_deleted_messages_total",
-    "karpenter_cluster_state_unsynced_time_seconds",
-    "karpenter_pods_scheduling_decision_duration_seconds",
-)
-_METRICS2 = (
-    "karpenter_nodes_total_pod_requests",
-    "karpenter_nodes_total_pod_limits",
-    "karpenter_nodes_total_daemon_requests",
-    "karpenter_nodes_total_daemon_limits",
-    "karpenter_nodes_system_overhead",
-    "karpenter_nodes_current_lifetime_seconds",
-    "karpenter_nodes_allocatable",
-    "karpenter_cluster_utilization_percent",
-    "karpenter_pods_unstarted_time_seconds",
-    "karpenter_pods_unbound_time_seconds",
-    "karpenter_pods_state",
-    "karpenter_pods_startup_duration_seconds",
-    "karpenter_pods_provisioning_unstarted_time_seconds",
-    "karpenter_pods_provisioning_unbound_time_seconds",
-    "karpenter_pods_provisioning_startup_duration_seconds",
-    "karpenter_pods_provisioning_scheduling_undecided_time_seconds",
-    "karpenter_pods_provisioning_bound_duration_seconds",
-    "karpenter_pods_bound_duration_seconds",
-    "karpenter_nodepools_usage",
-    "karpenter_nodepools_limit",
-    "karpenter_nodepools_cost_tracker_errors_total",
-    "karpenter_nodepools_cost_total",
-    "karpenter_cloudprovider_instance_type_offering_price_estimate",
-    "karpenter_cloudprovider_instance_type_offering_available",
-    "karpenter_cloudprovider_instance_type_memory_bytes",
-    "karpenter_cloudprovider_instance_type_cpu_cores",
-    *(name for name in REFERENCE if name.startswith("operator_")),
-)
-NOT_YET: dict[str, str] = {
-    **dict.fromkeys(_METRICS1, "metrics1"),
-    **dict.fromkeys(_METRICS2, "metrics2"),
-    "leader_election_slowpath_total": "leader",
-    "leader_election_master_status": "leader",
-}
+# Names being added in parallel work, by owner (none now: every reference name is served or a reasoned exception).
+# A name served correctly while listed here fails the test as stale.
+NOT_YET: dict[str, str] = {}
 
 
 @attrs.frozen
@@ -354,8 +291,9 @@ def test_every_reference_name_is_served_as_karpenter_or_listed(scenario: Scenari
     assert reference_problems(merged(scenario.families_up, served())) == []
 
 
-def test_checker_fails_on_missing_wrong_and_stale_names() -> None:
+def test_checker_fails_on_missing_wrong_and_stale_names(monkeypatch: pytest.MonkeyPatch) -> None:
     """The check can fail: a missing name, a wrong label set and stale list entries are each reported."""
+    monkeypatch.setitem(NOT_YET, "karpenter_build_info", "someone")  # NOT_YET is empty now: list one to test it
     name = "controller_runtime_reconcile_errors_total"
     right = Family("counter", frozenset({"controller"}), (frozenset({"controller"}),))
     assert label_problem(name, right) == ""
