@@ -58,7 +58,7 @@ def parse_time(stamp: str) -> float:
 
 
 def _json_lines(path: Path) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     if not path.exists():
         return out
     for line in path.read_text(errors="replace").splitlines():
@@ -72,7 +72,7 @@ def load_audit(path: Path) -> list[dict[str, Any]]:
     """The audit log's events of finished requests (``ResponseComplete``/``Panic``), one per request (by
     ``auditID``), in the file's order; [] when the file does not exist."""
     seen: set[str] = set()
-    out = []
+    out: list[dict[str, Any]] = []
     for event in _json_lines(path):
         if event.get("stage") not in FINAL_STAGES:
             continue

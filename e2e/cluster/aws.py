@@ -74,14 +74,14 @@ def request_action(environ: dict[str, Any]) -> str:
         return str(target).rsplit(".", 1)[-1]
     query = urllib.parse.parse_qs(environ.get("QUERY_STRING") or "")
     if "Action" in query:
-        return query["Action"][0]
+        return str(query["Action"][0])
     if str(environ.get("CONTENT_TYPE") or "").startswith("application/x-www-form-urlencoded"):
         with contextlib.suppress(ValueError):
             size = int(environ.get("CONTENT_LENGTH") or 0)
             body = environ["wsgi.input"].read(size) if size else b""
             environ["wsgi.input"] = io.BytesIO(body)
             if action := urllib.parse.parse_qs(body.decode(errors="replace")).get("Action"):
-                return action[0]
+                return str(action[0])
     method = str(environ.get("REQUEST_METHOD") or "GET")
     path = str(environ.get("PATH_INFO") or "/")
     return f"Get {path}" if method in ("GET", "HEAD") else f"{method} {path}"
@@ -174,7 +174,7 @@ def _logged_server(request_log: Path, ip_address: str, port: int) -> Any:
     from moto.server import ThreadedMotoServer
     from werkzeug.serving import make_server
 
-    class LoggedMotoServer(ThreadedMotoServer):  # type: ignore[misc]
+    class LoggedMotoServer(ThreadedMotoServer):
         def _server_entry(self) -> None:
             app = RequestLog(DomainDispatcherApplication(create_backend_app), request_log)
             self._server = make_server(self._ip_address, self._port, app, True, request_handler=MotoRequestHandler)
