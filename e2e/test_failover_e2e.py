@@ -235,6 +235,8 @@ async def _leader_and_ready_standby(env: Env, leader_name: str, standby_name: st
     # Karpenter's readiness is not leadership: the standby is Ready and the leader still leads.
     assert await env.holder() == leader.identity != standby.identity
     assert standby.probe("/healthz") == 200
+    # ... and has written nothing at all, not even to the Lease: it waits for the lease it watches to expire.
+    assert not env.judged()[1].get(standby.identity), f"{standby.name} wrote while standing by"
     return leader, standby
 
 
