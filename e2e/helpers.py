@@ -319,6 +319,7 @@ async def karpy_process(
             "BATCH_IDLE_DURATION": "1s",
             "BATCH_MAX_DURATION": "10s",
             "LOG_LEVEL": "info",
+            "LEADER_ELECTION_NAMESPACE": "karpy",  # outside a pod: the Lease goes in karpy's namespace
             **settings,
         },
         work / "karpy.log",

@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 import structlog
 
+from karpy import __version__
 from karpy.apis import labels as wk
 from karpy.apis.conditions import condition_true
 from karpy.aws.cloudprovider import AWSCloudProvider
@@ -48,9 +49,11 @@ from karpy.kube.events import EventRecorder
 from karpy.kube.watch import Informer
 from karpy.metrics import CLUSTER_STATE_NODE_COUNT, CLUSTER_STATE_SYNCED, INTERRUPTION_QUEUE_HEALTHY
 from karpy.runtime.controller import Controller
+from karpy.runtime.fence import Fence
+from karpy.runtime.leader import LeaderElectionLost, LeaderElector, LeaseConfig, new_identity
 from karpy.runtime.singleton import SingletonController
 from karpy.runtime.supervisor import supervise
-from karpy.settings import Settings, StartupError
+from karpy.settings import Settings, StartupError, leader_election_namespace
 from karpy.state.cluster import ClusterState
 from karpy.state.plans import Plans
 from karpy.state.views import NodeInfo, PodInfo
@@ -268,13 +271,19 @@ class Operator:
         if node.deleting:
             self.node_termination.enqueue(key)
 
-    async def run(self) -> None:
-        """Wire (if not done yet), then run every informer, reconciler and loop until cancelled."""
-        self.wire()
+    def warm_tasks(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
+        """What a standby runs too: the informers (which feed cluster state, and through it Plans and the
+        routing into the work queues) and the observability gauges. None of them writes."""
         tasks: list[tuple[str, Callable[[], Awaitable[None]]]] = [
             (f"informer/{i.resource.kind}", i.run) for i in self.informers
         ]
-        tasks += [
+        tasks.append(("observability", self._observe))
+        return tasks
+
+    def leader_tasks(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
+        """Every writer (to the apiserver or the cloud), run only by the leader: controller-runtime starts
+        leader-election runnables in ``OnStartedLeading`` (``pkg/manager/internal.go``)."""
+        tasks: list[tuple[str, Callable[[], Awaitable[None]]]] = [
             ("provisioner", self.provisioning.run),
             ("nodeclaim.lifecycle", self._after_sync(self.lifecycle.run)),
             ("binder", self._after_sync(self.binder.run)),
@@ -288,12 +297,26 @@ class Operator:
             ("nodeclaim.expiration", self._after_sync(self.nodeclaim_expiration.run)),
             ("nodeclaim.tagging", self._after_sync(self.nodeclaim_tagging.run)),
             ("garbagecollection", self.garbage_collection_loop.run),
-            ("observability", self._observe),
         ]
         if self.interruption_loop is not None:
             tasks.append(("interruption", self.interruption_loop.run))
+        return tasks
+
+    async def run(self, elected: asyncio.Event | None = None) -> None:
+        """Wire (if not done yet), then run until cancelled: the :meth:`warm_tasks` at once, and the
+        :meth:`leader_tasks` once ``elected`` is set (None: at once, leader election disabled).
+
+        A standby keeps its informers listed and watching, cluster state and Plans current, and its work queues
+        filling (keys wait deduplicated; the provisioner's and the loops' triggers only set flags), so a new
+        leader starts with everything listed and the backlog queued."""
+        self.wire()
         async with asyncio.TaskGroup() as group:
-            for name, factory in tasks:
+            for name, factory in self.warm_tasks():
+                group.create_task(supervise(name, factory), name=name)
+            if elected is not None and not elected.is_set():
+                log.info("waiting to be elected leader; informers and work queues stay warm")
+                await elected.wait()
+            for name, factory in self.leader_tasks():
                 group.create_task(supervise(name, factory), name=name)
 
     def _after_sync(self, run: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
@@ -343,19 +366,29 @@ async def kubernetes_version(client: KubeClient) -> str:
 
 
 async def run(settings: Settings) -> None:
-    """Start karpy and run until SIGTERM/SIGINT.
+    """Start karpy and run until SIGTERM/SIGINT, or until leadership is lost.
 
     Startup checks come first and fail with :class:`StartupError` (one line naming the variable, exit 2) instead
-    of a traceback: the metrics and probe ports can be bound (one aiohttp server serves both,
-    :mod:`karpy.health`), the kubeconfig loads and the apiserver answers, ``INTERRUPTION_QUEUE`` names a
-    queue that exists (GetQueueUrl), and the cluster endpoint and CA bundle for node user data are known
+    of a traceback: the metrics and probe ports can be bound (one aiohttp server serves both, :mod:`karpy.health`),
+    the kubeconfig loads and the apiserver answers, the leader election namespace is known
+    (``LEADER_ELECTION_NAMESPACE``, else the pod's), ``INTERRUPTION_QUEUE`` names a queue that exists
+    (GetQueueUrl), and the cluster endpoint and CA bundle for node user data are known
     (``CLUSTER_ENDPOINT``/``CLUSTER_CA_BUNDLE``/the kubeconfig, else EKS DescribeCluster: :mod:`karpy.aws.eks`).
 
-    Then the operator is built (:func:`aws_operator`), wired (:meth:`Operator.wire`) and run.
+    Then the operator is built (:func:`aws_operator`), wired (:meth:`Operator.wire`) and run: its informers at
+    once, its writers once this process is elected leader (:mod:`karpy.runtime.leader`; at once with
+    ``DISABLE_LEADER_ELECTION=true``). Every write, to the apiserver or to AWS, passes the leader's fence.
+    ``/readyz`` means every informer listed (the CRDs are served) and the interruption queue readable, never
+    leadership: a synced standby is Ready, as Karpenter's is. SIGTERM stops the writers, then releases the lease
+    (``ReleaseOnCancel``) so a standby takes over at once.
 
     Raises:
         StartupError: one of the checks above failed.
+        LeaderElectionLost: the lease was lost (the fence is already closed); the process must exit (code 1)
+            without a graceful drain, as controller-runtime's manager does.
     """
+    identity = new_identity()
+    fence = Fence.always(identity) if settings.disable_leader_election else Fence(identity)
     try:
         metrics_socket = listen(settings.metrics_port) if settings.metrics_port else None
     except OSError as err:
@@ -369,17 +402,28 @@ async def run(settings: Settings) -> None:
     operator: Operator | None = None
 
     def not_ready() -> str:
-        """Why ``/readyz`` fails ("" when ready): state not synced, or the interruption queue unreadable."""
-        if operator is None or not operator.state.synced:
-            return "cluster state not synced"
+        """Why ``/readyz`` fails ("" when ready): an informer has not listed yet (which includes a NodePool or
+        NodeClaim CRD not served), or the interruption queue is unreadable. Leadership is not part of it."""
+        if operator is None or not operator.state.listed:
+            return "informers not listed yet"
         if operator.interruption is not None and operator.interruption.queue_error:
             return f"interruption queue {settings.interruption_queue!r} unreadable: {operator.interruption.queue_error}"
         return ""
 
     probes = await start_server(not_ready, probes=probe_socket, metrics=metrics_socket)
+    lost = False
     try:
-        client = await _connect(settings)
+        client = await _connect(settings, user_agent=f"karpy/{__version__} ({identity})")
+        elector: LeaderElector | None = None
         try:
+            if not settings.disable_leader_election:
+                # Checked once the kubeconfig loaded, as controller-runtime finds it when the manager is built.
+                namespace = leader_election_namespace(settings)
+                election_client = await _connect(settings, user_agent=f"karpy/leader-election ({identity})")
+                config = LeaseConfig(settings.leader_election_name, namespace, identity)
+                # Its own client (rate limiter, pool) and a per-request timeout of max(renew deadline / 2, 1 s), as
+                # Karpenter's (pkg/operator/operator.go): a scale-up's throttling must not starve the renewals.
+                elector = LeaderElector(election_client, config, fence=fence, events=EventRecorder(election_client))
             ca_bundle = hash_ca_bundle(settings, client)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
@@ -400,6 +444,8 @@ async def run(settings: Settings) -> None:
                     region=settings.aws_region,
                     aws_endpoint=settings.aws_endpoint_url or None,
                     interruption_queue=settings.interruption_queue or None,
+                    identity=identity,
+                    leader_election=elector is not None,
                 )
                 for notice in settings.notices:
                     log.warning(notice)
@@ -413,16 +459,47 @@ async def run(settings: Settings) -> None:
                     cluster_ca_bundle=cluster.ca_bundle,
                 )
                 operator.wire()
-                main = asyncio.create_task(operator.run())
-                await asyncio.wait([main, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-                main.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await main
+                lost = await _run_until_stopped(operator, elector, stop)
         finally:
             await client.close()
+            if elector is not None:
+                await elector.client.close()
     finally:
         await probes.cleanup()
+    if lost:
+        assert elector is not None
+        raise LeaderElectionLost(identity, settings.leader_election_name)
     log.info("karpy stopped")
+
+
+async def _run_until_stopped(operator: Operator, elector: LeaderElector | None, stop: asyncio.Event) -> bool:
+    """Run ``operator`` (its writers once ``elector`` leads) until ``stop`` is set or leadership is lost.
+
+    On a stop: the operator's tasks are cancelled (the writers first stop writing), then the lease is released.
+    On a loss (the fence is already revoked): the tasks are cancelled, nothing is drained and the lease is not
+    released. Returns True when leadership was lost."""
+    main = asyncio.create_task(operator.run(elector.elected if elector is not None else None), name="operator")
+    campaign = asyncio.create_task(elector.run(), name="leader-election") if elector is not None else None
+    waiters = [main, asyncio.create_task(stop.wait())]
+    if elector is not None:
+        waiters.append(asyncio.create_task(elector.lost.wait()))
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters[1:]:
+            waiter.cancel()
+        main.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await main
+    if elector is None or campaign is None:
+        return False
+    lost = elector.lost.is_set()
+    campaign.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await campaign
+    if not lost:
+        await elector.release()
+    return lost
 
 
 def aws_operator(
@@ -499,9 +576,14 @@ async def _interruption_queue(settings: Settings, sqs: Any) -> SQSInterruptionQu
     return queue
 
 
-async def _connect(settings: Settings) -> KubeClient:
+async def _connect(settings: Settings, *, user_agent: str = "karpy") -> KubeClient:
     """A client from the kubeconfig (or in-cluster config), rate limited by ``KUBE_CLIENT_QPS``/``KUBE_CLIENT_BURST``
-    as client-go limits Karpenter's, checked against the apiserver's ``/version``.
+    as client-go limits Karpenter's (each client its own token bucket), checked against the apiserver's
+    ``/version``.
+
+    ``user_agent`` carries the process identity (``karpy/<version> (<identity>)``), so the apiserver's audit log
+    tells two replicas apart; the apiserver's default field manager is the part before the first "/", so it stays
+    ``karpy`` and managedFields do not change between processes.
 
     Raises:
         StartupError: no usable kubeconfig, or the apiserver did not answer.
@@ -509,6 +591,8 @@ async def _connect(settings: Settings) -> KubeClient:
     where = _kubeconfig_source()
     try:
         client = await KubeClient.from_environment(qps=settings.kube_client_qps, burst=settings.kube_client_burst)
+        # KubeClient.from_environment takes no user agent: set it on the transport it built.
+        client._api.user_agent = user_agent
     except Exception as err:
         raise StartupError(f"{where}: cannot load: {_one_line(err)}") from None
     try:

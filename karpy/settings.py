@@ -6,7 +6,7 @@ variable those register, with what karpy does with it (the README's settings tab
 
 * ``honoured``: wired to what it controls;
 * ``rejected``: parsed, and a value karpy cannot honour (a feature gate karpy does not implement switched on,
-  leader election asked for before karpy has it, ...) stops ``karpy run`` with :class:`UnsupportedSetting`;
+  profiling asked for, ...) stops ``karpy run`` with :class:`UnsupportedSetting`;
 * ``no-op``: accepted and documented as without effect, where Karpenter's own is without effect for this
   runtime or configuration (e.g. ``MEMORY_LIMIT``, a Go GC knob).
 
@@ -124,9 +124,9 @@ KARPENTER_SETTINGS: Final[tuple[KarpenterSetting, ...]] = (
         "DISABLE_LEADER_ELECTION",
         "false",
         "core",
-        "rejected",
-        "true honoured (karpy runs unelected); an explicit "
-        "false is rejected until karpy has leader election; unset: karpy runs unelected and logs a warning",
+        "honoured",
+        "false: replicas elect a leader on a coordination.k8s.io Lease (15 s lease, 10 s renew deadline, 2 s "
+        "retry) and only the leader writes; true: this process writes unelected (run one replica)",
     ),
     _S(
         "DISABLE_CLUSTER_STATE_OBSERVABILITY",
@@ -140,11 +140,17 @@ KARPENTER_SETTINGS: Final[tuple[KarpenterSetting, ...]] = (
         "LEADER_ELECTION_NAME",
         "karpenter-leader-election",
         "core",
-        "no-op",
-        "read; used by leader election only, "
-        "which karpy does not run (Karpenter ignores it too with election disabled)",
+        "honoured",
+        "the leader election Lease's name (unused with DISABLE_LEADER_ELECTION=true)",
     ),
-    _S("LEADER_ELECTION_NAMESPACE", "", "core", "no-op", "as LEADER_ELECTION_NAME"),
+    _S(
+        "LEADER_ELECTION_NAMESPACE",
+        "",
+        "core",
+        "honoured",
+        "the Lease's namespace; empty: the pod's namespace (the service account's namespace file), and outside "
+        "a cluster karpy stops at start (exit 2) until it is set",
+    ),
     _S(
         "MEMORY_LIMIT",
         "-1",
@@ -413,7 +419,7 @@ class Settings:
     ami_refresh_interval: float = 60.0
     subnet_refresh_interval: float = 60.0
     security_group_refresh_interval: float = 60.0
-    # Warnings to log once karpy has started (e.g. leader election not run, an unknown feature gate ignored).
+    # Warnings to log once karpy has started (e.g. an unknown feature gate ignored).
     notices: tuple[str, ...] = ()
     # karpy's disruption knobs (see karpy.controllers.disruption.controls); Karpenter's fixed values as defaults
     # where Karpenter has one (10 s poll, 15 s validation, 10 m replacement timeout).
@@ -562,16 +568,29 @@ def _check_unsupported(env: Mapping[str, str], options: Mapping[str, Any], notic
             " ".join(scheduler_config.split()),
             "karpy does not apply default topology spread constraints (podTopologySpread.defaultConstraints)",
         )
-    election = env.get("DISABLE_LEADER_ELECTION", "")
-    if election and not options["disable_leader_election"]:
-        raise _unsupported(
-            "DISABLE_LEADER_ELECTION", election, "karpy has no leader election yet; set it to true and run one replica"
-        )
-    if not election:
-        notices.append(
-            "DISABLE_LEADER_ELECTION unset: karpy has no leader election yet and runs unelected (as "
-            "with DISABLE_LEADER_ELECTION=true); run one replica"
-        )
+
+
+IN_CLUSTER_NAMESPACE_FILE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def leader_election_namespace(settings: Settings, namespace_file: str = IN_CLUSTER_NAMESPACE_FILE) -> str:
+    """The leader election Lease's namespace: ``LEADER_ELECTION_NAMESPACE``, else the pod's own namespace (the
+    service account's namespace file), as controller-runtime finds it (``pkg/leaderelection/leader_election.go``,
+    which fails with "unable to find leader election namespace" outside a cluster).
+
+    Raises:
+        StartupError: it is unset and the namespace file cannot be read (not running in a pod).
+    """
+    if settings.leader_election_namespace:
+        return settings.leader_election_namespace
+    try:
+        with open(namespace_file, encoding="utf-8") as f:
+            namespace = f.read().strip()
+    except OSError:
+        namespace = ""
+    if not namespace:
+        raise StartupError("LEADER_ELECTION_NAMESPACE: not running in a cluster; set it")
+    return namespace
 
 
 def from_environment(env: Mapping[str, str] | None = None) -> Settings:

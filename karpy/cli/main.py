@@ -99,7 +99,9 @@ def simulate_command(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run; exit code 2 on invalid settings or input, or when a startup check fails
-    (kubeconfig, a port in use, a missing interruption queue), with one line on stderr naming the variable."""
+    (kubeconfig, a port in use, a missing interruption queue), with one line on stderr naming the variable; exit
+    code 1 when the leader lost its lease (controller-runtime's manager exits too; the process restarts as a
+    standby)."""
     parser = argparse.ArgumentParser(prog="karpy", description="Just-in-time nodes for Kubernetes on AWS.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="run the controller (settings from environment variables)")
@@ -123,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"karpy: cannot start: LOG_OUTPUT_PATHS/LOG_ERROR_OUTPUT_PATHS={paths}: {err}", file=sys.stderr)
             return 2
         from karpy.operator import run
+        from karpy.runtime.leader import LeaderElectionLost
 
         try:
             import uvloop
@@ -135,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         except StartupError as err:  # one line naming the variable, not a traceback
             print(f"karpy: cannot start: {err}", file=sys.stderr)
             return 2
+        except LeaderElectionLost:  # logged once ("leader election lost"); the kubelet restarts the process
+            return 1
         return 0
     return 1  # pragma: no cover - argparse rejects unknown commands
 

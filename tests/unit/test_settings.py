@@ -19,8 +19,10 @@ from karpy.settings import (
     UNSUPPORTED_GATES,
     KarpenterSetting,
     SettingsError,
+    StartupError,
     UnsupportedSetting,
     from_environment,
+    leader_election_namespace,
     parse_bool,
     parse_duration,
     parse_feature_gates,
@@ -176,12 +178,8 @@ def test_karpenter_default_spelled_out_equals_unset(setting: KarpenterSetting) -
     """Each variable set to Karpenter's default reads as unset does (the table's defaults are karpy's)."""
     if setting.name == "CLUSTER_NAME":
         return
-    unset = attrs.evolve(from_environment({**BASE, "DISABLE_LEADER_ELECTION": "true"}), notices=())
-    if setting.name == "DISABLE_LEADER_ELECTION":  # an explicit false asks for leader election: rejected below
-        with pytest.raises(UnsupportedSetting):
-            from_environment({**BASE, setting.name: setting.default})
-        return
-    env = {**BASE, "DISABLE_LEADER_ELECTION": "true", setting.name: setting.default}
+    unset = attrs.evolve(from_environment(BASE), notices=())
+    env = {**BASE, setting.name: setting.default}
     assert attrs.evolve(from_environment(env), notices=()) == unset
     assert setting.disposition in ("honoured", "rejected", "no-op") and setting.note
 
@@ -261,14 +259,30 @@ def test_feature_gates_parse_as_karpenter_does() -> None:
 
 def test_unknown_feature_gate_is_ignored_with_a_notice() -> None:
     """Karpenter ignores a gate name it does not know; karpy too, but says so once it has started."""
-    s = from_environment({**BASE, "FEATURE_GATES": "Drift=true", "DISABLE_LEADER_ELECTION": "true"})
+    s = from_environment({**BASE, "FEATURE_GATES": "Drift=true"})
     assert "Drift" not in s.feature_gates
     assert s.notices == ("FEATURE_GATES: unknown feature gate 'Drift' ignored (as Karpenter ignores it)",)
 
 
-def test_leader_election_unset_is_a_notice_true_is_honoured() -> None:
-    assert any("DISABLE_LEADER_ELECTION unset" in n for n in from_environment(BASE).notices)
-    assert from_environment({**BASE, "DISABLE_LEADER_ELECTION": "true"}).notices == ()
+def test_leader_election_is_honoured() -> None:
+    """Unset or false: elect a leader (Karpenter's default), with no notice; true: run unelected."""
+    for env in (BASE, {**BASE, "DISABLE_LEADER_ELECTION": "false"}):
+        s = from_environment(env)
+        assert s.disable_leader_election is False and s.notices == ()
+    assert from_environment({**BASE, "DISABLE_LEADER_ELECTION": "true"}).disable_leader_election is True
+    s = from_environment({**BASE, "LEADER_ELECTION_NAME": "lease", "LEADER_ELECTION_NAMESPACE": "ops"})
+    assert (s.leader_election_name, s.leader_election_namespace) == ("lease", "ops")
+
+
+def test_leader_election_namespace_defaults_to_the_pods_namespace(tmp_path: Path) -> None:
+    """LEADER_ELECTION_NAMESPACE empty: the service account's namespace file (controller-runtime's default);
+    outside a cluster karpy stops at start with one line naming the variable."""
+    namespace_file = tmp_path / "namespace"
+    assert leader_election_namespace(from_environment({**BASE, "LEADER_ELECTION_NAMESPACE": "ops"})) == "ops"
+    with pytest.raises(StartupError, match=r"^LEADER_ELECTION_NAMESPACE: not running in a cluster; set it$"):
+        leader_election_namespace(from_environment(BASE), str(namespace_file))
+    namespace_file.write_text("karpenter\n")
+    assert leader_election_namespace(from_environment(BASE), str(namespace_file)) == "karpenter"
 
 
 @pytest.mark.parametrize(
@@ -280,7 +294,6 @@ def test_leader_election_unset_is_a_notice_true_is_honoured() -> None:
         ("ENABLE_PROFILING", "true"),
         ("IGNORE_DRA_REQUESTS", "false"),
         ("ENABLE_ZONAL_SHIFT", "true"),
-        ("DISABLE_LEADER_ELECTION", "false"),
         ("SCHEDULER_CONFIG", "podTopologySpread: {defaultConstraints: [{maxSkew: 1, topologyKey: zone}]}"),
     ],
 )
