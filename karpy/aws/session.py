@@ -5,6 +5,16 @@ Pricing clients (EKS for cluster discovery, :mod:`karpy.aws.eks`). The Pricing A
 few regions (Karpenter ``pkg/providers/pricing``): us-east-1 for most regions, ap-south-1 for ``ap-*``,
 eu-central-1 for ``eu-*``, cn-northwest-1 for ``cn-*``. When ``endpoint_url`` (``AWS_ENDPOINT_URL``) is given,
 every client talks to it (a local AWS such as moto).
+
+With a ``fence`` (:class:`karpy.runtime.fence.Fence`, granted by leader election) every client refuses every AWS
+operation that is not a read: a botocore ``before-send`` handler raises :class:`karpy.runtime.fence.NotLeader`
+right before the HTTP request would be sent. aiobotocore emits ``before-send.<service>.<Operation>`` once per
+attempt after signing (``aiobotocore/endpoint.py``, ``_do_get_response``), so a botocore retry is checked again.
+Reads are ``Describe*``, ``Get*`` and ``List*`` (SSM ``GetParameter(s)``, Pricing ``GetProducts``, SQS
+``GetQueueUrl``, STS ``GetCallerIdentity``): a standby keeps its caches warm. SQS ``ReceiveMessage`` is a write: a
+receive hides the messages from the leader for the visibility timeout.
+The process identity is appended to the AWS user agent (``karpy-id/<identity>``), so a request log (moto's,
+CloudTrail's ``userAgent``) attributes every call to one process.
 """
 
 from __future__ import annotations
@@ -16,6 +26,39 @@ from typing import Any
 import attrs
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
+
+from karpy.runtime.fence import Fence
+
+# Operation-name prefixes that only read. Everything else (Create*, Delete*, Terminate*, Run*, Put*, Add*, Send*,
+# Receive*, Change*, ...) changes AWS state, or, for SQS ReceiveMessage, hides messages from the leader.
+READ_OPERATION_PREFIXES = ("Describe", "Get", "List")
+
+
+def is_read_operation(operation: str) -> bool:
+    """True for an AWS API operation name (``DescribeInstances``, ``CreateFleet``) that only reads."""
+    return operation.startswith(READ_OPERATION_PREFIXES)
+
+
+def fence_hook(fence: Fence) -> Any:
+    """A botocore ``before-send`` handler that calls ``fence.check`` for every operation that is not a read.
+
+    The handler is synchronous, so the check and aiobotocore's ``await self._send(request)`` run in one step of
+    the event loop. Raises :class:`karpy.runtime.fence.NotLeader` (botocore treats it as a non-retryable error and
+    re-raises it to the caller); returns ``None`` otherwise, so the request is sent.
+    """
+
+    def before_send(event_name: str = "", **_kwargs: Any) -> None:
+        # event_name is "before-send.<service-id>.<Operation>", e.g. "before-send.ec2.CreateFleet".
+        service, _, operation = event_name.partition(".")[2].rpartition(".")
+        if not is_read_operation(operation):
+            fence.check(f"{service} {operation}")
+
+    return before_send
+
+
+def user_agent_extra(identity: str) -> str | None:
+    """The user-agent suffix naming this process (``karpy-id/<identity>``), or None without an identity."""
+    return f"karpy-id/{identity}" if identity else None
 
 
 def pricing_region(region: str) -> str:
@@ -41,27 +84,42 @@ class AWSClients:
     pricing: Any
     endpoint_url: str | None = None
     eks: Any = None
+    fence: Fence | None = None
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def create(cls, region: str, endpoint_url: str | None = None) -> AsyncIterator[AWSClients]:
-        """Open every client for ``region`` (``endpoint_url`` overrides all endpoints) and close them on exit."""
+    async def create(
+        cls, region: str, endpoint_url: str | None = None, *, fence: Fence | None = None, identity: str | None = None
+    ) -> AsyncIterator[AWSClients]:
+        """Open every client for ``region`` (``endpoint_url`` overrides all endpoints) and close them on exit.
+
+        ``fence``: when given, every client refuses its non-read operations unless the fence holds (raising
+        :class:`karpy.runtime.fence.NotLeader`, nothing sent); None means no check. ``identity`` (default: the
+        fence's) is appended to the user agent as ``karpy-id/<identity>``.
+        """
         session = get_session()
+        if identity is None:
+            identity = fence.identity if fence is not None else ""
         # Standard retry mode: throttling and 5xx are retried with jittered backoff by botocore itself.
         config = AioConfig(
             retries={"max_attempts": 3, "mode": "standard"},
             connect_timeout=10,
             read_timeout=30,
             max_pool_connections=50,
+            user_agent_extra=user_agent_extra(identity),
         )
+        hook = fence_hook(fence) if fence is not None else None
         async with contextlib.AsyncExitStack() as stack:
 
             async def client(service: str, client_region: str, client_config: AioConfig = config) -> Any:
-                return await stack.enter_async_context(
+                opened = await stack.enter_async_context(
                     session.create_client(
                         service, region_name=client_region, endpoint_url=endpoint_url, config=client_config
                     )
                 )
+                if hook is not None:
+                    opened.meta.events.register("before-send", hook)
+                return opened
 
             yield cls(
                 region=region,
@@ -75,4 +133,5 @@ class AWSClients:
                 ),
                 endpoint_url=endpoint_url,
                 eks=await client("eks", region),
+                fence=fence,
             )

@@ -21,6 +21,10 @@ from karpy.apis.meta import JSON
 from karpy.kube.errors import ApiError
 from karpy.kube.ratelimit import TokenBucket, client_rate_limiter
 from karpy.kube.resources import Resource
+from karpy.runtime.fence import Fence
+
+# The verbs that change the cluster: every one of them is fenced (a standby may only read and watch).
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -35,14 +39,29 @@ class KubeClient:
     Build with :meth:`from_environment`; close with :meth:`close`. Every method raises :class:`ApiError` on a
     non-2xx answer. With a ``rate_limiter`` every request but a watch first takes a token from it (client-go's
     client-side throttling, :mod:`karpy.kube.ratelimit`).
+
+    With a ``fence`` (:class:`karpy.runtime.fence.Fence`) every write (POST, PUT, PATCH, DELETE: creates, patches,
+    replaces, deletes and subresources such as ``binding`` and ``eviction``) is checked right before it is sent and
+    raises :class:`karpy.runtime.fence.NotLeader` without sending anything when the fence does not hold. Reads and
+    watches are never fenced, so a standby keeps its cache warm. ``None`` means no check (a single writer, or the
+    leader-election client, which must write its Lease while not yet leading).
     """
 
+    # A class default too, so a test double that skips __init__ (karpy.kube.fake.FakeKube) is unfenced.
+    fence: Fence | None = None
+
     def __init__(
-        self, api: k8s_client.ApiClient, *, user_agent: str = "karpy", rate_limiter: TokenBucket | None = None
+        self,
+        api: k8s_client.ApiClient,
+        *,
+        user_agent: str = "karpy",
+        rate_limiter: TokenBucket | None = None,
+        fence: Fence | None = None,
     ) -> None:
         self._api = api
         self._api.user_agent = user_agent
         self.rate_limiter = rate_limiter
+        self.fence = fence
 
     @classmethod
     async def from_environment(
@@ -119,11 +138,18 @@ class KubeClient:
         """One request, throttled by the rate limiter (client-go ``Request.tryThrottle``); returns the decoded
         JSON body ({} when empty).
 
+        A write is checked against the fence after the rate limiter's wait, with no ``await`` between the check and
+        the send: a write that queued behind the limiter while this process led, and whose turn comes after the
+        lease was lost (or the process was paused past its renew deadline), is still refused.
+
         Raises:
             ApiError: a non-2xx status.
+            NotLeader: a write while the fence does not hold; nothing was sent.
         """
         if self.rate_limiter is not None:
             await self.rate_limiter.wait()
+        if self.fence is not None and method.upper() in WRITE_METHODS:
+            self.fence.check(f"{method.upper()} {path}")
         return await self._send(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
 
     async def _send(
