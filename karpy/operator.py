@@ -414,6 +414,7 @@ async def run(settings: Settings) -> None:
     lost = False
     try:
         client = await _connect(settings, user_agent=f"karpy/{__version__} ({identity})")
+        client.fence = fence  # every write of the main client passes the fence (the election client's do not)
         elector: LeaderElector | None = None
         try:
             if not settings.disable_leader_election:
@@ -430,7 +431,8 @@ async def run(settings: Settings) -> None:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(NotImplementedError):
                     loop.add_signal_handler(sig, stop.set)
-            async with AWSClients.create(settings.aws_region, settings.aws_endpoint_url or None) as clients:
+            aws_clients = AWSClients.create(settings.aws_region, settings.aws_endpoint_url or None, fence=fence)
+            async with aws_clients as clients:
                 queue = await _interruption_queue(settings, clients.sqs)
                 cluster = await discover(settings, clients.eks, ca_bundle)
                 version = cluster.k8s_version or await kubernetes_version(client)
