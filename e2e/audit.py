@@ -42,7 +42,8 @@ class Write:
     """One write attempt: ``t`` its arrival time (epoch seconds), ``identity`` the writer ("" when the User-Agent
     names no known identity), ``source`` ``"apiserver"`` or ``"aws"``, ``what`` e.g. ``"create nodeclaims
     default-x7k"`` or ``"ec2 CreateFleet"``, ``code`` the response status, ``lease`` True for a write of the
-    leader Lease itself (the election's own traffic)."""
+    leader Lease itself (the election's own traffic), ``end`` when the server answered (None: unknown, taken as
+    ``t``): the write took effect somewhere in ``[t, end]``."""
 
     t: float
     identity: str
@@ -50,6 +51,12 @@ class Write:
     what: str
     code: int
     lease: bool = False
+    end: float | None = None
+
+    @property
+    def done(self) -> float:
+        """When the server answered (``t`` when unknown), epoch seconds."""
+        return self.t if self.end is None else self.end
 
 
 def parse_time(stamp: str) -> float:
@@ -175,14 +182,16 @@ def writes_by_identity(
         if t < since:
             continue
         who = identity_of(str(e.get("userAgent") or ""), known)
-        out.setdefault(who, []).append(Write(t, who, "apiserver", _what(e), _code(e), _is_lease(e, *lease)))
+        end = parse_time(e["stageTimestamp"]) if e.get("stageTimestamp") else None
+        out.setdefault(who, []).append(Write(t, who, "apiserver", _what(e), _code(e), _is_lease(e, *lease), end))
     for req in aws_requests:
         t = float(req["t"])
         if t < since:
             continue
         who = identity_of(str(req.get("user_agent") or ""), known)
         what = f"{req.get('service') or '?'} {req.get('action')}"
-        out.setdefault(who, []).append(Write(t, who, "aws", what, int(req.get("status") or 0)))
+        end = float(req["t_end"]) if req.get("t_end") is not None else None
+        out.setdefault(who, []).append(Write(t, who, "aws", what, int(req.get("status") or 0), end=end))
     for writes in out.values():
         writes.sort(key=lambda w: w.t)
     return out
@@ -192,9 +201,15 @@ def two_writer_violations(
     history: Sequence[tuple[float, str]], writes: Mapping[str, Iterable[Write]] | Iterable[Write]
 ) -> list[Write]:
     """The writes made by a process that did not hold the lease at that moment: every write that is not the
-    Lease's own (:attr:`Write.lease`) by X at t must have ``holder_at(history, t) == X``. An attempt counts
-    whatever its response code; a write naming no identity ("") never matches a holder, so it is a violation
-    too. Returns the offending writes, by time ([] means never two writers)."""
+    Lease's own (:attr:`Write.lease`) by X must have X as the holder both when it arrived (``t``) and when it was
+    answered (:attr:`Write.done`): a write that arrived in X's tenure but was still being carried out when another
+    process took the lease overlapped two writers too (a process paused after sending its request headers). An
+    attempt counts whatever its response code; a write naming no identity ("") never matches a holder, so it is a
+    violation too. Returns the offending writes, by time ([] means never two writers)."""
     flat = [w for ws in writes.values() for w in ws] if isinstance(writes, Mapping) else list(writes)
-    bad = [w for w in flat if not w.lease and holder_at(history, w.t) != w.identity]
+    bad = [
+        w
+        for w in flat
+        if not w.lease and (holder_at(history, w.t) != w.identity or holder_at(history, w.done) != w.identity)
+    ]
     return sorted(bad, key=lambda w: w.t)

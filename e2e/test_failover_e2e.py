@@ -346,7 +346,7 @@ async def test_01_sigkill_leader_mid_scale_up(env: Env) -> None:
     took = next(t for t, who in acquisitions(history) if who == standby.identity)
     # The standby wrote nothing (not even a failed attempt) before it held the lease; the dead leader nothing after.
     assert not [w for w in _non_lease(writes.get(standby.identity, [])) if w.t < took]
-    assert not [w for w in writes.get(leader.identity, []) if w.t >= took]
+    assert not [w for w in writes.get(leader.identity, []) if w.done >= took]
     assert _non_lease(writes.get(standby.identity, [])), "the new leader finished the scale-up: it wrote"
 
 
@@ -395,7 +395,7 @@ async def test_02_sigstop_leader_resumes_without_the_lease(env: Env) -> None:
 
     history, writes = env.judged()
     took = max(t for t, who in acquisitions(history) if who == standby.identity)
-    after_loss = [w for w in writes.get(leader.identity, []) if w.t >= took]
+    after_loss = [w for w in writes.get(leader.identity, []) if w.done >= took]
     record_figures(writes_by_old_leader_after_loss=len(after_loss), failover_sigstop_exit_s=round(exit_s, 1))
     assert not after_loss, f"the old leader wrote after losing the lease: {after_loss}"
     assert not [w for w in writes.get(leader.identity, []) if w.lease and w.t >= t_cont], "it tried to renew"

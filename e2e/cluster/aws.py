@@ -89,9 +89,10 @@ def request_action(environ: dict[str, Any]) -> str:
 
 class RequestLog:
     """WSGI middleware around moto's application: every mutating request (:func:`is_read_action` false) is
-    appended to ``path`` as one JSON line ``{"t", "service", "action", "user_agent", "status"}`` — ``t`` the arrival
-    time (``time.time()``, seconds), ``service`` the SigV4 credential scope's service, ``status`` the HTTP status
-    moto answered. moto's own API (``/moto-api/``) is not logged. Thread-safe (moto's server is threaded)."""
+    appended to ``path`` as one JSON line ``{"t", "t_end", "service", "action", "user_agent", "status"}`` — ``t``
+    the arrival time and ``t_end`` the answer's (``time.time()``, seconds), ``service`` the SigV4 credential
+    scope's service, ``status`` the HTTP status moto answered. moto's own API (``/moto-api/``) is not logged.
+    Thread-safe (moto's server is threaded)."""
 
     def __init__(self, app: Callable[..., Iterable[bytes]], path: Path) -> None:
         self.app = app
@@ -117,6 +118,7 @@ class RequestLog:
             scope = _CREDENTIAL_SCOPE.search(str(environ.get("HTTP_AUTHORIZATION") or ""))
             record = {
                 "t": arrived,
+                "t_end": time.time(),
                 "service": scope.group(1) if scope else "",
                 "action": action,
                 "user_agent": str(environ.get("HTTP_USER_AGENT") or ""),

@@ -67,7 +67,7 @@ class LocalCluster:
 
     @property
     def aws_request_log(self) -> Path:
-        """moto's mutating requests (JSON lines ``{t, service, action, user_agent, status}``, see
+        """moto's mutating requests (JSON lines ``{t, t_end, service, action, user_agent, status}``, see
         ``e2e.cluster.aws.RequestLog``); read it with ``e2e.audit.load_aws_requests``."""
         return self.workdir / "aws-requests.jsonl"
 

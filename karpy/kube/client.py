@@ -12,8 +12,10 @@ import builtins
 import json
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
+from types import SimpleNamespace
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
@@ -62,6 +64,37 @@ class KubeClient:
         self._api.user_agent = user_agent
         self.rate_limiter = rate_limiter
         self.fence = fence
+        self._fence_at_connection()
+
+    def _fence_at_connection(self) -> None:
+        """Check the fence again once a write holds its connection, right before aiohttp writes it.
+
+        :meth:`request` checks before the transport, but aiohttp may still wait for a free connection or open a
+        new one (TCP and TLS handshakes: several event-loop turns) before the bytes leave. A process paused there
+        (SIGSTOP, a stopped VM) past its lease would send the write when it resumes. aiohttp's trace hooks
+        ``on_connection_create_end`` / ``on_connection_reuseconn`` run after the connection is in hand and only
+        the request's own write follows; raising there sends nothing. The check reads :attr:`fence` at that
+        moment, so a fence set after construction (the operator's) applies.
+        """
+        session = getattr(getattr(self._api, "rest_client", None), "pool_manager", None)
+        if not isinstance(session, aiohttp.ClientSession):
+            return
+
+        async def on_request_start(_: Any, ctx: SimpleNamespace, params: aiohttp.TraceRequestStartParams) -> None:
+            method = params.method.upper()
+            ctx.fenced_action = f"{method} {params.url.path}" if method in WRITE_METHODS else ""
+
+        async def on_connection(_: Any, ctx: SimpleNamespace, __: Any) -> None:
+            action = getattr(ctx, "fenced_action", "")
+            if action and self.fence is not None:
+                self.fence.check(action)
+
+        trace = aiohttp.TraceConfig()
+        trace.on_request_start.append(on_request_start)
+        trace.on_connection_create_end.append(on_connection)
+        trace.on_connection_reuseconn.append(on_connection)
+        trace.freeze()
+        session._trace_configs.append(trace)
 
     @classmethod
     async def from_environment(

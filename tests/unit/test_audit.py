@@ -149,6 +149,18 @@ def test_old_leader_writing_after_take_over_is_a_violation() -> None:
     ]
 
 
+def test_a_write_still_in_flight_when_the_lease_changes_hands_is_a_violation() -> None:
+    """Arrived in A's tenure (A paused after sending it), answered after B acquired: two writers overlapped."""
+    overlapping = event(21.0, A, "create", "nodeclaims", "late", group="karpenter.sh", code=201)
+    overlapping["stageTimestamp"] = stamp(22.5)
+    done_in_time = event(21.0, A, "create", "nodeclaims", "quick", group="karpenter.sh", code=201)
+    events = failover([overlapping, done_in_time])
+    history = holder_history(events, NS, NAME, [A, B])
+    requests = [{**aws(21.5, A), "t_end": T0 + 22.1}, {**aws(21.5, A, "CreateTags"), "t_end": T0 + 21.6}]
+    bad = two_writer_violations(history, writes_by_identity(events, requests, [A, B], lease=LEASE))
+    assert [(w.source, w.what) for w in bad] == [("apiserver", "create nodeclaims late"), ("aws", "ec2 CreateFleet")]
+
+
 def test_refused_attempts_count_as_writes() -> None:
     """A 409/403 still shows a process that believed it could write."""
     events = failover([event(23.0, A, "patch", "nodeclaims", "x", group="karpenter.sh", code=409)])
@@ -278,4 +290,4 @@ def test_request_log_appends_mutating_requests_only(tmp_path: Path) -> None:
         ("ec2", "CreateFleet", 200),
         ("ec2", "TerminateInstances", 412),
     ]
-    assert all(identity_of(r["user_agent"]) == A and r["t"] > 0 for r in lines)
+    assert all(identity_of(r["user_agent"]) == A and 0 < r["t"] <= r["t_end"] for r in lines)
