@@ -67,13 +67,16 @@ class KubeClient:
         self._fence_at_connection()
 
     def _fence_at_connection(self) -> None:
-        """Check the fence again once a write holds its connection, right before aiohttp writes it.
+        """Check the fence again inside aiohttp, right before a write's bytes leave.
 
         :meth:`request` checks before the transport, but aiohttp may still wait for a free connection or open a
-        new one (TCP and TLS handshakes: several event-loop turns) before the bytes leave. A process paused there
-        (SIGSTOP, a stopped VM) past its lease would send the write when it resumes. aiohttp's trace hooks
-        ``on_connection_create_end`` / ``on_connection_reuseconn`` run after the connection is in hand and only
-        the request's own write follows; raising there sends nothing. The check reads :attr:`fence` at that
+        new one (TCP and TLS handshakes: several event-loop turns), and it writes a body from a task of its own
+        (scheduled, so another turn). A process paused in between (SIGSTOP, a stopped VM) past its lease would send
+        the write when it resumes. aiohttp's trace hooks run at those points: ``on_connection_create_end`` /
+        ``on_connection_reuseconn`` once the connection is in hand (a request without a body is written in the
+        same turn), ``on_request_chunk_sent`` at the start of ``StreamWriter.write``, before the buffered headers
+        and the first body chunk go to the socket in one synchronous write. Raising there sends nothing (for a
+        body, aiohttp wraps the error in a ``ClientConnectionError``). The check reads :attr:`fence` at that
         moment, so a fence set after construction (the operator's) applies.
         """
         session = getattr(getattr(self._api, "rest_client", None), "pool_manager", None)
@@ -84,15 +87,16 @@ class KubeClient:
             method = params.method.upper()
             ctx.fenced_action = f"{method} {params.url.path}" if method in WRITE_METHODS else ""
 
-        async def on_connection(_: Any, ctx: SimpleNamespace, __: Any) -> None:
+        async def before_send(_: Any, ctx: SimpleNamespace, __: Any) -> None:
             action = getattr(ctx, "fenced_action", "")
             if action and self.fence is not None:
                 self.fence.check(action)
 
         trace = aiohttp.TraceConfig()
         trace.on_request_start.append(on_request_start)
-        trace.on_connection_create_end.append(on_connection)
-        trace.on_connection_reuseconn.append(on_connection)
+        trace.on_connection_create_end.append(before_send)
+        trace.on_connection_reuseconn.append(before_send)
+        trace.on_request_chunk_sent.append(before_send)
         trace.freeze()
         session._trace_configs.append(trace)
 

@@ -82,6 +82,31 @@ async def test_a_write_waiting_for_a_connection_is_refused_when_the_fence_closes
         await kube.close()
 
 
+async def test_a_body_is_not_written_once_the_fence_closed_after_the_connection(server: tuple[Server, str]) -> None:
+    """aiohttp writes a body from a task of its own: the fence closing between the connection and that task's
+    write (the process paused there) stops the request before any byte, headers included, is sent."""
+    srv, host = server
+    checks: list[float] = [0.0, 0.0]  # request(), then the connection: open; the body write: closed
+    calls: list[float] = []
+
+    def clock() -> float:
+        calls.append(checks.pop(0) if checks else 10.0)
+        return calls[-1]
+
+    fence = Fence("leader-1", clock)
+    fence.deadline = 5.0
+    kube = client(host, fence)
+    try:
+        with pytest.raises(Exception, match="not the leader") as err:
+            await kube.request("POST", "/api/v1/namespaces/default/events", body={"a": 1})
+        assert isinstance(err.value, NotLeader) or isinstance(err.value.__cause__, NotLeader)
+        assert calls == [0.0, 0.0, 10.0], "request(), the connection and the body write each checked the fence"
+        await kube.request("GET", "/api/v1/nodes")
+        assert srv.seen == [("GET", "/api/v1/nodes")], "the fenced write reached the server"
+    finally:
+        await kube.close()
+
+
 async def test_writes_pass_while_the_fence_holds_and_without_one(server: tuple[Server, str]) -> None:
     srv, host = server
     fence = Fence("leader-1")
