@@ -42,6 +42,7 @@ from karpy.cloudprovider.types import (
     NodeClaimNotFoundError,
     NodeClassNotReadyError,
 )
+from karpy.runtime.fence import NotLeader
 
 log = structlog.get_logger("karpy.aws.cloudprovider")
 RESTRICTED_TAG_PREFIXES: Final = ("kubernetes.io/cluster/",)
@@ -169,6 +170,9 @@ class AWSCloudProvider:
             InsufficientCapacityError: nothing compatible and available, or EC2 had no capacity.
             NodeClassNotReadyError: the NodeClass status lacks subnets, security groups, AMIs or a profile.
             CloudProviderError: any other failure; no instance is left behind.
+            NotLeader: the leader fence refused a write (launch template, CreateFleet): nothing was sent, and it is
+                not a launch failure. A later leader adopts an instance this launch may have made (by its
+                ``karpenter.sh/nodeclaim`` tag).
         """
         existing = await self.instances.find_by_nodeclaim(request.nodeclaim_name)
         if existing is not None:
@@ -182,6 +186,8 @@ class AWSCloudProvider:
         try:
             instance_id = await self.instances.launch(request, self._resource_tags(request))
         except CloudProviderError:
+            raise
+        except NotLeader:  # refused by the leader fence: nothing was sent, not an AWS failure
             raise
         except Exception as err:  # launch templates, IAM, … : the protocol's generic, retryable error
             raise CloudProviderError(f"launching {request.nodeclaim_name}: {err}") from err
@@ -305,6 +311,8 @@ class AWSCloudProvider:
                 now=provider.clock(),
             )
             return tuple([t.name for t in unused if await provider.delete(t)])
+        except NotLeader:  # refused by the leader fence: nothing was sent, not an AWS failure
+            raise
         except Exception as err:
             raise CloudProviderError(f"launch template garbage collection: {err}") from err
 

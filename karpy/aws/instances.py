@@ -55,6 +55,7 @@ from karpy.cloudprovider.types import (
     NodeClaimNotFoundError,
     Offering,
 )
+from karpy.runtime.fence import NotLeader
 
 log = structlog.get_logger("karpy.aws.instances")
 LIVE_STATES: Final = ("pending", "running", "stopping", "stopped", "shutting-down")
@@ -272,6 +273,8 @@ class InstanceProvider:
         )
         try:
             return await retrying(call)
+        except NotLeader:  # refused by the leader fence: nothing was sent, not an AWS failure
+            raise
         except Exception as err:
             code = error_code(err)
             if is_ice(code):
@@ -405,6 +408,8 @@ class InstanceProvider:
             await self.ec2.create_tags(
                 Resources=[instance_id], Tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())]
             )
+        except NotLeader:  # refused by the leader fence: nothing was sent, not an AWS failure
+            raise
         except Exception as err:
             if is_not_found(err):
                 raise NodeClaimNotFoundError(f"instance {instance_id} not found") from err
@@ -425,6 +430,8 @@ class InstanceProvider:
             return
         try:
             await self.ec2.terminate_instances(InstanceIds=[instance.instance_id])
+        except NotLeader:  # refused by the leader fence: nothing was sent, not an AWS failure
+            raise
         except Exception as err:
             if is_not_found(err):
                 raise NodeClaimNotFoundError(f"instance {instance.instance_id} not found") from err
@@ -436,5 +443,7 @@ class InstanceProvider:
         try:
             await self.ec2.terminate_instances(InstanceIds=[instance_id])
             log.info("terminated instance after a failed launch", instance_id=instance_id)
+        except NotLeader:  # the fence refused it: the leader's garbage collection or adoption takes the instance
+            log.info("instance not terminated: not the leader", instance_id=instance_id)
         except Exception as err:  # best effort: garbage collection catches what this misses
             log.warning("could not terminate instance", instance_id=instance_id, error=str(err)[:200])

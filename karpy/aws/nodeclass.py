@@ -25,6 +25,7 @@ from karpy.aws.errors import error_code, is_not_found
 from karpy.aws.instanceprofiles import resolve_instance_profile
 from karpy.aws.securitygroups import resolve_security_groups
 from karpy.aws.subnets import resolve_subnets
+from karpy.runtime.fence import NotLeader
 
 
 @attrs.frozen
@@ -112,6 +113,8 @@ async def resolve(
         conditions.append(_condition(wk.COND_INSTANCE_PROFILE_READY, True, ""))
     except ValueError as err:
         conditions.append(_condition(wk.COND_INSTANCE_PROFILE_READY, False, "InstanceProfileCreationFailed", str(err)))
+    except NotLeader:  # refused by the leader fence: nothing was sent, not an AWS failure
+        raise
     except Exception as err:
         if is_not_found(err):  # the named profile or the role does not exist: an answer, not a failed read
             conditions.append(

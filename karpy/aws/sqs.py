@@ -18,6 +18,7 @@ import structlog
 from karpy.aws import messages
 from karpy.aws.errors import error_code
 from karpy.cloudprovider.types import CloudProviderError, QueuedMessage
+from karpy.runtime.fence import NotLeader
 
 log = structlog.get_logger("karpy.aws.sqs")
 WAIT_TIME_SECONDS: Final = 20
@@ -76,6 +77,8 @@ class SQSInterruptionQueue:
                 MessageAttributeNames=["All"],
                 AttributeNames=["SentTimestamp"],
             )
+        except NotLeader:  # refused by the leader fence: nothing was sent, not an AWS failure
+            raise
         except Exception as err:
             self._url = None
             raise CloudProviderError(f"ReceiveMessage {self.queue_name!r}: {err}") from err
@@ -97,5 +100,7 @@ class SQSInterruptionQueue:
         url = await self.url()
         try:
             await self.sqs.delete_message(QueueUrl=url, ReceiptHandle=receipt_handle)
+        except NotLeader:  # refused by the leader fence: nothing was sent, not an AWS failure
+            raise
         except Exception as err:
             raise CloudProviderError(f"DeleteMessage {self.queue_name!r}: {err}") from err

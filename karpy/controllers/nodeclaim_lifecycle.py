@@ -57,6 +57,7 @@ from karpy.kube.errors import ApiError
 from karpy.kube.events import NORMAL, WARNING, EventRecorder
 from karpy.kube.resources import NODECLAIMS, NODES
 from karpy.runtime.controller import Result
+from karpy.runtime.fence import NotLeader
 from karpy.scheduling.translate import EPHEMERAL_TAINT_KEYS
 from karpy.state.cluster import ClusterState
 from karpy.state.plans import Plans, planned_pods
@@ -136,6 +137,11 @@ class NodeClaimLifecycle:
         except NodeClassNotReadyError as err:
             self._launch_failed(claim, "NodeClassNotReady", str(err))
             return await self._delete(claim, "nodeclass_not_ready", str(err))
+        except NotLeader:
+            # The fence refused a write: this process is not (surely) the leader. Not a launch failure: no
+            # backoff for the pods, no LaunchFailed condition (that write would be refused too); the leader
+            # launches the claim, adopting an instance that this launch may have made.
+            raise
         except Exception as err:
             self._launch_failed(claim, "LaunchFailed", str(err))
             await self._patch_conditions(claim, wk.COND_LAUNCHED, "Unknown", "LaunchFailed", str(err)[:300])

@@ -2,7 +2,8 @@
 
 A reconciler is ``async def reconcile(key) -> Result``. It reads cluster state, makes at most a few API calls
 and returns; it never loops or sleeps. ``Result(requeue_after=s)`` asks to be called again; an exception is
-logged and the key retried with per-key backoff. This mirrors controller-runtime's Reconciler.
+logged and the key retried with per-key backoff. This mirrors controller-runtime's Reconciler. A write refused by
+the leader fence (:class:`~karpy.runtime.fence.NotLeader`) is not an error: the key is not retried.
 
 Every log line of a reconcile carries ``controller=<name>``, ``key=<key>`` and, when the key names an object
 (``key_name``, e.g. ``nodeclaim`` or ``nodepool``), that field too (structlog contextvars, bound per reconcile).
@@ -16,6 +17,7 @@ from typing import Protocol
 import attrs
 import structlog
 
+from karpy.runtime.fence import NotLeader
 from karpy.runtime.workqueue import WorkQueue
 
 log = structlog.get_logger("karpy.controller")
@@ -81,6 +83,13 @@ class Controller:
         except asyncio.CancelledError:
             self.queue.done(key)
             raise
+        except NotLeader as err:
+            # Not a failure to retry with backoff: this process lost (or never had) the lease and is exiting, as
+            # controller-runtime stops every controller when leadership is lost (pkg/manager/internal.go). The
+            # key is neither rate-limited nor counted; the leader reconciles it from its own informers.
+            log.info("reconcile stopped: not the leader", refused=err.action)
+            self.queue.done(key)
+            return
         except Exception as err:
             delay = self.queue.add_rate_limited(key)
             log.warning("reconcile failed", error=repr(err), retry_in=round(delay, 2))

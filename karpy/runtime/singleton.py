@@ -10,6 +10,8 @@ for the backoff and jitter instead of a hand-written sleep loop per controller:
   ``None``: only when :meth:`SingletonController.trigger` is called.
 * an exception is logged and the pass retried after an exponential backoff (``base_delay`` doubling to
   ``max_delay`` seconds, ±``jitter`` fraction), reset by the next success.
+* a write refused by the leader fence (:class:`~karpy.runtime.fence.NotLeader`) is not an error: no backoff
+  step; the loop waits for :meth:`SingletonController.trigger` (the process is exiting).
 * :meth:`SingletonController.trigger` wakes a waiting loop at once (a change the reconciler cares about).
 * every log line of a pass carries ``controller=<name>`` (structlog contextvars).
 
@@ -28,6 +30,7 @@ import structlog
 from karpy.runtime.backoff import Backoff
 from karpy.runtime.clock import Clock, LoopClock
 from karpy.runtime.controller import Result
+from karpy.runtime.fence import NotLeader
 
 log = structlog.get_logger("karpy.controller")
 
@@ -88,6 +91,11 @@ class SingletonController:
                 result = await self.reconciler.reconcile()
             except asyncio.CancelledError:
                 raise
+            except NotLeader as err:
+                # The leader fence refused a write: not a failure (no backoff step, no warning). The process is
+                # exiting (leadership lost); the next pass runs only when triggered.
+                log.info("reconcile stopped: not the leader", refused=err.action)
+                return None
             except Exception as err:
                 delay = self.backoff.next()
                 log.warning("reconcile failed", error=repr(err)[:500], retry_in=round(delay, 2))

@@ -10,6 +10,7 @@ import structlog
 
 from karpy.runtime.backoff import Backoff
 from karpy.runtime.clock import Clock, LoopClock
+from karpy.runtime.fence import NotLeader
 
 log = structlog.get_logger("karpy.supervisor")
 
@@ -33,6 +34,9 @@ async def supervise(
             delay = backoff.next()
         except asyncio.CancelledError:
             raise
+        except NotLeader as err:  # a refused write is not a crash: no traceback; the process is exiting
+            delay = backoff.next()
+            log.info("task stopped: not the leader", task=name, refused=err.action, retry_in=round(delay, 2))
         except Exception:
             delay = backoff.next()
             log.exception("task crashed, restarting", task=name, retry_in=round(delay, 2))

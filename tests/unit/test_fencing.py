@@ -1,7 +1,11 @@
 """The write fence at the apiserver chokepoint: ``KubeClient.request`` refuses every write (POST, PUT, PATCH,
 DELETE, subresources included) unless the leader fence holds, and sends nothing; reads and watches always pass,
 so a standby keeps its cache warm. The check runs after the client-side rate limiter's wait, so a write queued
-behind the limiter while leading is refused when its turn comes after the lease was lost."""
+behind the limiter while leading is refused when its turn comes after the lease was lost.
+
+A refused write (NotLeader) is not a failure: a launch refused by the fence does not mark the NodeClaim
+launch-failed, back off its pods or delete it, and the controller loops neither rate-limit the key nor step
+their backoff."""
 
 from __future__ import annotations
 
@@ -10,13 +14,23 @@ import json
 from typing import Any
 
 import pytest
+from prometheus_client import Counter
 
+from karpy.cloudprovider.fake import FakeInterruptionQueue
 from karpy.kube.client import KubeClient
 from karpy.kube.fake import FakeKube
 from karpy.kube.ratelimit import TokenBucket
 from karpy.kube.resources import LEASES, NODECLAIMS, NODES, PODS
+from karpy.metrics import DISRUPTION_QUEUE_FAILURES, INTERRUPTION_QUEUE_ERRORS, NODECLAIMS_LAUNCH_FAILED
 from karpy.runtime.clock import FakeClock, settle
+from karpy.runtime.controller import Controller, Result
 from karpy.runtime.fence import Fence, NotLeader
+from karpy.runtime.singleton import SingletonController
+from karpy.state.cluster import KINDS
+from tests.unit.disruption_builders import T0
+from tests.unit.test_disruption_orchestrator import Harness, two_nodes
+from tests.unit.test_interruption_gc import controller as interruption_controller
+from tests.unit.test_launch_backoff import deleted, lifecycle_setup
 
 POD = {"kind": "Pod", "metadata": {"name": "p", "namespace": "default"}, "spec": {}}
 NODE = {"kind": "Node", "metadata": {"name": "n1"}}
@@ -148,3 +162,104 @@ async def test_the_real_transport_is_not_reached_by_a_fenced_write() -> None:
     unfenced = KubeClient(api)  # type: ignore[arg-type]
     await unfenced.delete(LEASES, "x", "kube-system")
     assert api.calls[-1] == ("DELETE", "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/x")
+
+
+# --- NotLeader is not a failure ----------------------------------------------------------------------------------
+
+
+def counted(counter: Counter, **labels: str) -> float:
+    """The value of ``counter`` for ``labels`` (0 when never counted), whatever the metric is named."""
+    return sum(
+        s.value
+        for metric in counter.collect()
+        for s in metric.samples
+        if s.name.endswith("_total") and s.labels == labels
+    )
+
+
+def launch_failed_total(reason: str) -> float:
+    return counted(NODECLAIMS_LAUNCH_FAILED, nodepool="np", reason=reason)
+
+
+async def test_a_launch_refused_by_the_fence_is_not_a_launch_failure() -> None:
+    """The cloud provider's launch raised NotLeader (CreateFleet refused in before-send): the NodeClaim is not
+    deleted, gets no LaunchFailed condition and no event, its pods do not back off, no launch failure is
+    counted; the controller drops the key without a rate-limited retry. The same launch failing with a cloud
+    error does all of that (the control case)."""
+    lifecycle, kube, cloud, _ = lifecycle_setup(NotLeader("ec2 CreateFleet", "host_1"))
+    controller = Controller(lifecycle, workers=1)
+    before = launch_failed_total("LaunchFailed")
+    await controller._reconcile("np-1")
+    await settle()
+    assert len(cloud.create_calls) == 1
+    assert kube.requests == [], "no condition patch, no event, no delete"
+    assert deleted(kube) == []
+    assert lifecycle.backoff.failures("default/a") == lifecycle.backoff.failures("default/b") == 0
+    assert launch_failed_total("LaunchFailed") == before
+    assert controller.queue.waiting == 0 and len(controller.queue) == 0, "not retried with backoff"
+
+    lifecycle, kube, cloud, _ = lifecycle_setup(RuntimeError("CreateFleet: InternalError"))
+    controller = Controller(lifecycle, workers=1)
+    await controller._reconcile("np-1")
+    await settle()
+    assert lifecycle.backoff.failures("default/a") == 1
+    assert launch_failed_total("LaunchFailed") == before + 1
+    assert [r.method for r in kube.requests if r.path.endswith("/np-1/status")] == ["PATCH"]
+    assert controller.queue.waiting == 1, "a cloud error is retried with backoff"
+
+
+class _Refused:
+    name = "refused"
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    async def reconcile(self) -> Result:
+        raise self.error
+
+
+async def test_a_singleton_refused_by_the_fence_does_not_back_off() -> None:
+    """A pass whose write was refused waits for a trigger (None) with the backoff untouched; a real error steps
+    the backoff and retries after it."""
+    loop = SingletonController(_Refused(NotLeader("sqs ReceiveMessage")), jitter=0.0)
+    assert await loop.once() is None
+    assert loop.backoff.failures == 0
+    failing = SingletonController(_Refused(RuntimeError("boom")), jitter=0.0)
+    assert await failing.once() == 1.0
+    assert failing.backoff.failures == 1
+
+
+async def test_a_disruption_command_refused_by_the_fence_is_not_a_failed_command() -> None:
+    """The fence closes before a command's first write (the taint): the command stops without undoing (every
+    undo write would be refused too; the next leader clears leftovers), without backing off its candidate and
+    without counting a failure; nothing was written."""
+    h = Harness(two_nodes())
+    ctx = await h.disruption.context(T0)
+    assert ctx is not None
+    decided = h.disruption.decide(ctx)
+    assert decided is not None
+    labels = {"decision": decided.decision, "reason": decided.reason, "consolidation_type": decided.method}
+    before = counted(DISRUPTION_QUEUE_FAILURES, **labels)
+    h.kube.fence = Fence("host_1")
+    assert await h.queue.execute(decided) is False
+    assert h.writes() == []
+    assert h.queue.backoff == {}
+    assert counted(DISRUPTION_QUEUE_FAILURES, **labels) == before
+    await h.close()
+
+
+async def test_an_interruption_receive_refused_by_the_fence_is_not_a_queue_outage() -> None:
+    """ReceiveMessage refused (a standby must not hide messages from the leader): the pass stops with
+    NotLeader; the queue is not reported unreadable (readiness), its error counter and health gauge stay."""
+    queue = FakeInterruptionQueue()
+    queue.fail("receive", NotLeader("sqs ReceiveMessage"))
+    kube = FakeKube()
+    ctl, _, _ = interruption_controller(kube, queue)
+    for kind in KINDS:
+        ctl.state.replace(kind, [])
+    errors = counted(INTERRUPTION_QUEUE_ERRORS)
+    with pytest.raises(NotLeader):
+        await ctl.reconcile()
+    assert ctl.queue_error == ""
+    assert counted(INTERRUPTION_QUEUE_ERRORS) == errors
+    assert kube.requests == []

@@ -48,6 +48,7 @@ from karpy.kube.errors import ApiError
 from karpy.kube.events import NORMAL, WARNING, EventRecorder
 from karpy.kube.resources import NODECLAIMS, NODEPOOLS, NODES, PODS
 from karpy.metrics import DISRUPTION_DECISIONS, DISRUPTION_QUEUE_FAILURES, NODECLAIMS_CREATED, NODECLAIMS_DISRUPTED
+from karpy.runtime.fence import NotLeader
 from karpy.scheduling import model
 from karpy.state.cluster import ClusterState
 from karpy.state.views import pod_info
@@ -131,6 +132,12 @@ class Queue:
         except _Abort as abort:
             await self._abandon(command, tainted, created, abort)
             DISRUPTION_QUEUE_FAILURES.labels(**labels).inc()
+            return False
+        except NotLeader as err:
+            # The leader fence refused a write: this process is exiting. Undoing would be refused too, and the
+            # next leader clears the leftover taint and condition (Disruption.clear_leftovers) and re-decides;
+            # the candidates are not backed off and no failure is counted.
+            log.info("disruption command stopped: not the leader", refused=err.action, command=command.record())
             return False
         except Exception as err:  # the command is a background task: undo it and report, never leak it half-done
             log.exception("disruption command failed", command=command.record())
