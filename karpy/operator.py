@@ -413,29 +413,25 @@ async def run(settings: Settings) -> None:
     probes = await start_server(not_ready, probes=probe_socket, metrics=metrics_socket)
     lost = False
     try:
+        # The main client is fenced: every write it sends needs the lease (a standby's writers do not run anyway).
         client = await _connect(settings, user_agent=f"karpy/{__version__} ({identity})")
-        client.fence = fence  # every write of the main client passes the fence (the election client's do not)
+        client.fence = fence
         elector: LeaderElector | None = None
         try:
-            if not settings.disable_leader_election:
-                # Checked once the kubeconfig loaded, as controller-runtime finds it when the manager is built.
-                namespace = leader_election_namespace(settings)
-                election_client = await _connect(settings, user_agent=f"karpy/leader-election ({identity})")
-                config = LeaseConfig(settings.leader_election_name, namespace, identity)
-                # Its own client (rate limiter, pool) and a per-request timeout of max(renew deadline / 2, 1 s), as
-                # Karpenter's (pkg/operator/operator.go): a scale-up's throttling must not starve the renewals.
-                elector = LeaderElector(election_client, config, fence=fence, events=EventRecorder(election_client))
             ca_bundle = hash_ca_bundle(settings, client)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(NotImplementedError):
                     loop.add_signal_handler(sig, stop.set)
-            aws_clients = AWSClients.create(settings.aws_region, settings.aws_endpoint_url or None, fence=fence)
-            async with aws_clients as clients:
+            async with AWSClients.create(
+                settings.aws_region, settings.aws_endpoint_url or None, fence=fence, identity=identity
+            ) as clients:
                 queue = await _interruption_queue(settings, clients.sqs)
                 cluster = await discover(settings, clients.eks, ca_bundle)
                 version = cluster.k8s_version or await kubernetes_version(client)
+                if not settings.disable_leader_election:
+                    elector = await _elector(settings, identity, fence)
                 # Logged once every startup check passed: a failed check prints its one line and nothing else.
                 log.info(
                     "starting karpy",
@@ -472,6 +468,25 @@ async def run(settings: Settings) -> None:
         assert elector is not None
         raise LeaderElectionLost(identity, settings.leader_election_name)
     log.info("karpy stopped")
+
+
+async def _elector(settings: Settings, identity: str, fence: Fence) -> LeaderElector:
+    """The elector for ``LEADER_ELECTION_NAME`` in ``LEADER_ELECTION_NAMESPACE`` (else the pod's namespace) on its
+    own client: its own rate limiter and connection pool, and a per-request timeout of max(renew deadline / 2, 1 s),
+    as Karpenter's (``pkg/operator/operator.go``), so a scale-up's client throttling cannot starve the renewals.
+    Its user agent is ``karpy/leader-election (<identity>)``. It grants and revokes ``fence``.
+
+    Raises:
+        StartupError: the namespace is unset outside a pod, or the apiserver did not answer.
+    """
+    namespace = leader_election_namespace(settings)
+    client = await _connect(settings, user_agent=f"karpy/leader-election ({identity})")
+    config = LeaseConfig(settings.leader_election_name, namespace, identity)
+    elector = LeaderElector(client, config, fence=fence, events=EventRecorder(client))
+    # Its own writes (the Lease, its Events) are fenced too, once elected: a leader stopped past its deadline
+    # sends not even a renewal when it runs again, wherever it was stopped.
+    client.fence = elector.lease_fence
+    return elector
 
 
 async def _run_until_stopped(operator: Operator, elector: LeaderElector | None, stop: asyncio.Event) -> bool:

@@ -281,6 +281,23 @@ def _resource_version(obj: JSON) -> int:
     return int(text) if text.isdigit() else 0
 
 
+class LeaseFence(Fence):
+    """The fence of the election client's own writes (its Lease and its Events): open while campaigning (a
+    candidate must be able to acquire), and once elected exactly as long as the leader's fence holds, plus the
+    release itself within the last grant. So a leader that was stopped past its deadline does not even renew: the
+    election client checks right before sending, after its rate limiter's wait (:class:`KubeClient`'s fence)."""
+
+    def __init__(self, elector: LeaderElector) -> None:
+        super().__init__(elector.identity, elector.clock.now)
+        self._elector = elector
+
+    def holds(self) -> bool:
+        elector = self._elector
+        if not elector.elected.is_set():
+            return True
+        return self._clock() < max(elector.fence.deadline, elector.release_until)
+
+
 class LeaderElector:
     """Campaigns for the Lease, then renews it until lost or released.
 
@@ -326,6 +343,11 @@ class LeaderElector:
         self._changed = asyncio.Event()  # the watch saw the Lease change
         self._read = asyncio.Event()  # a Lease was read or written
         self._released = False
+        self._last_try = -math.inf  # when the last acquire attempt started
+        self.release_until = -math.inf
+        """While releasing: the last grant's deadline, until which the release may still be written."""
+        self.lease_fence = LeaseFence(self)
+        """The fence for the election client's own writes (:class:`LeaseFence`)."""
 
     @property
     def identity(self) -> str:
@@ -371,11 +393,13 @@ class LeaderElector:
         """Until the observed lease expires, it changes (the watch), or the jittered retry period passed."""
         retry = self.config.retry_period
         delay = retry * (1 + self._rng.random() * JITTER_FACTOR)
-        if self._record is not None and self._record.holder and self._record.holder != self.identity:
-            expires = self._observed_at + self._record.lease_duration
-            delay = min(delay, expires - self.clock.now())
-        elif self._record is not None and not self._record.holder:
-            delay = 0.0
+        record = self._record
+        if record is not None and record.holder != self.identity:
+            # A released lease (no holder) may be taken at once; a held one once it expires as observed. Only
+            # once per expiry: after a failed try (an error, a lost race) the jittered retry period applies.
+            expires = self._observed_at + (record.lease_duration if record.holder else 0)
+            if expires > self._last_try:
+                delay = min(delay, expires - self.clock.now())
         self._changed.clear()
         await self.clock.wait_event(self._changed, max(delay, 0.0))
 
@@ -416,12 +440,14 @@ class LeaderElector:
             self._observed_at = self.clock.now()
             self._record = record
         self._lease = lease
+        if record.holder != self.leader and record.holder and record.holder != self.identity:
+            log.info("new leader observed", leader=record.holder, identity=self.identity)  # client-go's log line
         self.leader = record.holder
         self._read.set()
 
     async def _try_acquire_or_renew(self) -> bool:
         """One client-go ``tryAcquireOrRenew`` (slow path: GET first). True when this process holds the lease."""
-        start = self.clock.now()
+        start = self._last_try = self.clock.now()
         try:
             lease = await self.lock.get()
         except Exception as err:
@@ -551,7 +577,9 @@ class LeaderElector:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.events.flush(), self.config.request_timeout)
         holds = self.fence.holds()
-        self.fence.revoke()  # no other write from now on; the release itself is the last one
+        # No other write from now on; the release itself is the last one, allowed until the last grant's deadline.
+        self.release_until = self.fence.deadline if holds else -math.inf
+        self.fence.revoke()
         MASTER_STATUS.labels(self.config.name).set(0)
         if lease is None or record is None or not holds:
             return False
@@ -561,6 +589,8 @@ class LeaderElector:
         except Exception as err:
             log.warning("leader lease not released", identity=self.identity, error=str(err))
             return False
+        finally:
+            self.release_until = -math.inf
         log.info("leader lease released", identity=self.identity, lease=self.config.name)
         return True
 
@@ -576,6 +606,7 @@ __all__ = [
     "LeaderElectionLost",
     "LeaderElector",
     "LeaseConfig",
+    "LeaseFence",
     "LeaseLock",
     "LeaseRecord",
     "MonotonicClock",

@@ -106,6 +106,7 @@ def karpy(moto_aws: MotoAWS, kubeconfig: Path, cluster: str) -> subprocess.Popen
         "AWS_ENDPOINT_URL": moto_aws.endpoint_url,
         "METRICS_PORT": "0",
         "HEALTH_PROBE_PORT": "0",
+        "LEADER_ELECTION_NAMESPACE": "default",  # outside a pod it must be given (leader election is on)
     }
     for name in ("CLUSTER_ENDPOINT", "CLUSTER_CA_BUNDLE"):
         env.pop(name, None)

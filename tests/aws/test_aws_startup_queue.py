@@ -28,6 +28,7 @@ def karpy(moto_aws: MotoAWS, kubeconfig: Path, queue: str) -> subprocess.Popen[s
         "AWS_ENDPOINT_URL": moto_aws.endpoint_url,
         "METRICS_PORT": "0",
         "HEALTH_PROBE_PORT": "0",
+        "LEADER_ELECTION_NAMESPACE": "default",  # outside a pod it must be given (leader election is on)
         "INTERRUPTION_QUEUE": queue,
         # Given, so karpy does not discover them through EKS DescribeCluster (as Karpenter would): this test is
         # about the queue check (discovery: test_aws_cluster_discovery.py).

@@ -10,6 +10,7 @@ import contextlib
 import random
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 import pytest
 from prometheus_client import REGISTRY
@@ -17,6 +18,7 @@ from prometheus_client import REGISTRY
 from karpy.kube.errors import ApiError
 from karpy.kube.events import EventRecorder
 from karpy.kube.fake import FakeKube, Request
+from karpy.kube.ratelimit import TokenBucket
 from karpy.kube.resources import LEASES
 from karpy.runtime.clock import FakeClock
 from karpy.runtime.fence import Fence
@@ -275,3 +277,56 @@ async def test_standby_never_renews_someone_elses_lease(kube: FakeKube, clock: J
         leader, standby = (a, b) if a.elected.is_set() else (b, a)
         assert lease(kube).holder == leader.identity
         assert leader.fence.holds() and not standby.fence.holds()
+
+
+class Gate:
+    """A rate limiter whose next wait blocks until opened: a process stopped between the elector's own check and
+    the send (here: in the election client's rate limiter)."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.open = asyncio.Event()
+        self.waiting = asyncio.Event()
+
+    async def wait(self) -> None:
+        if self.armed:
+            self.waiting.set()
+            await self.open.wait()
+
+
+async def test_a_renewal_stopped_before_its_send_is_refused_by_the_lease_fence(clock: JumpClock) -> None:
+    """The renewal passed the elector's check, then the process stopped (in the client's rate limiter) past the
+    deadline: when it runs again the election client's lease fence refuses the PUT, so nothing is sent."""
+    gate = Gate()
+    kube = FakeKube(rate_limiter=cast(TokenBucket, gate))
+    a = elector(kube, clock, "a")
+    kube.fence = a.lease_fence
+    task = asyncio.create_task(a.run())
+    await clock.run(a.elected.wait())
+    assert a.lease_fence.holds()
+    gate.armed = True
+    await clock.run(gate.waiting.wait())  # the renewal at +2 s waits in the limiter
+    before = len(kube.requests)
+    clock.jump(30.0)
+    gate.open.set()
+    await clock.settle()
+    assert kube.requests[before:] == []
+    assert not a.lease_fence.holds()
+    await clock.run(task)
+    assert a.lost.is_set()
+    assert kube.requests[before:] == []
+    assert await a.release() is False
+
+
+async def test_the_lease_fence_is_open_while_campaigning(kube: FakeKube, clock: JumpClock) -> None:
+    """A candidate's own Lease writes pass (it must acquire); a leader's pass while its fence holds."""
+    a = elector(kube, clock, "a")
+    kube.fence = a.lease_fence
+    assert a.lease_fence.holds() and not a.fence.holds()
+    async with running(a):
+        await clock.run(a.elected.wait())
+        await clock.advance(10.0)
+        assert lease(kube).holder == "a" and a.lease_fence.holds()
+    assert await a.release() is True
+    assert lease(kube).holder == ""
+    assert not a.lease_fence.holds()
