@@ -459,17 +459,31 @@ def free_port() -> int:
 
 
 class KarpyProcess:
-    """karpy (``python -m karpy run``) as a child process with JSON logs captured to a file."""
+    """karpy (``python -m karpy run``) as a child process with JSON logs captured to a file.
 
-    def __init__(self, env: Mapping[str, str], log_path: Path) -> None:
+    Several may run on one cluster (leader election: one leads, the others stand by): :meth:`sibling` gives
+    another process with the same settings, its own ``name``, log file and metrics/health ports.
+    """
+
+    def __init__(self, env: Mapping[str, str], log_path: Path, name: str | None = None) -> None:
         self.env = {**os.environ, **env}
         self.log_path = log_path
+        self.name = name or log_path.stem
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.paused = False
+
+    def sibling(self, name: str, **settings: str) -> KarpyProcess:
+        """Another karpy process (not started) on the same cluster with the same settings, named ``name``: its
+        log is ``<name>.log`` next to this one's, its metrics and health probe ports are fresh free ports (so
+        none collide), and ``settings`` add or override environment variables."""
+        env = {**self.env, "METRICS_PORT": str(free_port()), "HEALTH_PROBE_PORT": str(free_port()), **settings}
+        return KarpyProcess(env, self.log_path.with_name(f"{name}.log"), name)
 
     def start(self) -> None:
         """Start (appending to the same log)."""
         self.starts += 1
+        self.paused = False
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "karpy", "run"],
@@ -485,20 +499,66 @@ class KarpyProcess:
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
+        self.paused = False
+
+    def pause(self) -> None:
+        """SIGSTOP the process group: karpy freezes mid-flight (a long GC pause, a stopped VM) while its monotonic
+        clock, its lease's expiry and the rest of the cluster go on."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT the process group after :meth:`pause`."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGCONT)
+        self.paused = False
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL after 10 s."""
+        """SIGTERM, then SIGKILL after 10 s (a paused process is resumed so that it sees the SIGTERM)."""
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
+            if self.paused:
+                self.resume()
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.kill()
 
     @property
+    def returncode(self) -> int | None:
+        """The exit code once the process has ended (negative: killed by that signal); None while it runs."""
+        return None if self.proc is None else self.proc.poll()
+
+    @property
     def metrics_port(self) -> int:
         """The port karpy serves ``/metrics`` on (0: not served)."""
         return int(self.env.get("METRICS_PORT") or 0)
+
+    @property
+    def health_port(self) -> int:
+        """The port karpy serves ``/healthz`` and ``/readyz`` on (0: not served)."""
+        return int(self.env.get("HEALTH_PROBE_PORT") or 0)
+
+    def probe(self, path: str = "/readyz") -> int:
+        """The HTTP status of ``GET <path>`` on the health probe port (0: no answer within 2 s)."""
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}{path}", timeout=2) as answer:
+                return int(answer.status)
+        except urllib.error.HTTPError as err:
+            return int(err.code)
+        except OSError:
+            return 0
+
+    @property
+    def identity(self) -> str:
+        """This process's leader-election identity (``<hostname>_<uuid>``, a new one per start): the ``identity``
+        field of the last log line that has one ("" before it logged one)."""
+        found = [str(line["identity"]) for line in self.logs() if line.get("identity")]
+        return found[-1] if found else ""
 
     @property
     def alive(self) -> bool:

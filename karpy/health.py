@@ -1,7 +1,9 @@
 """karpy's HTTP endpoints, one aiohttp server on the event loop:
 
-* ``/healthz`` (the process answers) and ``/readyz`` (cluster state synced and, with ``INTERRUPTION_QUEUE``,
-  the queue readable; 503 with the reason otherwise) on ``HEALTH_PROBE_PORT`` (Karpenter: 8081);
+* ``/healthz`` (the process answers: controller-runtime's ``healthz.Ping``) and ``/readyz`` (every informer
+  listed, which needs the NodePool and NodeClaim CRDs served, and, with ``INTERRUPTION_QUEUE``, the queue
+  readable; 503 with the reason otherwise) on ``HEALTH_PROBE_PORT`` (Karpenter: 8081). Leadership is never part
+  of readiness: a listed standby is Ready, as Karpenter's is (``pkg/operator/operator.go``);
 * ``/metrics`` (Prometheus text format, prometheus-client's default registry) on ``METRICS_PORT``
   (Karpenter: 8080; 0: not served).
 

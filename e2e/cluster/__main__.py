@@ -7,7 +7,9 @@ node agent (moto also has the EKS cluster, whose DescribeCluster answers this ap
 - ``DIR/kubeconfig`` — admin kubeconfig;
 - ``DIR/env`` — ``export K=V`` lines: KUBECONFIG, CLUSTER_NAME, CLUSTER_ENDPOINT, AWS_ENDPOINT_URL and the
   AWS test credentials and region;
-- ``DIR/ready`` — last, once everything answers (its content: seconds from start to ready).
+- ``DIR/ready`` — last, once everything answers (its content: seconds from start to ready);
+- ``DIR/aws-requests.jsonl`` — moto's mutating requests, appended as they arrive (``e2e.cluster.aws.RequestLog``);
+- ``DIR/logs/audit.log`` — the apiserver's audit log of karpy's writes (``e2e.cluster.controlplane.audit_policy``).
 
 Runs until SIGTERM/SIGINT, until its parent process goes away, or until a control-plane component dies
 (exit code 1), then tears everything down. Logs: stdout (the node agent, this supervisor) and DIR/logs/.
@@ -32,6 +34,8 @@ from typing import Any
 from e2e.cluster.controlplane import ControlPlane, ControlPlaneError, ensure_binaries
 
 log = logging.getLogger("e2e.cluster")
+# moto's mutating requests, one JSON line each (e2e.cluster.aws.RequestLog), under the workdir.
+AWS_REQUEST_LOG = "aws-requests.jsonl"
 
 
 def write_env(path: Path, env: dict[str, str]) -> None:
@@ -116,7 +120,7 @@ def up(workdir: Path, cluster: str, k8s_version: str) -> int:
         cp = ControlPlane(workdir, bindir)
         cp.start()
         log.info("control plane up in %.1fs at %s", time.monotonic() - started, cp.server)
-        moto = aws.start_moto()
+        moto = aws.start_moto(request_log=workdir / AWS_REQUEST_LOG)
         aws.seed_cluster(moto.endpoint_url, cluster, k8s_version)
         # EKS DescribeCluster answers this apiserver's endpoint and (self-signed serving) CA: cluster discovery.
         ca_data = base64.b64encode((workdir / "pki" / "apiserver.crt").read_bytes()).decode()

@@ -14,14 +14,25 @@ owner or creation date, so those are written through moto's in-process backends:
 the process that started the server. The AWS-published AMIs are owned by moto's own account (``self``), not
 Amazon's (Karpenter's default owners for a name term, ``self`` and ``amazon``, find them either way). Spot prices
 cannot be seeded: moto answers DescribeSpotPriceHistory with a fixed ``0.00001`` for every offered (type, zone).
+
+``start_moto(request_log=PATH)`` also appends every mutating AWS request (:class:`RequestLog`: any Action but
+``Describe*``/``Get*``/``List*``) to a JSONL file with its arrival time and User-Agent, which karpy's AWS clients
+stamp with the process's leader-election identity: the failover e2e attributes AWS writes to processes with it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
+import re
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -43,12 +54,88 @@ ZONE_SUFFIXES = ("a", "b", "c")
 DISCOVERY_TAG = "karpenter.sh/discovery"
 
 
-class MotoAWS:
-    """A running ThreadedMotoServer; ``endpoint_url`` is ``http://127.0.0.1:<port>``."""
+READ_ACTION_PREFIXES = ("Describe", "Get", "List")
+_CREDENTIAL_SCOPE = re.compile(r"Credential=[^/]+/[^/]+/[^/]+/([^/]+)/aws4_request")
 
-    def __init__(self, server: Any, endpoint_url: str) -> None:
+
+def is_read_action(action: str) -> bool:
+    """True for the AWS Actions that change nothing (``Describe*``, ``Get*``, ``List*``). Everything else
+    mutates, ``ReceiveMessage`` included: it hides a message from every other consumer for its visibility
+    timeout."""
+    return action.startswith(READ_ACTION_PREFIXES)
+
+
+def request_action(environ: dict[str, Any]) -> str:
+    """The AWS Action of a WSGI request: the ``X-Amz-Target`` operation (JSON protocols: SQS, SSM, Pricing), the
+    ``Action`` of the query string or of the form body (query protocols: EC2, IAM, STS), else ``"<METHOD>
+    <path>"`` for REST protocols (EKS) — ``GET``/``HEAD`` of those read, so they get ``Get <path>``. A form body
+    read here is put back in ``wsgi.input`` for moto."""
+    if target := environ.get("HTTP_X_AMZ_TARGET"):
+        return str(target).rsplit(".", 1)[-1]
+    query = urllib.parse.parse_qs(environ.get("QUERY_STRING") or "")
+    if "Action" in query:
+        return str(query["Action"][0])
+    if str(environ.get("CONTENT_TYPE") or "").startswith("application/x-www-form-urlencoded"):
+        with contextlib.suppress(ValueError):
+            size = int(environ.get("CONTENT_LENGTH") or 0)
+            body = environ["wsgi.input"].read(size) if size else b""
+            environ["wsgi.input"] = io.BytesIO(body)
+            if action := urllib.parse.parse_qs(body.decode(errors="replace")).get("Action"):
+                return str(action[0])
+    method = str(environ.get("REQUEST_METHOD") or "GET")
+    path = str(environ.get("PATH_INFO") or "/")
+    return f"Get {path}" if method in ("GET", "HEAD") else f"{method} {path}"
+
+
+class RequestLog:
+    """WSGI middleware around moto's application: every mutating request (:func:`is_read_action` false) is
+    appended to ``path`` as one JSON line ``{"t", "t_end", "service", "action", "user_agent", "status"}`` — ``t``
+    the arrival time and ``t_end`` the answer's (``time.time()``, seconds), ``service`` the SigV4 credential
+    scope's service, ``status`` the HTTP status moto answered. moto's own API (``/moto-api/``) is not logged.
+    Thread-safe (moto's server is threaded)."""
+
+    def __init__(self, app: Callable[..., Iterable[bytes]], path: Path) -> None:
+        self.app = app
+        self.path = path
+        self._lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        arrived = time.time()
+        if str(environ.get("PATH_INFO") or "").startswith("/moto-api"):
+            return self.app(environ, start_response)
+        action = request_action(environ)
+        if is_read_action(action):
+            return self.app(environ, start_response)
+        status: list[str] = []
+
+        def recording_start_response(code: str, headers: Any, *rest: Any) -> Any:
+            status.append(code)
+            return start_response(code, headers, *rest)
+
+        try:
+            return self.app(environ, recording_start_response)
+        finally:
+            scope = _CREDENTIAL_SCOPE.search(str(environ.get("HTTP_AUTHORIZATION") or ""))
+            record = {
+                "t": arrived,
+                "t_end": time.time(),
+                "service": scope.group(1) if scope else "",
+                "action": action,
+                "user_agent": str(environ.get("HTTP_USER_AGENT") or ""),
+                "status": int(status[0].split()[0]) if status else 0,
+            }
+            with self._lock, self.path.open("a") as out:
+                out.write(json.dumps(record) + "\n")
+
+
+class MotoAWS:
+    """A running ThreadedMotoServer; ``endpoint_url`` is ``http://127.0.0.1:<port>``; ``request_log`` is the
+    JSONL file of its mutating requests (:class:`RequestLog`; None when not logged)."""
+
+    def __init__(self, server: Any, endpoint_url: str, request_log: Path | None = None) -> None:
         self._server = server
         self.endpoint_url = endpoint_url
+        self.request_log = request_log
 
     def stop(self) -> None:
         """Shut the server down (its in-process state stays until the process exits)."""
@@ -82,8 +169,26 @@ def _spot_fleets_honour_security_group_ids() -> None:
     fleets.SpotFleetLaunchSpec = LaunchSpec
 
 
-def start_moto(port: int = 0) -> MotoAWS:
-    """Start moto's server on 127.0.0.1:``port`` (0 = any free port) in a daemon thread."""
+def _logged_server(request_log: Path, ip_address: str, port: int) -> Any:
+    """A ThreadedMotoServer whose WSGI application is wrapped in :class:`RequestLog` (moto 5's
+    ``ThreadedMotoServer._server_entry``, with the wrapper around ``DomainDispatcherApplication``)."""
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from moto.server import ThreadedMotoServer
+    from werkzeug.serving import make_server
+
+    class LoggedMotoServer(ThreadedMotoServer):
+        def _server_entry(self) -> None:
+            app = RequestLog(DomainDispatcherApplication(create_backend_app), request_log)
+            self._server = make_server(self._ip_address, self._port, app, True, request_handler=MotoRequestHandler)
+            self._server_ready_event.set()
+            self._server.serve_forever()
+
+    return LoggedMotoServer(ip_address=ip_address, port=port, verbose=False)
+
+
+def start_moto(port: int = 0, request_log: Path | None = None) -> MotoAWS:
+    """Start moto's server on 127.0.0.1:``port`` (0 = any free port) in a daemon thread; with ``request_log``,
+    its mutating requests are appended to that JSONL file (:class:`RequestLog`)."""
     from moto.server import ThreadedMotoServer
 
     _spot_fleets_honour_security_group_ids()
@@ -91,10 +196,14 @@ def start_moto(port: int = 0) -> MotoAWS:
     for name in ("werkzeug", "moto"):
         # werkzeug logs a traceback per request moto has no backend for (e.g. the Pricing API karpy tries once).
         logging.getLogger(name).setLevel(logging.CRITICAL)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    if request_log is None:
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    else:
+        request_log.touch()
+        server = _logged_server(request_log, "127.0.0.1", port)
     server.start()
     host, bound = server.get_host_and_port()
-    return MotoAWS(server, f"http://{host}:{bound}")
+    return MotoAWS(server, f"http://{host}:{bound}", request_log)
 
 
 def _client(service: str, endpoint_url: str, region: str) -> Any:

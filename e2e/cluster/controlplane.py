@@ -33,6 +33,30 @@ from e2e.helpers import ROOT, free_port
 
 BUILD_SCRIPT = ROOT / "e2e" / "cluster" / "build.sh"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+# The user karpy authenticates as in every e2e (``e2e.helpers.karpy_process``: a TokenRequest token of the
+# ServiceAccount ``karpy/karpy`` that ``manifests/rbac.yaml`` binds).
+KARPY_USER = "system:serviceaccount:karpy:karpy"
+
+
+def audit_policy(users: tuple[str, ...] = (KARPY_USER,)) -> dict[str, object]:
+    """The apiserver audit policy (``audit.k8s.io/v1`` Policy): ``Metadata`` for the writes of ``users`` (create,
+    update, patch, delete, deletecollection: who wrote what, when, with which user agent and response code),
+    ``None`` for everything else, so the log costs the other suites almost nothing (only karpy's writes are
+    logged). ``RequestReceived`` is omitted: one event per request, at ``ResponseComplete`` (or ``Panic``), whose
+    ``requestReceivedTimestamp`` still says when the request arrived."""
+    return {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived"],
+        "rules": [
+            {
+                "level": "Metadata",
+                "users": list(users),
+                "verbs": ["create", "update", "patch", "delete", "deletecollection"],
+            },
+            {"level": "None"},
+        ],
+    }
 
 
 class ControlPlaneError(RuntimeError):
@@ -123,6 +147,12 @@ class ControlPlane:
     def logs(self) -> Path:
         return self.workdir / "logs"
 
+    @property
+    def audit_log(self) -> Path:
+        """The apiserver's audit log: one JSON ``audit.k8s.io/v1`` Event per line, karpy's writes only
+        (:func:`audit_policy`), written synchronously (``--audit-log-mode=blocking``) before each response."""
+        return self.logs / "audit.log"
+
     # -- lifecycle -------------------------------------------------------------------------------
 
     def start(self, timeout: float = 120.0) -> None:
@@ -191,6 +221,7 @@ class ControlPlane:
             "current-context": "local",
         }
         self.kubeconfig.write_text(yaml.safe_dump(config))
+        (self.workdir / "audit-policy.yaml").write_text(yaml.safe_dump(audit_policy()))
 
     # -- components --------------------------------------------------------------------------------
 
@@ -256,6 +287,14 @@ class ControlPlane:
                 # Light and fast on 2 shared cores: no API priority and fairness machinery, no profiling.
                 "--enable-priority-and-fairness=false",
                 "--profiling=false",
+                # Who wrote what and when, for the failover e2e's "never two writers" check (e2e/audit.py).
+                # Blocking mode writes each event before the response, so none is lost or late; maxsize 0 never
+                # rotates (only karpy's writes are logged, see audit_policy).
+                f"--audit-policy-file={self.workdir / 'audit-policy.yaml'}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",
+                "--audit-log-maxsize=0",
                 "--v=1",
             ],
         )

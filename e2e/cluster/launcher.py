@@ -60,6 +60,18 @@ class LocalCluster:
         return self.env["CLUSTER_ENDPOINT"]
 
     @property
+    def audit_log(self) -> Path:
+        """The apiserver's audit log (JSON lines): karpy's writes at ``Metadata`` level (see
+        ``e2e.cluster.controlplane.audit_policy``); read it with ``e2e.audit.load_audit``."""
+        return self.workdir / "logs" / "audit.log"
+
+    @property
+    def aws_request_log(self) -> Path:
+        """moto's mutating requests (JSON lines ``{t, t_end, service, action, user_agent, status}``, see
+        ``e2e.cluster.aws.RequestLog``); read it with ``e2e.audit.load_aws_requests``."""
+        return self.workdir / "aws-requests.jsonl"
+
+    @property
     def aws_env(self) -> dict[str, str]:
         """AWS_ENDPOINT_URL (moto), test credentials and region, for boto3 and karpy."""
         return {k: self.env[k] for k in AWS_KEYS if k in self.env}

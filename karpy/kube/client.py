@@ -14,8 +14,10 @@ import json
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from types import SimpleNamespace
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
@@ -106,6 +108,41 @@ class KubeClient:
         self._api.user_agent = user_agent
         self.rate_limiter = rate_limiter
         self.fence = fence
+        self._fence_at_connection()
+
+    def _fence_at_connection(self) -> None:
+        """Check the fence again inside aiohttp, right before a write's bytes leave.
+
+        :meth:`request` checks before the transport, but aiohttp may still wait for a free connection or open a
+        new one (TCP and TLS handshakes: several event-loop turns), and it writes a body from a task of its own
+        (scheduled, so another turn). A process paused in between (SIGSTOP, a stopped VM) past its lease would send
+        the write when it resumes. aiohttp's trace hooks run at those points: ``on_connection_create_end`` /
+        ``on_connection_reuseconn`` once the connection is in hand (a request without a body is written in the
+        same turn), ``on_request_chunk_sent`` at the start of ``StreamWriter.write``, before the buffered headers
+        and the first body chunk go to the socket in one synchronous write. Raising there sends nothing (for a
+        body, aiohttp wraps the error in a ``ClientConnectionError``). The check reads :attr:`fence` at that
+        moment, so a fence set after construction (the operator's) applies.
+        """
+        session = getattr(getattr(self._api, "rest_client", None), "pool_manager", None)
+        if not isinstance(session, aiohttp.ClientSession):
+            return
+
+        async def on_request_start(_: Any, ctx: SimpleNamespace, params: aiohttp.TraceRequestStartParams) -> None:
+            method = params.method.upper()
+            ctx.fenced_action = f"{method} {params.url.path}" if method in WRITE_METHODS else ""
+
+        async def before_send(_: Any, ctx: SimpleNamespace, __: Any) -> None:
+            action = getattr(ctx, "fenced_action", "")
+            if action and self.fence is not None:
+                self.fence.check(action)
+
+        trace = aiohttp.TraceConfig()
+        trace.on_request_start.append(on_request_start)
+        trace.on_connection_create_end.append(before_send)
+        trace.on_connection_reuseconn.append(before_send)
+        trace.on_request_chunk_sent.append(before_send)
+        trace.freeze()
+        session._trace_configs.append(trace)
 
     @classmethod
     async def from_environment(

@@ -440,6 +440,8 @@ class LeaderElector:
             self._observed_at = self.clock.now()
             self._record = record
         self._lease = lease
+        if record.holder != self.leader and record.holder and record.holder != self.identity:
+            log.info("new leader observed", leader=record.holder, identity=self.identity)  # client-go's log line
         self.leader = record.holder
         self._read.set()
 
