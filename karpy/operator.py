@@ -219,10 +219,13 @@ class Operator:
         self._wired = True
         self.plans.follow()
         self.state.subscribe(self._route)
-        self.state.subscribe(self.provisioner.latencies.on_change)  # karpenter_pods_*_duration_seconds
         self.plans.subscribe(self._route_plan)
         self.provisioner.wake = self.provisioning.trigger
-        if self.observability:
+        if self.observability:  # Karpenter's pod metrics controller: off with DISABLE_CLUSTER_STATE_OBSERVABILITY
+            self.provisioner.latencies.active = self.leading  # only the leader observes, as Karpenter's
+            self.state.subscribe(self.provisioner.latencies.on_change)  # karpenter_pods_*_duration_seconds
+            times = self.state_metrics.times
+            self.provisioner.on_decision = lambda key, schedulable: times.decided(key, schedulable=schedulable)
             self.state.subscribe(self.status_conditions.observe)
             self.state_metrics.follow()
             self.plans.subscribe(self._plan_decided)

@@ -120,6 +120,9 @@ class Provisioner:
         self._vacating: set[str] = set()
         self._decided: set[str] = set()  # pod UIDs whose first scheduling decision was observed (metrics)
         self.latencies = metrics.POD_LATENCIES  # the operator subscribes it to cluster state
+        # Told of each unbound pod's scheduling decision (pod key, schedulable) for the scrape-time pod gauges
+        # (karpy.metrics_state); None when cluster-state observability is off.
+        self.on_decision: Callable[[str, bool], None] | None = None
         self._batches = itertools.count(1)
         self._started = int(state.clock())
         # Per-pod back-off after failed launches; the NodeClaim lifecycle records failures into the same one.
@@ -223,6 +226,8 @@ class Provisioner:
                 continue  # a bound pod of a deleting node: Karpenter skips scheduled pods here
             if pod.key not in unplaced:
                 self.latencies.schedulable(pod.key, now)
+            if self.on_decision is not None:
+                self.on_decision(pod.key, pod.key not in unplaced)
             if pod.uid not in self._decided:
                 self._decided.add(pod.uid)
                 seen = max(pod.created, self.state.started_at)

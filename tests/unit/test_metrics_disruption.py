@@ -296,3 +296,13 @@ async def test_allowed_disruptions_is_the_budget_and_a_not_ready_node_consumes_i
     assert h.disruption.methods.allowed("m-budget", "Empty") == 0
     assert sample("karpenter_nodepools_allowed_disruptions", nodepool="m-budget", reason="empty") == 1
     assert sample("karpenter_nodepools_nodes_consuming_budgets", nodepool="m-budget", reason="empty") == 1
+
+
+async def test_the_provisioner_reports_each_unbound_pods_decision_placed_or_not() -> None:
+    """The scrape-time pod gauges (karpy.metrics_state) learn of every decision: a placed pod is schedulable, a pod
+    no NodePool can take is decided unschedulable, so its "scheduling undecided" time stops growing."""
+    h = Harness([nodeclass(), nodepool("m-dec"), pod("fits", cpu="1"), pod("huge", cpu="100000")])
+    decisions: list[tuple[str, bool]] = []
+    h.provisioner.on_decision = lambda key, schedulable: decisions.append((key, schedulable))
+    assert len(await h.provisioner.provision_once()) == 1
+    assert sorted(decisions) == [("default/fits", True), ("default/huge", False)]
