@@ -62,8 +62,15 @@ def candidate(client: KubeClient, name: str, identity: str) -> LeaderElector:
 
 
 @contextlib.asynccontextmanager
-async def campaigning(elector: LeaderElector) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(elector.run(), name=f"elector/{elector.identity}")
+async def campaigning(elector: LeaderElector, after: asyncio.Event | None = None) -> AsyncIterator[asyncio.Task[None]]:
+    """``elector`` campaigning (once ``after`` is set, when given) until the block exits."""
+
+    async def campaign() -> None:
+        if after is not None:
+            await after.wait()
+        await elector.run()
+
+    task = asyncio.create_task(campaign(), name=f"elector/{elector.identity}")
     try:
         yield task
     finally:
@@ -85,23 +92,30 @@ async def test_two_candidates_one_leader_and_takeover_after_a_death(local_cluste
     clients = [await new_client(local_cluster), await new_client(local_cluster)]
     a, b = candidate(clients[0], name, "a"), candidate(clients[1], name, "b")
     try:
-        async with campaigning(a) as task_a, campaigning(b):
-            await asyncio.wait_for(a.elected.wait(), 30)  # a started first: it creates the Lease
-            await asyncio.sleep(0)
-            assert not b.elected.is_set()
+        async with campaigning(a) as task_a, campaigning(b) as task_b:
+            either = [asyncio.ensure_future(a.elected.wait()), asyncio.ensure_future(b.elected.wait())]
+            _, pending = await asyncio.wait(either, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in pending:
+                waiter.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            leader, standby, task = (a, b, task_a) if a.elected.is_set() else (b, a, task_b)
+            assert leader.elected.is_set() and not standby.elected.is_set()
             record = await holder(kube, name)
-            assert (record.holder, record.lease_duration, record.transitions) == ("a", 15, 0)
-            await wait_for(lambda: _true(b.leader == "a"), timeout=10, what="standby observed the leader")
-            task_a.cancel()  # the leader dies: no release
+            assert (record.holder, record.lease_duration, record.transitions) == (leader.identity, 15, 0)
+            await wait_for(
+                lambda: _true(standby.leader == leader.identity), timeout=10, what="standby observed the leader"
+            )
+            assert not standby.elected.is_set() and not standby.fence.holds()
+            task.cancel()  # the leader dies: no release
             with contextlib.suppress(asyncio.CancelledError):
-                await task_a
+                await task
             died = time.monotonic()
-            await asyncio.wait_for(b.elected.wait(), 15 + 5 + 5)
+            await asyncio.wait_for(standby.elected.wait(), 15 + 5 + 5)
             takeover = time.monotonic() - died
             record = await holder(kube, name)
-            assert (record.holder, record.transitions) == ("b", 1)
+            assert (record.holder, record.transitions) == (standby.identity, 1)
             assert takeover <= 15 + 5, takeover
-            assert b.fence.holds()
+            assert standby.fence.holds()
     finally:
         for client in clients:
             await client.close()
@@ -114,7 +128,7 @@ async def test_release_hands_over_at_once(local_cluster: Any, kube: KubeClient) 
     clients = [await new_client(local_cluster), await new_client(local_cluster)]
     a, b = candidate(clients[0], name, "a"), candidate(clients[1], name, "b")
     try:
-        async with campaigning(a) as task_a, campaigning(b):
+        async with campaigning(a) as task_a, campaigning(b, after=a.elected):
             await asyncio.wait_for(a.elected.wait(), 30)
             await wait_for(lambda: _true(b.leader == "a"), timeout=10, what="standby observed the leader")
             task_a.cancel()
@@ -217,6 +231,8 @@ async def test_a_standby_operator_writes_nothing_while_the_leader_provisions(
     lease = f"election-{uuid.uuid4().hex[:8]}"
     settings = {"BATCH_IDLE_DURATION": "200ms", "BATCH_MAX_DURATION": "2s"}
     client_a = await new_client(local_cluster)
+    # As karpy run names its main client: the identity in the user agent, "karpy" before the first "/".
+    client_a._api.user_agent = "karpy/0.1.0 (operator-a)"
     client_b = await new_client(local_cluster, RecordingKubeClient)
     assert isinstance(client_b, RecordingKubeClient)
     try:
@@ -254,6 +270,9 @@ async def test_a_standby_operator_writes_nothing_while_the_leader_provisions(
 
                 claim = await wait_for(launched, timeout=90, what="the leader launched a NodeClaim")
                 claim_name = claim["metadata"]["name"]
+                # The apiserver's default field manager is the user agent before its first "/": still "karpy".
+                managers = {entry["manager"] for entry in claim["metadata"].get("managedFields") or []}
+                assert managers == {"karpy"}, managers
                 await wait_for(
                     lambda: _true(claim_name in op_b.state.nodeclaims), timeout=10, what="standby state has it"
                 )
