@@ -118,7 +118,8 @@ KARPENTER_SETTINGS: Final[tuple[KarpenterSetting, ...]] = (
         "true",
         "core",
         "no-op",
-        "warm-up only acts with leader election; karpy's informers always start at once",
+        "a karpy standby is always warm (informers, cluster state, Plans and work queues run before it is elected), "
+        "more than Karpenter's warm-up gives",
     ),
     _S(
         "DISABLE_LEADER_ELECTION",
