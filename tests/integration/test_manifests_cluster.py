@@ -2,9 +2,10 @@
 the RBAC are accepted, and the ServiceAccount may do exactly the Lease operations leader election needs.
 
 The manifests are applied with ``kubectl apply -k`` when kubectl is on PATH (the control-plane build does not ship
-it). Without kubectl the kustomization's ``resources`` are applied in their listed order with server-side apply:
-the base has no patches, generators or transformers, so that is what kustomize renders (the test checks the
-kustomization has nothing else, and compares with ``kubectl kustomize`` when kubectl exists).
+it). Without kubectl the kustomization's ``resources`` are applied in their listed order with server-side apply,
+then the ConfigMaps of its ``configMapGenerator`` (files only, no name-suffix hash, labels): the base has no
+patches or transformers, so that is what kustomize renders (the test checks the kustomization has nothing else,
+and compares with ``kubectl kustomize`` when kubectl exists).
 
 The RBAC check is a ``SubjectAccessReview`` per operation for ``system:serviceaccount:karpy:karpy`` (with the groups
 the apiserver gives a ServiceAccount token), against what client-go's ``LeaseLock`` and karpy's elector send: GET and
@@ -39,11 +40,25 @@ DEPLOYMENT = KINDS["Deployment"]
 
 
 def kustomization_documents() -> list[dict[str, Any]]:
-    """What kustomize renders for ``manifests/``: its resources' documents in the listed order."""
+    """What kustomize renders for ``manifests/``: its resources' documents in the listed order, then the generated
+    ConfigMaps."""
     kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
-    # Only a list of resources: anything else (patches, generators, namespace, ...) would change the rendering.
-    assert set(kustomization) == {"apiVersion", "kind", "resources"}
-    return [doc for path in kustomization["resources"] for doc in load_documents(MANIFESTS / path)]
+    # Resources and plain file ConfigMaps only: anything else (patches, namespace, ...) would change the rendering.
+    assert set(kustomization) <= {"apiVersion", "kind", "resources", "configMapGenerator"}
+    docs = [doc for path in kustomization["resources"] for doc in load_documents(MANIFESTS / path)]
+    return docs + [generated_configmap(gen) for gen in kustomization.get("configMapGenerator", [])]
+
+
+def generated_configmap(gen: dict[str, Any]) -> dict[str, Any]:
+    """The ConfigMap kustomize generates from a ``configMapGenerator`` entry of files (no suffix hash)."""
+    assert set(gen) <= {"name", "namespace", "files", "options"}
+    options = gen.get("options", {})
+    assert set(options) <= {"disableNameSuffixHash", "labels"} and options.get("disableNameSuffixHash") is True
+    meta: dict[str, Any] = {"name": gen["name"], "namespace": gen["namespace"]}
+    if options.get("labels"):
+        meta["labels"] = dict(options["labels"])
+    data = {name: (MANIFESTS / name).read_text() for name in gen["files"]}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
 
 
 async def apply_kustomization(kube: KubeClient, kubeconfig: str) -> str:
@@ -115,6 +130,10 @@ async def test_apply_k_runs_two_elected_replicas_with_pdb_and_lease_rbac(kube: K
         pdb = await kube.get(PDB, "karpy", NAMESPACE)
         assert pdb["spec"]["maxUnavailable"] == 1
         assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+        # The Grafana dashboard, labelled for Grafana's dashboard sidecar.
+        dashboard = await kube.get(KINDS["ConfigMap"], "karpy-grafana-dashboard", NAMESPACE)
+        assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert '"panels"' in dashboard["data"]["grafana-dashboard.json"]
 
         # The elector's Lease operations, and no more.
         assert await lease_ops(kube, NAMESPACE, LEASE) == {
