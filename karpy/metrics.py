@@ -32,7 +32,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from typing import Any, Final
 
-from prometheus_client import Counter, Gauge, Histogram, Summary
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, Summary
+from prometheus_client.registry import Collector
 
 from karpy import __version__
 from karpy.apis import labels as wk
@@ -625,3 +626,23 @@ _build_info()
 # The process's pod latency tracker: the provisioner records schedulable times into it and the operator subscribes
 # it to cluster state.
 POD_LATENCIES: Final = PodLatencies()
+
+
+class RegisteredCollector(Collector):
+    """A scrape-time collector that its owner adds to and removes from prometheus-client's default registry while
+    it runs (both idempotent), so a stopped operator (a test's, or a standby's after exit) leaves no families."""
+
+    _registered = False
+
+    def register(self) -> None:
+        """Add to prometheus-client's default registry (idempotent)."""
+        if not self._registered:
+            REGISTRY.register(self)
+            self._registered = True
+
+    def unregister(self) -> None:
+        """Remove from prometheus-client's default registry (idempotent)."""
+        if self._registered:
+            with suppress(KeyError):
+                REGISTRY.unregister(self)
+            self._registered = False

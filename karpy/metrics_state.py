@@ -30,20 +30,19 @@ them off (the operator then does not register the collector).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
 import attrs
 import structlog
-from prometheus_client import REGISTRY, Counter
+from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from karpy.apis import labels as wk
 from karpy.apis.quantity import QuantityError, parse_resource_list
 from karpy.cloudprovider.types import CloudProvider, InstanceType
+from karpy.metrics import RegisteredCollector
 from karpy.state.cluster import ClusterState
 from karpy.state.views import NodeInfo, PodInfo
 
@@ -231,7 +230,7 @@ def _memory_bytes(it: InstanceType) -> float:
     return float(int(label) * 1024 * 1024) if label.isdigit() else float(it.capacity.get("memory", 0))
 
 
-class StateMetrics(Collector):
+class StateMetrics(RegisteredCollector):
     """The collector (see the module docstring). ``clock`` returns wall-clock seconds since the epoch (creation
     times are compared with it); ``leading`` tells whether this process leads (nothing is rendered otherwise);
     ``cloud`` (None: no instance-type metrics and zero cost) resolves instance types for :meth:`refresh`.
@@ -255,26 +254,12 @@ class StateMetrics(Collector):
         self.times = times if times is not None else PodSchedulingTimes(clock)
         self.snapshot = InstanceTypeSnapshot()
         self._cost_errors_counted: set[str] = set()
-        self._registered = False
 
     # Wiring ---------------------------------------------------------------------------------------------
 
     def follow(self) -> None:
         """Subscribe the pod scheduling times to cluster state."""
         self.state.subscribe(self.times.observe)
-
-    def register(self) -> None:
-        """Add to prometheus-client's default registry (idempotent)."""
-        if not self._registered:
-            REGISTRY.register(self)
-            self._registered = True
-
-    def unregister(self) -> None:
-        """Remove from prometheus-client's default registry (idempotent)."""
-        if self._registered:
-            with contextlib.suppress(KeyError):
-                REGISTRY.unregister(self)
-            self._registered = False
 
     async def run(self) -> None:
         """Register, then refresh the instance-type snapshot every minute while leading, until cancelled."""

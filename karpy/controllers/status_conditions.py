@@ -44,21 +44,20 @@ whole cluster's conditions as transitions again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
 import attrs
 import structlog
-from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from karpy.apis import labels as wk
 from karpy.apis.conditions import Condition, conditions_of
 from karpy.apis.times import parse_time
 from karpy.kube.events import NORMAL, EventRecorder
+from karpy.metrics import RegisteredCollector
 from karpy.state.views import NodeInfo
 
 log = structlog.get_logger("karpy.status_conditions")
@@ -248,7 +247,7 @@ class Event:
     message: str
 
 
-class StatusConditions(Collector):
+class StatusConditions(RegisteredCollector):
     """See the module docstring. :meth:`observe` is the cluster-state listener; :meth:`run` the writer task that
     publishes the events (and registers the gauges); ``leading`` gates counters and gauges; ``clock`` returns
     wall-clock seconds since the epoch (condition and deletion times are compared with it)."""
@@ -265,7 +264,6 @@ class StatusConditions(Collector):
         self.clock = clock
         self.observed: dict[tuple[str, str], Observed] = {}
         self._queue: asyncio.Queue[Event] | None = None
-        self._registered = False
 
     # Observation ----------------------------------------------------------------------------------------
 
@@ -392,19 +390,6 @@ class StatusConditions(Collector):
         finally:
             self._queue = None
             self.unregister()
-
-    def register(self) -> None:
-        """Add the gauges to prometheus-client's default registry (idempotent)."""
-        if not self._registered:
-            REGISTRY.register(self)
-            self._registered = True
-
-    def unregister(self) -> None:
-        """Remove the gauges from prometheus-client's default registry (idempotent)."""
-        if self._registered:
-            with contextlib.suppress(KeyError):
-                REGISTRY.unregister(self)
-            self._registered = False
 
     # Collector ------------------------------------------------------------------------------------------
 

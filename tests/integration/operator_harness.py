@@ -9,6 +9,9 @@ from typing import Any
 
 import attrs
 
+from e2e.helpers import ec2nodeclass
+from e2e.helpers import nodepool as shared_nodepool
+from karpy.apis import labels as wk
 from karpy.aws.session import AWSClients
 from karpy.kube.client import KubeClient
 from karpy.operator import Operator, aws_operator, kubernetes_version
@@ -76,3 +79,28 @@ async def running_operator_with_clients(
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
+
+
+def pinned_pod(name: str, pool: str, cpu: str = "500m") -> dict[str, Any]:
+    """A pause pod in ``default`` that only NodePool ``pool``'s nodes take (nodeSelector), deleted at once."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "nodeSelector": {wk.LABEL_NODEPOOL: pool},
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}],
+        },
+    }
+
+
+def on_demand_pool(pool: str, cluster_name: str) -> list[dict[str, Any]]:
+    """An EC2NodeClass and a NodePool both named ``pool``: on-demand only, never consolidated (a test's node stays)."""
+    nodepool = shared_nodepool(
+        pool,
+        nodeclass=pool,
+        requirements=[{"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]}],
+        disruption={"consolidateAfter": "Never"},
+    )
+    return [ec2nodeclass(pool, cluster_name), nodepool]

@@ -18,10 +18,9 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
+from operator_harness import on_demand_pool, pinned_pod
 
-from e2e.helpers import apply, delete_nodeclaims, ec2nodeclass, nodeclaims_of, wait_for
-from e2e.helpers import nodepool as shared_nodepool
-from karpy.apis import labels as wk
+from e2e.helpers import apply, delete_nodeclaims, nodeclaims_of, wait_for
 from karpy.aws.session import AWSClients
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
@@ -157,16 +156,7 @@ def _true(value: bool) -> Any:
 
 
 def pod() -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": POD, "namespace": "default"},
-        "spec": {
-            "terminationGracePeriodSeconds": 0,
-            "nodeSelector": {wk.LABEL_NODEPOOL: POOL},
-            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "500m"}}}],
-        },
-    }
+    return pinned_pod(POD, POOL)
 
 
 class AWSCalls:
@@ -253,13 +243,7 @@ async def test_a_standby_operator_writes_nothing_while_the_leader_provisions(
             ):
                 await asyncio.wait_for(op_b.state.wait_listed(), 30)
                 assert not elector_b.elected.is_set()
-                pool = shared_nodepool(
-                    POOL,
-                    nodeclass=POOL,
-                    requirements=[{"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]}],
-                    disruption={"consolidateAfter": "Never"},
-                )
-                await apply(kube, [ec2nodeclass(POOL, local_cluster.cluster_name), pool])
+                await apply(kube, on_demand_pool(POOL, local_cluster.cluster_name))
                 await kube.create(r.PODS, pod(), "default")
 
                 async def launched() -> dict[str, Any] | None:

@@ -13,10 +13,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from operator_harness import RunningOperator, running_operator_with_clients
+from operator_harness import RunningOperator, on_demand_pool, pinned_pod, running_operator_with_clients
 
-from e2e.helpers import apply, delete_nodeclaims, ec2nodeclass, nodeclaims_of, wait_for
-from e2e.helpers import nodepool as shared_nodepool
+from e2e.helpers import apply, delete_nodeclaims, nodeclaims_of, wait_for
 from karpy.apis import labels as wk
 from karpy.aws.instances import parse_provider_id
 from karpy.controllers.nodeclaim_tagging import ANNOTATION_CLUSTER_NAME_TAGGED
@@ -30,16 +29,7 @@ POD = "tagging-pod"
 
 
 def pod() -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": POD, "namespace": "default"},
-        "spec": {
-            "terminationGracePeriodSeconds": 0,
-            "nodeSelector": {wk.LABEL_NODEPOOL: POOL},
-            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "500m"}}}],
-        },
-    }
+    return pinned_pod(POD, POOL)
 
 
 @pytest.fixture
@@ -62,13 +52,7 @@ async def running(local_cluster: Any, kube: KubeClient) -> AsyncIterator[Running
 async def test_registered_nodeclaim_instance_gets_name_tag_and_annotations(
     running: RunningOperator, kube: KubeClient, local_cluster: Any
 ) -> None:
-    pool = shared_nodepool(
-        POOL,
-        nodeclass=POOL,
-        requirements=[{"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]}],
-        disruption={"consolidateAfter": "Never"},
-    )
-    await apply(kube, [ec2nodeclass(POOL, local_cluster.cluster_name), pool])
+    await apply(kube, on_demand_pool(POOL, local_cluster.cluster_name))
     await kube.create(r.PODS, pod(), "default")
 
     async def annotated() -> dict[str, Any] | None:

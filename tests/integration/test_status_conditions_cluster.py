@@ -15,11 +15,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from operator_harness import running_operator
+from operator_harness import on_demand_pool, pinned_pod, running_operator
 from prometheus_client import REGISTRY
 
-from e2e.helpers import apply, delete_nodeclaims, ec2nodeclass, nodeclaims_of, wait_for
-from e2e.helpers import nodepool as shared_nodepool
+from e2e.helpers import apply, delete_nodeclaims, nodeclaims_of, wait_for
 from karpy.apis import labels as wk
 from karpy.apis.conditions import condition_true
 from karpy.kube import resources as r
@@ -33,16 +32,7 @@ POD = "conditions-pod"
 
 
 def pod() -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": POD, "namespace": "default"},
-        "spec": {
-            "terminationGracePeriodSeconds": 0,
-            "nodeSelector": {wk.LABEL_NODEPOOL: POOL},
-            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "500m"}}}],
-        },
-    }
+    return pinned_pod(POD, POOL)
 
 
 def samples(name: str) -> list[dict[str, str]]:
@@ -75,13 +65,7 @@ async def running(local_cluster: Any, kube: KubeClient) -> AsyncIterator[Operato
 async def test_nodeclaim_transition_events_and_condition_metrics(
     running: Operator, kube: KubeClient, local_cluster: Any
 ) -> None:
-    pool = shared_nodepool(
-        POOL,
-        nodeclass=POOL,
-        requirements=[{"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]}],
-        disruption={"consolidateAfter": "Never"},
-    )
-    await apply(kube, [ec2nodeclass(POOL, local_cluster.cluster_name), pool])
+    await apply(kube, on_demand_pool(POOL, local_cluster.cluster_name))
     await kube.create(r.PODS, pod(), "default")
 
     async def initialized() -> dict[str, Any] | None:
