@@ -103,7 +103,9 @@ class WorkQueue:
         self._delayed: list[tuple[float, int, str]] = []  # (ready time, seq, key), one entry per waiting key
         self._waiting: dict[str, float] = {}  # key → its ready time in ``_delayed``
         self._seq = itertools.count()
-        self._ready = asyncio.Condition()
+        # Workers blocked in get(): woken synchronously by an add (no fire-and-forget notify task per add, which
+        # could outlive a queue nobody drains and leak past a test's or the operator's end).
+        self._waiters: list[asyncio.Future[None]] = []
         self._timer: Timer | None = None
         self._clock = clock or LoopClock()
         self.base_delay = base_delay
@@ -177,15 +179,20 @@ class WorkQueue:
 
     async def get(self) -> str:
         """Wait for the next key and mark it processing; call :meth:`done` afterwards."""
-        async with self._ready:
-            while not self._queue:
-                await self._ready.wait()
-            key = self._queue.popleft()
-            self._queued.discard(key)
-            self._processing.add(key)
-            if self._metrics is not None:
-                self._metrics.get(key)
-            return key
+        while not self._queue:  # single-threaded: no await between this check and the pop below
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._waiters:  # cancelled before an add woke it
+                    self._waiters.remove(waiter)
+        key = self._queue.popleft()
+        self._queued.discard(key)
+        self._processing.add(key)
+        if self._metrics is not None:
+            self._metrics.get(key)
+        return key
 
     def done(self, key: str, *, requeue_if_dirty: bool = True) -> None:
         """Finish processing ``key``; re-queue it if it was added meanwhile (unless ``requeue_if_dirty`` is
@@ -209,11 +216,12 @@ class WorkQueue:
         self._wake()
 
     def _wake(self) -> None:
-        async def notify() -> None:
-            async with self._ready:
-                self._ready.notify()
-
-        asyncio.get_running_loop().create_task(notify())
+        """Wake every waiting worker; each re-checks the queue (the few that find it empty wait again), so a
+        worker cancelled after being woken never strands a key."""
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _arm_timer(self) -> None:
         if self._timer is not None:
