@@ -33,7 +33,6 @@ MINUTE: Final = 60.0
 POD_NOMINATION_RATE_LIMITER: Final = TokenBucket(5.0, 10)  # scheduling/events.go PodNominationRateLimiter
 INSUFFICIENT_CAPACITY_POD_RATE_LIMITER: Final = TokenBucket(5.0, 10)  # lifecycle/events.go
 MAX_EVENT_MESSAGE: Final = 1024  # lifecycle/launch.go maxEventMessageLength
-FORCEFUL_TERMINATION: Final = "Forceful Termination"  # terminator/metrics.go ForcefulTerminationReason
 
 
 # --- involved objects ---------------------------------------------------------------------------------------
