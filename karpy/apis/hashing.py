@@ -261,7 +261,7 @@ def go_duration_ns(text: str) -> int:
         ValueError: not a Go duration.
     """
     sign = -1 if text.startswith("-") else 1
-    rest = text.lstrip("+-")
+    rest = text[1:] if text[:1] in ("+", "-") else text  # one sign at most, as Go
     if rest == "0":
         return 0
     total = Decimal(0)

@@ -24,12 +24,10 @@ What is checked, as Karpenter does:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-import durationpy
-
+from karpy.apis.hashing import go_duration_ns
 from karpy.apis.quantity import QuantityError, parse_quantity
 
 REASON_INVALID: Final = "InvalidKubeletConfiguration"
@@ -187,9 +185,14 @@ KARPENTER_OWNED: Final = {
     "until it's ready",
 }
 _INT_RANGE: Final = {INT32: (-(2**31), 2**31 - 1), INT64: (-(2**63), 2**63 - 1)}
-# Go time.ParseDuration's syntax: an optional sign, then one or more decimal numbers with a unit ("0" alone too).
-# Checked before durationpy reads the value, because durationpy also takes units Go has not (``d``, ``w``).
-_GO_DURATION: Final = re.compile(r"^[-+]?(0|((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+)$")
+
+
+def _go_duration(value: str) -> int | None:
+    """``value`` in nanoseconds when Go ``time.ParseDuration`` takes it, else None."""
+    try:
+        return go_duration_ns(value)
+    except ValueError:
+        return None
 
 
 def _is_int(value: Any) -> bool:
@@ -215,7 +218,7 @@ def _has_shape(value: Any, shape: str) -> bool:
         BOOL: isinstance(value, bool),
         FLOAT: isinstance(value, int | float) and not isinstance(value, bool),
         STRING: isinstance(value, str),
-        DURATION: isinstance(value, str) and _GO_DURATION.match(value) is not None,
+        DURATION: isinstance(value, str) and _go_duration(value) is not None,
         STRINGS: isinstance(value, list) and all(isinstance(v, str) for v in value),
         INTS: isinstance(value, list) and all(_has_shape(v, INT32) for v in value),
         OBJECT: isinstance(value, Mapping),
@@ -246,9 +249,10 @@ def _threshold_error(field: str, key: str, value: str) -> str:
 
 def _grace_period_error(field: str, key: str, value: str) -> str:
     """A non-negative Go duration (Karpenter ``validateEvictionGracePeriod``)."""
-    if _GO_DURATION.match(value) is None:
+    nanoseconds = _go_duration(value)
+    if nanoseconds is None:
         return f"spec.kubelet.{field}[{key}]: {value!r} must be a duration"
-    if durationpy.from_str(value).total_seconds() < 0:
+    if nanoseconds < 0:
         return f"spec.kubelet.{field}[{key}]: {value!r} can't be a negative duration"
     return ""
 

@@ -16,11 +16,10 @@ section lists both.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from karpy.apis import labels as wk
 from karpy.apis.meta import JSON
 from karpy.apis.nodeclaim import NodeClaim
 from karpy.apis.nodepool import NodePool
@@ -33,7 +32,6 @@ MINUTE: Final = 60.0
 POD_NOMINATION_RATE_LIMITER: Final = TokenBucket(5.0, 10)  # scheduling/events.go PodNominationRateLimiter
 INSUFFICIENT_CAPACITY_POD_RATE_LIMITER: Final = TokenBucket(5.0, 10)  # lifecycle/events.go
 MAX_EVENT_MESSAGE: Final = 1024  # lifecycle/launch.go maxEventMessageLength
-FORCEFUL_TERMINATION: Final = "Forceful Termination"  # terminator/metrics.go ForcefulTerminationReason
 
 
 # --- involved objects ---------------------------------------------------------------------------------------
@@ -66,12 +64,6 @@ def nodepool_ref(nodepool: NodePool | Mapping[str, Any]) -> JSON:
     return _ref("karpenter.sh/v1", "NodePool", str(meta.get("name", "")), str(meta.get("uid", "")))
 
 
-def nodeclass_ref(nodeclass: Mapping[str, Any]) -> JSON:
-    """The reference of an EC2NodeClass (its JSON)."""
-    meta = nodeclass.get("metadata") or {}
-    return _ref("karpenter.k8s.aws/v1", "EC2NodeClass", str(meta.get("name", "")), str(meta.get("uid", "")))
-
-
 def pod_ref(pod: Pod) -> JSON:
     """The reference of a Pod."""
     return _ref("v1", "Pod", pod.name, pod.uid, pod.namespace)
@@ -88,12 +80,6 @@ def title(reason: str) -> str:
 def sentence(text: str) -> str:
     """Karpenter ``pretty.Sentence``: the first character upper-cased."""
     return text[:1].upper() + text[1:]
-
-
-def pretty_slice(items: Sequence[str], max_items: int = 5) -> str:
-    """Karpenter ``pretty.Slice``: ``a, b, c, d, e and 2 other(s)``."""
-    shown = ", ".join(items[:max_items])
-    return shown + (f" and {len(items) - max_items} other(s)" if len(items) > max_items else "")
 
 
 def truncate(message: str) -> str:
@@ -209,19 +195,6 @@ def nodepool_blocked_for_disruption_reason(nodepool: NodePool | Mapping[str, Any
     )
 
 
-def nodepool_blocked(nodepool: NodePool | Mapping[str, Any]) -> Event:
-    """``NodePoolBlocked``: no disruption at all is allowed (core ``disruption/events/events.go``)."""
-    ref = nodepool_ref(nodepool)
-    return Event(
-        ref,
-        NORMAL,
-        "DisruptionBlocked",
-        "No allowed disruptions due to blocking budget",
-        (ref["metadata"]["uid"],),
-        MINUTE,
-    )
-
-
 def consolidation_rejected(
     node: NodeInfo | None, claim: NodeClaim, command: str, reason: str, savings: float
 ) -> list[Event]:
@@ -322,12 +295,6 @@ def node_failed_to_drain(node: NodeInfo, err: str) -> Event:
     return Event(node_ref(node), WARNING, "FailedDraining", f"Failed to drain node, {err}", (node.name,))
 
 
-def node_awaiting_volume_detachment(node: NodeInfo, volume_attachments: Sequence[str]) -> Event:
-    """``NodeAwaitingVolumeDetachmentEvent`` (core ``terminator/events/events.go``)."""
-    message = f"Awaiting deletion of bound volumeattachments ({pretty_slice(list(volume_attachments))})"
-    return Event(node_ref(node), NORMAL, "AwaitingVolumeDetachment", message, (node.name,))
-
-
 def node_termination_grace_period_expiring(node: NodeInfo, termination_time: str) -> Event:
     """``NodeTerminationGracePeriodExpiring``: ``All pods will be deleted by <RFC 3339 time>`` on the Node
     (core ``terminator/events/events.go``, published on every drain pass of ``node/termination/controller.go``)."""
@@ -378,54 +345,6 @@ def insufficient_capacity_error_pod(pod: Pod, claim_name: str, err: str) -> Even
     )
 
 
-def nodeclass_not_ready(claim: NodeClaim, err: str) -> Event:
-    """``NodeClassNotReadyEvent`` on the NodeClaim (core defines it; v1.15 publishes it nowhere)."""
-    return Event(
-        nodeclaim_ref(claim),
-        WARNING,
-        "NodeClassNotReady",
-        truncate(f"NodeClaim {claim.name} event: {err}"),
-        (claim.meta.uid,),
-    )
-
-
-# --- do-not-disrupt (core pkg/utils/pod/events.go) ----------------------------------------------------------
-
-
-def invalid_do_not_disrupt_annotation(pod: Pod, message: str) -> Event:
-    """``InvalidDoNotDisruptAnnotationEvent``: the annotation is neither ``true`` nor a duration."""
-    return Event(
-        pod_ref(pod),
-        WARNING,
-        "InvalidDoNotDisruptAnnotation",
-        f"Invalid {wk.ANNOTATION_DO_NOT_DISRUPT} annotation: {message}, ignoring annotation",
-        (pod.uid, message),
-    )
-
-
-def do_not_disrupt_until(pod: Pod, disruptable_at: str) -> Event:
-    """``DoNotDisruptUntilEvent``: a duration-valued annotation still protects the pod until ``disruptable_at``
-    (RFC 3339)."""
-    return Event(
-        pod_ref(pod),
-        NORMAL,
-        "DoNotDisruptUntil",
-        f"The {wk.ANNOTATION_DO_NOT_DISRUPT} grace period will elapse at {disruptable_at}",
-        (pod.uid, disruptable_at),
-    )
-
-
-def do_not_disrupt_grace_period_elapsed(pod: Pod) -> Event:
-    """``DoNotDisruptGracePeriodElapsedEvent``: the duration-valued annotation no longer protects the pod."""
-    return Event(
-        pod_ref(pod),
-        NORMAL,
-        "DoNotDisruptGracePeriodElapsed",
-        f"The {wk.ANNOTATION_DO_NOT_DISRUPT} grace period has elapsed, pod is now disruptable",
-        (pod.uid,),
-    )
-
-
 # --- AWS interruption (karpenter-provider-aws pkg/controllers/interruption/events/events.go) ----------------
 
 
@@ -463,17 +382,6 @@ def unhealthy(node: NodeInfo | None, claim: NodeClaim) -> list[Event]:
     return _on_both(node, claim, WARNING, "InstanceUnhealthy", "An unhealthy warning was triggered for the instance")
 
 
-def capacity_reservation_instance_interrupted(node: NodeInfo | None, claim: NodeClaim) -> list[Event]:
-    """``CapacityReservationInstanceInterrupted`` (AWS ``interruption/events/events.go``)."""
-    return _on_both(
-        node,
-        claim,
-        WARNING,
-        "CapacityReservationInstanceInterrupted",
-        "Capacity Reservation interruption warning was triggered",
-    )
-
-
 def terminating_on_interruption(node: NodeInfo | None, claim: NodeClaim) -> list[Event]:
     """``TerminatingOnInterruption``: the interruption deletes the NodeClaim (AWS ``interruption/events``)."""
     return _on_both(
@@ -483,19 +391,4 @@ def terminating_on_interruption(node: NodeInfo | None, claim: NodeClaim) -> list
         "TerminatingOnInterruption",
         "Interruption triggered termination for the NodeClaim",
         "Interruption triggered termination for the Node",
-    )
-
-
-# --- AWS EC2NodeClass (karpenter-provider-aws pkg/controllers/nodeclass/events.go) --------------------------
-
-
-def waiting_on_nodeclaim_termination(nodeclass: Mapping[str, Any], names: Iterable[str]) -> Event:
-    """``WaitingOnNodeClaimTerminationEvent``: the EC2NodeClass's deletion waits for its NodeClaims."""
-    ref = nodeclass_ref(nodeclass)
-    return Event(
-        ref,
-        NORMAL,
-        "WaitingOnNodeClaimTermination",
-        f"Waiting on NodeClaim termination for {pretty_slice(list(names))}",
-        (ref["metadata"]["uid"],),
     )

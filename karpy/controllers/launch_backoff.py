@@ -140,15 +140,6 @@ class LaunchBackoff:
         return entry
 
 
-def pod_ref(pod: model.Pod) -> JSON:
-    """The object reference an Event about ``pod`` needs."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
-    }
-
-
 def record_launch_failure(
     backoff: LaunchBackoff,
     state: ClusterState,
@@ -172,7 +163,7 @@ def record_launch_failure(
             # rate-limited) plus karpy's back-off; NodeClassNotReady and LaunchFailed pod events are karpy's.
             events.record(ev.insufficient_capacity_error_pod(info.pod, name, f"{message}; {retry}"))
             continue
-        events.publish(pod_ref(info.pod), WARNING, reason, f"NodeClaim {name} failed to launch: {message}; {retry}")
+        events.publish(ev.pod_ref(info.pod), WARNING, reason, f"NodeClaim {name} failed to launch: {message}; {retry}")
     if keys:
         log.info("launch failed, pods backing off", nodeclaim=name, pods=len(keys), reason=reason, backoff=delay)
     return delay

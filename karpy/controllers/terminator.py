@@ -114,7 +114,7 @@ def eviction_reason(claim: NodeClaim) -> str:
     cond = claim.condition(wk.COND_DISRUPTION_REASON)
     if cond is not None and cond.true and cond.reason:
         return cond.reason
-    return ev.FORCEFUL_TERMINATION
+    return metrics.FORCEFUL_TERMINATION
 
 
 def drainable(info: PodInfo) -> bool:
@@ -242,19 +242,23 @@ class Terminator:
         self.events.record(ev.nodeclaim_termination_grace_period_expiring(stamped, at))
         return stamped
 
-    async def _drain(self, node: NodeInfo, deadline: float | None = None, reason: str = ev.FORCEFUL_TERMINATION) -> int:
+    async def _drain(
+        self, node: NodeInfo, deadline: float | None = None, reason: str = metrics.FORCEFUL_TERMINATION
+    ) -> int:
         """Evict what must go (force-delete at the TGP deadline); returns how many drainable pods remain.
-        ``reason`` ends each pod's ``Evicted`` event (see :func:`eviction_reason`).
+        ``reason`` ends each pod's ``Evicted`` event and labels ``karpenter_pods_drained_total`` (see
+        :func:`eviction_reason`).
 
         Pods stuck terminating are not waited for (Karpenter ``IsDrainable``)."""
         now = self.clock()
         remaining = [p for p in self.state.pods_on(node.name) if drainable(p) and not stuck_terminating(p, now)]
         for info in remaining:
             if deadline is not None:
-                grace = force_delete_grace(deadline, await self._grace_of(info), now)
+                pod_grace = await self._grace_of(info)
+                grace = force_delete_grace(deadline, pod_grace, now)
                 if grace is not None:
                     if not self._stops_by(info, deadline):
-                        await self._force_delete(info, grace, deadline)
+                        await self._force_delete(info, grace, deadline, pod_grace, reason)
                     continue
             if info.deleting:
                 continue  # already evicted, waiting for its containers to stop
@@ -288,9 +292,11 @@ class Terminator:
             return True
         return info.deleting and 0 < info.deletion_timestamp <= deadline
 
-    async def _force_delete(self, info: PodInfo, grace: int, deadline: float) -> None:
+    async def _force_delete(self, info: PodInfo, grace: int, deadline: float, pod_grace: int, reason: str) -> None:
         """Delete the pod (no Eviction API: PDBs and do-not-disrupt bypassed) — the deadline has come. Sent once
-        per pod (a terminating pod with a longer grace is deleted again, which shortens it: Kubernetes allows)."""
+        per pod (a terminating pod with a longer grace is deleted again, which shortens it: Kubernetes allows).
+        ``grace`` is the delete's grace period, ``pod_grace`` the pod's own ``terminationGracePeriodSeconds``
+        (both seconds); ``reason`` labels ``karpenter_pods_drained_total``."""
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": grace}
         try:
             await self.client.delete(PODS, info.pod.name, info.pod.namespace, body=body)
@@ -301,8 +307,8 @@ class Terminator:
         if len(self._forced) > 10000:
             self._forced.clear()
         self._forced.add(info.pod.uid)
-        metrics.PODS_DRAINED.labels(reason=self._drain_reason(info)).inc()
-        self.events.record(ev.disrupt_pod_delete(info.pod, grace, deadline, await self._grace_of(info)))
+        metrics.PODS_DRAINED.labels(reason=reason).inc()
+        self.events.record(ev.disrupt_pod_delete(info.pod, grace, deadline, pod_grace))
         log.info("deleted pod at the termination deadline", pod=info.key, grace_seconds=grace, node=info.node_name)
 
     async def _evict(self, info: PodInfo, node: NodeInfo, reason: str) -> None:
@@ -324,20 +330,9 @@ class Terminator:
                 return
             raise
         metrics.PODS_EVICTION_REQUESTS.labels(code="200").inc()
-        metrics.PODS_DRAINED.labels(reason=self._drain_reason(info)).inc()
+        metrics.PODS_DRAINED.labels(reason=reason).inc()
         self.events.record(ev.evict_pod(info.pod, reason))
         log.info("evicted pod", pod=info.key, node=info.node_name)
-
-    def _drain_reason(self, info: PodInfo) -> str:
-        """The ``reason`` of ``karpenter_pods_drained_total``: the reason of the DisruptionReason condition of the
-        NodeClaim of the pod's node, else ``Forceful Termination`` (Karpenter core ``terminator/eviction.go``
-        ``evictionReason``; "" when the node or its NodeClaim is unknown)."""
-        node = self.state.nodes.get(info.node_name)
-        claim = self.state.nodeclaim_view_for_node(node) if node is not None else None
-        if claim is None:
-            return ""
-        cond = claim.condition(wk.COND_DISRUPTION_REASON)
-        return cond.reason if cond is not None and cond.true else metrics.FORCEFUL_TERMINATION
 
     async def _terminate_instance(self, claim: NodeClaim) -> bool:
         """True once the instance is gone."""

@@ -5,7 +5,7 @@ with ``dedupe_values`` is dropped while one with the same key — its lower-case
 the object's UID (not its message) — was published within ``dedupe_timeout`` seconds (2 minutes unless the
 event says otherwise); then an event with a ``rate_limiter`` is dropped when the shared token bucket is empty
 (client-go ``flowcontrol.NewTokenBucketRateLimiter``). Events without ``dedupe_values`` are never de-duplicated.
-:meth:`EventRecorder.publish` (karpy's own events) de-duplicates for 2 minutes on (object, reason, message).
+:meth:`EventRecorder.publish` (karpy's own events) records one such event keyed on the object and its message.
 """
 
 from __future__ import annotations
@@ -90,7 +90,6 @@ class EventRecorder:
         self.client = client
         self.component = component
         self.clock = clock
-        self._seen: dict[tuple[str, str, str], float] = {}
         self._until: dict[str, float] = {}  # Karpenter dedupe key → monotonic time its suppression ends
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -114,16 +113,12 @@ class EventRecorder:
         return True
 
     def publish(self, obj: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
-        """Record an event about ``obj`` (its JSON: apiVersion, kind, metadata) without waiting."""
+        """Record an event about ``obj`` (its JSON: apiVersion, kind, metadata) without waiting: one
+        :meth:`record` of an :class:`Event` de-duplicated for 2 minutes on its reason, the object's UID (its name
+        when it has none) and the message."""
         meta = obj.get("metadata") or {}
-        key = (str(meta.get("uid") or meta.get("name")), reason, message)
-        now = self.clock()
-        if now - self._seen.get(key, -1e9) < DEDUPE_SECONDS:
-            return
-        self._seen[key] = now
-        if len(self._seen) > 10000:  # bound memory: forget entries past the dedupe window
-            self._seen = {k: t for k, t in self._seen.items() if now - t < DEDUPE_SECONDS}
-        self._post(obj, event_type, reason, message)
+        ident = str(meta.get("uid") or meta.get("name"))
+        self.record(Event(obj, event_type, reason, message, dedupe_values=(ident, message)))
 
     def _post(self, obj: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
         task = asyncio.get_running_loop().create_task(self._create(obj, event_type, reason, message))

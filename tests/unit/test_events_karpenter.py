@@ -113,11 +113,6 @@ TABLE: list[tuple[str, Event | list[Event], list[tuple[tuple[str, str, str], str
         ],
     ),
     (
-        "NodePoolBlocked",
-        ev.nodepool_blocked(NP),
-        [(NP_REF, NORMAL, "DisruptionBlocked", "No allowed disruptions due to blocking budget")],
-    ),
-    (
         "ConsolidationRejected",
         ev.consolidation_rejected(
             NODE, CLAIM, "Underutilized: delete: nodepools=[np]: [node-a] (savings: $0.10)", "churn", 0.1
@@ -202,18 +197,6 @@ TABLE: list[tuple[str, Event | list[Event], list[tuple[tuple[str, str, str], str
         [(NODE_REF, WARNING, "FailedDraining", "Failed to drain node, 2 pods are waiting to be evicted")],
     ),
     (
-        "NodeAwaitingVolumeDetachmentEvent",
-        ev.node_awaiting_volume_detachment(NODE, [f"va-{i}" for i in range(7)]),
-        [
-            (
-                NODE_REF,
-                NORMAL,
-                "AwaitingVolumeDetachment",
-                "Awaiting deletion of bound volumeattachments (va-0, va-1, va-2, va-3, va-4 and 2 other(s))",
-            )
-        ],
-    ),
-    (
         "NodeTerminationGracePeriodExpiring",
         ev.node_termination_grace_period_expiring(NODE, "2026-01-02T03:04:05Z"),
         [(NODE_REF, WARNING, "TerminationGracePeriodExpiring", "All pods will be deleted by 2026-01-02T03:04:05Z")],
@@ -246,48 +229,6 @@ TABLE: list[tuple[str, Event | list[Event], list[tuple[tuple[str, str, str], str
                 "InsufficientCapacityError",
                 "NodeClaim a nominated for this pod failed to launch: all requested instance types were "
                 "unavailable during launch",
-            )
-        ],
-    ),
-    (
-        "NodeClassNotReadyEvent",
-        ev.nodeclass_not_ready(CLAIM, "NodeClass not ready"),
-        [(NC_REF, WARNING, "NodeClassNotReady", "NodeClaim a event: NodeClass not ready")],
-    ),
-    # core pkg/utils/pod/events.go
-    (
-        "InvalidDoNotDisruptAnnotationEvent",
-        ev.invalid_do_not_disrupt_annotation(POD, 'time: invalid duration "x"'),
-        [
-            (
-                POD_REF,
-                WARNING,
-                "InvalidDoNotDisruptAnnotation",
-                'Invalid karpenter.sh/do-not-disrupt annotation: time: invalid duration "x", ignoring annotation',
-            )
-        ],
-    ),
-    (
-        "DoNotDisruptUntilEvent",
-        ev.do_not_disrupt_until(POD, "2026-01-02T03:04:05Z"),
-        [
-            (
-                POD_REF,
-                NORMAL,
-                "DoNotDisruptUntil",
-                "The karpenter.sh/do-not-disrupt grace period will elapse at 2026-01-02T03:04:05Z",
-            )
-        ],
-    ),
-    (
-        "DoNotDisruptGracePeriodElapsedEvent",
-        ev.do_not_disrupt_grace_period_elapsed(POD),
-        [
-            (
-                POD_REF,
-                NORMAL,
-                "DoNotDisruptGracePeriodElapsed",
-                "The karpenter.sh/do-not-disrupt grace period has elapsed, pod is now disruptable",
             )
         ],
     ),
@@ -333,36 +274,11 @@ TABLE: list[tuple[str, Event | list[Event], list[tuple[tuple[str, str, str], str
         ],
     ),
     (
-        "CapacityReservationInstanceInterrupted",
-        ev.capacity_reservation_instance_interrupted(None, CLAIM),
-        [
-            (
-                NC_REF,
-                WARNING,
-                "CapacityReservationInstanceInterrupted",
-                "Capacity Reservation interruption warning was triggered",
-            )
-        ],
-    ),
-    (
         "TerminatingOnInterruption",
         ev.terminating_on_interruption(NODE, CLAIM),
         [
             (NC_REF, WARNING, "TerminatingOnInterruption", "Interruption triggered termination for the NodeClaim"),
             (NODE_REF, WARNING, "TerminatingOnInterruption", "Interruption triggered termination for the Node"),
-        ],
-    ),
-    # AWS pkg/controllers/nodeclass/events.go
-    (
-        "WaitingOnNodeClaimTerminationEvent",
-        ev.waiting_on_nodeclaim_termination(nodeclass("nc"), ["a", "b"]),
-        [
-            (
-                ("EC2NodeClass", "nc", "uid-nc"),
-                NORMAL,
-                "WaitingOnNodeClaimTermination",
-                "Waiting on NodeClaim termination for a, b",
-            )
         ],
     ),
 ]

@@ -86,6 +86,11 @@ def test_a_valid_block_and_no_block_pass() -> None:
             "imageGCHighThresholdPercent (50) must be greater than imageGCLowThresholdPercent (60)",
         ),
         ({"shutdownGracePeriod": "30"}, "shutdownGracePeriod: '30' is not a valid duration"),
+        ({"shutdownGracePeriod": "--30s"}, "shutdownGracePeriod: '--30s' is not a valid duration"),
+        (
+            {"evictionSoft": {"memory.available": "1Gi"}, "evictionSoftGracePeriod": {"memory.available": "+-1m"}},
+            "evictionSoftGracePeriod[memory.available]: '+-1m' must be a duration",
+        ),
         ({"registerWithTaints": []}, "spec.kubelet.registerWithTaints: can't be set"),
         ({"maxpods": 10}, 'spec.kubelet: unknown field "maxpods"'),
         ({"logging": "json"}, "logging: 'json' is not a valid object"),

@@ -79,12 +79,13 @@ class Methods:
             return 0
         total, disrupting = budget_counts(self.state, pool, self.queue.in_flight)
         value = allowed_disruptions(view, reason, total, disrupting)
-        if total and allowed_disruptions(view, reason, total, 0) == 0:
+        budget = allowed_disruptions(view, reason, total, 0)  # before what is disrupting is subtracted
+        if total and budget == 0:
             # Karpenter disruption/helpers.go BuildDisruptionBudgetMapping: a budget of 0 for a pool with nodes.
             self.queue.events.record(ev.nodepool_blocked_for_disruption_reason(view, reason))
-        # Karpenter's gauges: the budget itself (before what is disrupting is subtracted) and what consumes it.
+        # Karpenter's gauges: the budget itself and what consumes it.
         labels = {"nodepool": pool, "reason": metrics.disruption_reason(reason)}
-        metrics.DISRUPTION_ALLOWED.labels(**labels).set(allowed_disruptions(view, reason, total, 0))
+        metrics.DISRUPTION_ALLOWED.labels(**labels).set(budget)
         metrics.NODES_CONSUMING_BUDGETS.labels(**labels).set(disrupting)
         return value
 
@@ -153,10 +154,11 @@ class Methods:
                 message = f'NodePool "{c.pool}" has consolidation disabled'
                 self.queue.events.record(*ev.unconsolidatable(c.node, c.claim, message))
                 continue
-            if consolidation_policy(c.nodepool) != WHEN_EMPTY_OR_UNDERUTILIZED or c.price is None:
-                if c.pods and consolidation_policy(c.nodepool) != WHEN_EMPTY_OR_UNDERUTILIZED:
-                    message = f'NodePool "{c.pool}" has consolidation policy WhenEmpty, but node is not empty'
-                    self.queue.events.record(*ev.unconsolidatable(c.node, c.claim, message))
+            when_empty = consolidation_policy(c.nodepool) != WHEN_EMPTY_OR_UNDERUTILIZED
+            if when_empty and c.pods:
+                message = f'NodePool "{c.pool}" has consolidation policy WhenEmpty, but node is not empty'
+                self.queue.events.record(*ev.unconsolidatable(c.node, c.claim, message))
+            if when_empty or c.price is None:
                 continue
             if not self.consolidatable(ctx, c):
                 continue

@@ -76,27 +76,27 @@ class Validation:
         self.settings = settings
         self.clock = clock
         self.sleep = sleep
-        self.rejection = "unknown"
 
     async def validate(self, command: Command) -> Command | None:
         """Wait ``validation_delay`` seconds, then recompute; the still-valid command or None."""
         decided = self.clock()
         await self.sleep(self.settings.validation_delay)
         ctx = await self.context(self.clock())
-        fresh = None if ctx is None else self.revalidate(ctx, command, decided)
+        fresh, rejection = (None, "unknown") if ctx is None else self._revalidate(ctx, command, decided)
         if fresh is None:
             kind = metrics.consolidation_type(command.method)
             metrics.DISRUPTION_FAILED_VALIDATIONS.labels(consolidation_type=kind).inc(len(command.candidates))
             if command.method in CONSOLIDATION_METHODS:  # Karpenter: single- and multi-node consolidation only
-                reason = "unknown" if ctx is None else self.rejection
                 for c in command.candidates:
                     text = command_string(command, c)
-                    self.events.record(*ev.consolidation_rejected(c.node, c.claim, text, reason, command.savings))
+                    self.events.record(*ev.consolidation_rejected(c.node, c.claim, text, rejection, command.savings))
             log.info("disruption command rejected by validation", command=command.record())
         return fresh
 
-    def revalidate(self, ctx: Context, command: Command, decided: float | None = None) -> Command | None:
-        """The same decision recomputed on ``ctx``, or None if it no longer holds.
+    def _revalidate(self, ctx: Context, command: Command, decided: float | None) -> tuple[Command | None, str]:
+        """The same decision recomputed on ``ctx`` (None if it no longer holds), and why it does not: the
+        ConsolidationRejected event's reason, one of Karpenter's validation error kinds (``churn``, ``budget``,
+        ``scheduling``; core ``pkg/controllers/disruption/validation.go``).
 
         Emptiness keeps the candidates still empty and Consolidatable, and takes in the empty nodes that became
         Consolidatable during the validation window with no pod event since ``decided`` (when the command was
@@ -104,29 +104,26 @@ class Validation:
         Nodes emptied together by one scale-down but a few seconds apart thus go in one command (Karpenter's
         emptiness deletes every empty node within the budget at once) instead of one command per pass."""
         if command.reason == EMPTY:
-            return self._revalidate_empty(ctx, command, decided)
+            return self._revalidate_empty(ctx, command, decided), "unknown"
         names = [c.name for c in command.candidates]
         current = {c.name: c for c in ctx.candidates}
-        self.rejection = "churn"  # the ConsolidationRejected event's reason (Karpenter's validation error kinds)
         if any(n not in current for n in names):
-            return None
+            return None, "churn"
         chosen = [current[n] for n in names]
         eligible = {c.name for c in self.methods.underutilized(ctx)}
         if any(n not in eligible for n in names):
-            return None
-        self.rejection = "budget"
+            return None, "churn"
         for pool in {c.pool for c in chosen}:
             if self.methods.allowed(pool, UNDERUTILIZED) < sum(1 for c in chosen if c.pool == pool):
-                return None
+                return None, "budget"
         fresh, _ = cons.consolidation_command(
             chosen, ctx.simulator()(chosen), method=command.method, spot_to_spot=self.settings.spot_to_spot
         )
-        self.rejection = "scheduling"
         if fresh is None or fresh.decision != command.decision or not self.methods.accept(fresh):
-            return None
+            return None, "scheduling"
         if fresh.savings + 1e-9 < command.savings * 0.999:
-            return None  # the replacement got dearer since the decision
-        return fresh
+            return None, "scheduling"  # the replacement got dearer since the decision
+        return fresh, ""
 
     def _revalidate_empty(self, ctx: Context, command: Command, decided: float | None) -> Command | None:
         names = [c.name for c in command.candidates]
