@@ -205,6 +205,15 @@ def deployment(app: str, replicas: int, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+async def condition_ready(client: KubeClient, res: Resource, name: str) -> bool:
+    """Whether the cluster-scoped object ``name`` of ``res`` (a NodePool, an EC2NodeClass) has condition Ready=True.
+
+    No ``status.conditions`` (absent or null) is not Ready yet; an ApiError (e.g. not found) propagates (wait_for
+    keeps polling on it)."""
+    conditions = ((await client.get(res, name)).get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
 async def nodeclaims_of(client: KubeClient, pool: str) -> list[dict[str, Any]]:
     """The NodeClaims labelled with NodePool ``pool``."""
     return (await client.list(r.NODECLAIMS, query={"labelSelector": f"{wk.LABEL_NODEPOOL}={pool}"}))[0]

@@ -41,6 +41,7 @@ from e2e.helpers import (
     aws_client,
     cluster_instances,
     cluster_invariants,
+    condition_ready,
     delete_nodeclaims,
     deployment,
     ec2nodeclass,
@@ -186,11 +187,6 @@ async def _cleanup(env: Env) -> None:
         await env.client.delete(r.EC2NODECLASSES, POOL)
 
 
-async def _ready(client: KubeClient, res: r.Resource, name: str) -> bool:
-    obj = await client.get(res, name)
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in (obj.get("status") or {}).get("conditions", []))
-
-
 async def _pool_ready(env: Env) -> None:
     """The EC2NodeClass and NodePool ``failover`` applied and Ready (consolidation off: nothing but the
     scale-ups changes the nodes), and the Deployment (pods pinned to the pool) applied at 0 replicas when absent."""
@@ -203,8 +199,8 @@ async def _pool_ready(env: Env) -> None:
     ]
     disruption = {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never", "budgets": [{"nodes": "100%"}]}
     await apply(env.client, [nodepool(POOL, requirements=requirements, disruption=disruption)])
-    await wait_for(lambda: _ready(env.client, r.EC2NODECLASSES, POOL), timeout=60, what="EC2NodeClass Ready")
-    await wait_for(lambda: _ready(env.client, r.NODEPOOLS, POOL), timeout=60, what="NodePool Ready")
+    await wait_for(lambda: condition_ready(env.client, r.EC2NODECLASSES, POOL), timeout=60, what="EC2NodeClass Ready")
+    await wait_for(lambda: condition_ready(env.client, r.NODEPOOLS, POOL), timeout=60, what="NodePool Ready")
     with contextlib.suppress(ApiError):
         await env.client.get(r.DEPLOYMENTS, POOL, "default")
         return
@@ -348,10 +344,6 @@ async def test_01_sigkill_leader_mid_scale_up(env: Env) -> None:
     assert not [w for w in _non_lease(writes.get(standby.identity, [])) if w.t < took]
     assert not [w for w in writes.get(leader.identity, []) if w.done >= took]
     assert _non_lease(writes.get(standby.identity, [])), "the new leader finished the scale-up: it wrote"
-
-
-async def _none_left(env: Env) -> bool:
-    return not await env.claims() and not [i for i in env.pool_instances() if i["State"]["Name"] == "running"]
 
 
 async def test_02_sigstop_leader_resumes_without_the_lease(env: Env) -> None:

@@ -21,6 +21,7 @@ from e2e.helpers import (
     apply,
     assert_nodeclaim_counters,
     aws_client,
+    condition_ready,
     delete_nodeclaims,
     ec2nodeclass,
     instance_id_of,
@@ -111,14 +112,9 @@ async def _cleanup(env: Env) -> None:
         await env.client.delete(r.EC2NODECLASSES, POOL)
 
 
-async def _ready(client: KubeClient, res: r.Resource, name: str) -> bool:
-    obj = await client.get(res, name)
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in (obj.get("status") or {}).get("conditions", []))
-
-
 async def test_nodepool_gte_lte_provisions_a_type_within_the_bounds(env: Env) -> None:
     await apply(env.client, [ec2nodeclass(POOL, env.cluster.cluster_name), nodepool()])
-    await wait_for(lambda: _ready(env.client, r.NODEPOOLS, POOL), timeout=90, what=f"NodePool {POOL} Ready")
+    await wait_for(lambda: condition_ready(env.client, r.NODEPOOLS, POOL), timeout=90, what=f"NodePool {POOL} Ready")
     await apply(env.client, [deployment()])
 
     async def running() -> dict[str, Any] | None:

@@ -24,6 +24,7 @@ from e2e.helpers import (
     KarpyProcess,
     apply,
     assert_nodeclaim_counters,
+    condition_ready,
     delete_nodeclaims,
     ec2nodeclass,
     karpy_process,
@@ -117,11 +118,6 @@ async def _cleanup(env: Env) -> None:
         await env.client.delete(r.EC2NODECLASSES, POOL)
 
 
-async def _ready(client: KubeClient, res: r.Resource, name: str) -> bool:
-    obj = await client.get(res, name)
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in (obj.get("status") or {}).get("conditions", []))
-
-
 async def _karpy_synced(env: Env) -> bool:
     return any(line.get("message") == "cluster state synced" for line in env.karpy.logs())
 
@@ -154,13 +150,13 @@ async def created_nodeclaims(client: KubeClient, pool: str, since: str, seconds:
 async def test_no_churn_and_failed_scheduling_names_the_ami(env: Env) -> None:
     cluster = env.cluster.cluster_name
     await apply(env.client, [ec2nodeclass(POOL, cluster), nodepool()])
-    await wait_for(lambda: _ready(env.client, r.EC2NODECLASSES, POOL), timeout=60, what="EC2NodeClass Ready")
+    await wait_for(lambda: condition_ready(env.client, r.EC2NODECLASSES, POOL), timeout=60, what="EC2NodeClass Ready")
     nodeclass = await env.client.get(r.EC2NODECLASSES, POOL)
     amis = nodeclass["status"]["amis"]
     assert amis and all(
         {"key": wk.LABEL_INSTANCE_GPU_COUNT, "operator": "DoesNotExist"} in a["requirements"] for a in amis
     ), f"the alias must resolve standard AMIs only: {amis}"
-    await wait_for(lambda: _ready(env.client, r.NODEPOOLS, POOL), timeout=60, what=f"NodePool {POOL} Ready")
+    await wait_for(lambda: condition_ready(env.client, r.NODEPOOLS, POOL), timeout=60, what=f"NodePool {POOL} Ready")
     await wait_for(lambda: _karpy_synced(env), timeout=30, what="karpy's cluster state synced")
     existing, since = await env.client.list(r.NODECLAIMS, query={"labelSelector": f"{wk.LABEL_NODEPOOL}={POOL}"})
     assert existing == []

@@ -51,6 +51,7 @@ from e2e.helpers import (
     apply,
     assert_nodeclaim_counters,
     aws_client,
+    condition_ready,
     deployment,
     ec2nodeclass,
     karpy_process,
@@ -309,11 +310,6 @@ def _standard_ami(ec2: Any) -> str:
     return str(image["ImageId"])
 
 
-async def _ready(client: KubeClient, res: r.Resource, name: str) -> bool:
-    obj = await client.get(res, name)
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in (obj.get("status") or {}).get("conditions", []))
-
-
 @pytest.fixture(scope="module")
 async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
     client = await KubeClient.from_environment(str(local_cluster.kubeconfig))
@@ -400,7 +396,9 @@ async def provisioned(env: Env) -> Env:
         ],
     )
     for pool in POOLS:
-        await wait_for(lambda p=pool: _ready(env.client, r.NODEPOOLS, p), timeout=60, what=f"NodePool {pool} Ready")
+        await wait_for(
+            lambda p=pool: condition_ready(env.client, r.NODEPOOLS, p), timeout=60, what=f"NodePool {pool} Ready"
+        )
     await apply(env.client, daemonsets())
     await wait_for(lambda: _karpy_synced(env), timeout=30, what="karpy's cluster state synced", interval=0.5)
     start = time.monotonic()
@@ -628,7 +626,7 @@ async def test_09_daemonset_overhead_from_the_live_pod(provisioned: Env) -> None
     assert _cpu(pod["spec"]["containers"][0], "resources", "requests") == 2000, "the LimitRange's default request"
 
     await apply(env.client, [nodepool(LR, "sched", SIZED, labels={GROUP_LABEL: "ds"})])
-    await wait_for(lambda: _ready(env.client, r.NODEPOOLS, LR), timeout=60, what=f"NodePool {LR} Ready")
+    await wait_for(lambda: condition_ready(env.client, r.NODEPOOLS, LR), timeout=60, what=f"NodePool {LR} Ready")
     await apply(env.client, [deployment(LR_APP, 1, pod_spec(LR, "1", "1Gi"))])
 
     async def launched() -> dict[str, Any] | None:
@@ -704,7 +702,7 @@ async def test_10_daemonset_host_ports_per_instance_type(provisioned: Env) -> No
         },
     }
     await apply(env.client, [pool, exporter])
-    await wait_for(lambda: _ready(env.client, r.NODEPOOLS, PORT), timeout=60, what=f"NodePool {PORT} Ready")
+    await wait_for(lambda: condition_ready(env.client, r.NODEPOOLS, PORT), timeout=60, what=f"NodePool {PORT} Ready")
     ported = pod_spec(PORT, "1500m", "1Gi")
     ported["containers"][0]["ports"] = [{"containerPort": 9100, "hostPort": 9100}]
     # 1.5 CPU each on 2-vCPU types: the two pods cannot share a node.

@@ -24,6 +24,7 @@ from e2e.helpers import (
     apply,
     assert_nodeclaim_counters,
     aws_client,
+    condition_ready,
     ec2nodeclass,
     free_port,
     karpy_process,
@@ -132,17 +133,12 @@ async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> A
         await stop_karpy(karpy, client)
 
 
-async def _ready(client: KubeClient, res: r.Resource, name: str) -> bool:
-    conditions = ((await client.get(res, name)).get("status") or {}).get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-
-
 async def test_deleting_a_nodepool_and_its_workload_leaves_nothing(env: Env) -> None:
     """Six nodes up; NodePool and Deployment deleted together; within 60 s no NodeClaim, Node or instance is left
     and karpy's cluster state counts only the Nodes the apiserver still has."""
     await apply(env.client, [ec2nodeclass(POOL, env.cluster.cluster_name), nodepool()])
-    await wait_for(lambda: _ready(env.client, r.EC2NODECLASSES, POOL), timeout=60, what="EC2NodeClass Ready")
-    await wait_for(lambda: _ready(env.client, r.NODEPOOLS, POOL), timeout=60, what="NodePool Ready")
+    await wait_for(lambda: condition_ready(env.client, r.EC2NODECLASSES, POOL), timeout=60, what="EC2NodeClass Ready")
+    await wait_for(lambda: condition_ready(env.client, r.NODEPOOLS, POOL), timeout=60, what="NodePool Ready")
     await apply(env.client, [deployment()])
 
     async def all_running() -> bool:

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import attrs
 
-from e2e.helpers import ec2nodeclass
+from e2e.helpers import delete_nodeclaims, ec2nodeclass, nodeclaims_of
 from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
 from karpy.aws.session import AWSClients
+from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
+from karpy.kube.errors import ApiError
+from karpy.kube.resources import Resource
 from karpy.operator import Operator, aws_operator, kubernetes_version
 from karpy.settings import from_environment
 
@@ -104,3 +107,49 @@ def on_demand_pool(pool: str, cluster_name: str) -> list[dict[str, Any]]:
         disruption={"consolidateAfter": "Never"},
     )
     return [ec2nodeclass(pool, cluster_name), nodepool]
+
+
+def tainted_pool(pool: str, taint: str, disruption: Mapping[str, Any]) -> dict[str, Any]:
+    """A NodePool ``pool`` (EC2NodeClass ``pool``): on-demand c/m types, tainted ``taint``:NoSchedule (only a
+    test's tolerating pod lands there), with the ``disruption`` block given."""
+    return shared_nodepool(
+        pool,
+        requirements=[
+            {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+            {"key": wk.LABEL_INSTANCE_CATEGORY, "operator": "In", "values": ["c", "m"]},
+        ],
+        taints=[{"key": taint, "effect": "NoSchedule"}],
+        disruption=dict(disruption),
+    )
+
+
+def tolerating_pod(pool: str, taint: str, annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A pause pod ``pool`` in ``default`` (label ``app=<pool>``, 500m CPU) on :func:`tainted_pool` ``pool``'s
+    nodes only (nodeSelector, toleration of ``taint``), deleted at once; ``annotations`` on the pod when given."""
+    metadata: dict[str, Any] = {"name": pool, "namespace": "default", "labels": {"app": pool}}
+    if annotations is not None:
+        metadata["annotations"] = dict(annotations)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "nodeSelector": {wk.LABEL_NODEPOOL: pool},
+            "tolerations": [{"key": taint, "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "500m"}}}],
+        },
+    }
+
+
+async def cleanup_pool(kube: KubeClient, pool: str, what: str, *also: tuple[Resource, str, str | None]) -> None:
+    """Delete the pod ``pool`` in ``default``, the NodePool ``pool`` and the objects ``also`` (resource, name,
+    namespace) when present, then every NodeClaim of the pool (waiting up to 60 s until none is left, else
+    AssertionError naming ``what``), then the EC2NodeClass ``pool``. Needs an operator running, whose
+    terminator releases the NodeClaims."""
+    for res, name, ns in ((r.PODS, pool, "default"), (r.NODEPOOLS, pool, None), *also):
+        with contextlib.suppress(ApiError):
+            await kube.delete(res, name, ns)
+    await delete_nodeclaims(kube, lambda: nodeclaims_of(kube, pool), timeout=60, what=what)
+    with contextlib.suppress(ApiError):
+        await kube.delete(r.EC2NODECLASSES, pool)

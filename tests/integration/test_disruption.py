@@ -9,52 +9,24 @@ the terminator finishes the termination. Everything made here is deleted at the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from operator_harness import running_operator
+from operator_harness import cleanup_pool, running_operator, tainted_pool, tolerating_pod
 
-from e2e.helpers import apply, delete_nodeclaims, ec2nodeclass, nodeclaims_of, wait_for
-from e2e.helpers import nodepool as shared_nodepool
+from e2e.helpers import apply, ec2nodeclass, nodeclaims_of, wait_for
 from karpy.apis import labels as wk
 from karpy.controllers.disruption import controls
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
-from karpy.kube.errors import ApiError
 from karpy.operator import Operator
 
 pytestmark = [pytest.mark.integration]
 POOL = "disr-it"
 TAINT = "karpy-test/disr-it"
 PAUSE_NS = "karpy-it-disruption-pause"
-
-
-def nodepool() -> dict[str, Any]:
-    return shared_nodepool(
-        POOL,
-        requirements=[
-            {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
-            {"key": wk.LABEL_INSTANCE_CATEGORY, "operator": "In", "values": ["c", "m"]},
-        ],
-        taints=[{"key": TAINT, "effect": "NoSchedule"}],
-        disruption={"consolidationPolicy": "WhenEmpty", "consolidateAfter": "1s", "budgets": [{"nodes": "100%"}]},
-    )
-
-
-def pod() -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": POOL, "namespace": "default", "labels": {"app": POOL}},
-        "spec": {
-            "terminationGracePeriodSeconds": 0,
-            "nodeSelector": {wk.LABEL_NODEPOOL: POOL},
-            "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
-            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "500m"}}}],
-        },
-    }
+DISRUPTION = {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "1s", "budgets": [{"nodes": "100%"}]}
 
 
 def namespace(paused: bool) -> dict[str, Any]:
@@ -78,33 +50,20 @@ async def operator(local_cluster: Any, kube: KubeClient) -> AsyncIterator[Operat
         try:
             yield op
         finally:
-            await _cleanup(kube)
-
-
-async def _claims(kube: KubeClient) -> list[dict[str, Any]]:
-    return await nodeclaims_of(kube, POOL)
-
-
-async def _cleanup(kube: KubeClient) -> None:
-    for res, name, ns in ((r.PODS, POOL, "default"), (r.NODEPOOLS, POOL, None), (r.NAMESPACES, PAUSE_NS, None)):
-        with contextlib.suppress(ApiError):
-            await kube.delete(res, name, ns)
-    await delete_nodeclaims(kube, lambda: _claims(kube), timeout=60, what="disruption integration NodeClaims released")
-    with contextlib.suppress(ApiError):
-        await kube.delete(r.EC2NODECLASSES, POOL)
+            await cleanup_pool(kube, POOL, "disruption integration NodeClaims released", (r.NAMESPACES, PAUSE_NS, None))
 
 
 async def test_pause_namespace_holds_then_emptiness_deletes_with_a_decision_record(
     operator: Operator, kube: KubeClient, local_cluster: Any
 ) -> None:
-    await apply(kube, [ec2nodeclass(POOL, local_cluster.cluster_name), nodepool()])
-    await kube.create(r.PODS, pod(), "default")
+    await apply(kube, [ec2nodeclass(POOL, local_cluster.cluster_name), tainted_pool(POOL, TAINT, DISRUPTION)])
+    await kube.create(r.PODS, tolerating_pod(POOL, TAINT), "default")
 
     async def bound() -> str:
         return str((await kube.get(r.PODS, POOL, "default"))["spec"].get("nodeName") or "")
 
     await wait_for(bound, timeout=60, what="pod bound")
-    (claim,) = await _claims(kube)
+    (claim,) = await nodeclaims_of(kube, POOL)
     name = claim["metadata"]["name"]
     await kube.delete(r.PODS, POOL, "default")
 
@@ -119,12 +78,12 @@ async def test_pause_namespace_holds_then_emptiness_deletes_with_a_decision_reco
     await wait_for(
         lambda: asyncio.sleep(0, operator.disruption.evaluations >= start + 8), timeout=30, what="8 evaluations"
     )
-    assert [c["metadata"]["name"] for c in await _claims(kube)] == [name], "paused: the empty node stays"
+    assert [c["metadata"]["name"] for c in await nodeclaims_of(kube, POOL)] == [name], "paused: the empty node stays"
     assert not (await kube.get(r.NODECLAIMS, name))["metadata"].get("deletionTimestamp")
     await apply(kube, [namespace(paused=False)])
 
     async def gone() -> bool:
-        return not await _claims(kube)
+        return not await nodeclaims_of(kube, POOL)
 
     await wait_for(gone, timeout=30, what="empty node disrupted once unpaused")
     events = (await kube.list(r.EVENTS, "default", query={"fieldSelector": f"involvedObject.name={name}"}))[0]

@@ -13,54 +13,21 @@ the end.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 import pytest
-from operator_harness import running_operator
+from operator_harness import cleanup_pool, running_operator, tainted_pool, tolerating_pod
 
-from e2e.helpers import apply, delete_nodeclaims, ec2nodeclass, nodeclaims_of, wait_for
-from e2e.helpers import nodepool as shared_nodepool
+from e2e.helpers import apply, ec2nodeclass, nodeclaims_of, wait_for
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
-from karpy.kube.errors import ApiError
 from karpy.operator import Operator
 
 pytestmark = [pytest.mark.integration]
 POOL = "events-it"
 TAINT = "karpy-test/events-it"
-
-
-def nodepool() -> dict[str, Any]:
-    return shared_nodepool(
-        POOL,
-        requirements=[
-            {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
-            {"key": wk.LABEL_INSTANCE_CATEGORY, "operator": "In", "values": ["c", "m"]},
-        ],
-        taints=[{"key": TAINT, "effect": "NoSchedule"}],
-        disruption={"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "1s"},
-    )
-
-
-def guarded_pod() -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": POOL,
-            "namespace": "default",
-            "labels": {"app": POOL},
-            "annotations": {wk.ANNOTATION_DO_NOT_DISRUPT: "true"},
-        },
-        "spec": {
-            "terminationGracePeriodSeconds": 0,
-            "nodeSelector": {wk.LABEL_NODEPOOL: POOL},
-            "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
-            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "500m"}}}],
-        },
-    }
+DISRUPTION = {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "1s"}
 
 
 SETTINGS = {"DISRUPTION_POLL_INTERVAL": "500ms", "DISRUPTION_VALIDATION_DELAY": "1s"}
@@ -70,19 +37,6 @@ LAUNCH_BLOCKERS = {
     "Node isn't initialized",
     "Node is nominated for a pending pod",
 }
-
-
-async def _claims(kube: KubeClient) -> list[dict[str, Any]]:
-    return await nodeclaims_of(kube, POOL)
-
-
-async def _cleanup(kube: KubeClient) -> None:
-    for res, name, ns in ((r.PODS, POOL, "default"), (r.NODEPOOLS, POOL, None)):
-        with contextlib.suppress(ApiError):
-            await kube.delete(res, name, ns)
-    await delete_nodeclaims(kube, lambda: _claims(kube), timeout=60, what="events integration NodeClaims released")
-    with contextlib.suppress(ApiError):
-        await kube.delete(r.EC2NODECLASSES, POOL)
 
 
 async def describe_events(kube: KubeClient, obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -106,7 +60,7 @@ async def test_do_not_disrupt_pod_blocks_disruption_with_karpenters_event_on_nod
     """The first operator launches the node; its launch-time DisruptionBlocked events (no Node yet, not
     initialized, nominated) hold the 2-minute de-duplication of each object, as in Karpenter. A second operator
     (a restart: a fresh recorder) finds the initialized node guarded by the pod and says so on both objects."""
-    await apply(kube, [ec2nodeclass(POOL, local_cluster.cluster_name), nodepool()])
+    await apply(kube, [ec2nodeclass(POOL, local_cluster.cluster_name), tainted_pool(POOL, TAINT, DISRUPTION)])
     cleaned = False
     try:
         async with running_operator(local_cluster, kube, **SETTINGS):
@@ -116,23 +70,23 @@ async def test_do_not_disrupt_pod_blocks_disruption_with_karpenters_event_on_nod
             try:
                 await _assert_blocked_by_the_pod(kube, op, claim, node, before)
             finally:
-                await _cleanup(kube)
+                await cleanup_pool(kube, POOL, "events integration NodeClaims released")
                 cleaned = True
     finally:
         if not cleaned:
             async with running_operator(local_cluster, kube, **SETTINGS):
-                await _cleanup(kube)
+                await cleanup_pool(kube, POOL, "events integration NodeClaims released")
 
 
 async def _launch_guarded_node(kube: KubeClient) -> tuple[dict[str, Any], dict[str, Any]]:
     """Create the do-not-disrupt pod and wait until its node is bound and its NodeClaim Initialized."""
-    await kube.create(r.PODS, guarded_pod(), "default")
+    await kube.create(r.PODS, tolerating_pod(POOL, TAINT, {wk.ANNOTATION_DO_NOT_DISRUPT: "true"}), "default")
 
     async def bound() -> str:
         return str((await kube.get(r.PODS, POOL, "default"))["spec"].get("nodeName") or "")
 
     node_name = await wait_for(bound, timeout=60, what="pod bound")
-    (claim,) = await _claims(kube)
+    (claim,) = await nodeclaims_of(kube, POOL)
     name = claim["metadata"]["name"]
 
     async def initialized() -> dict[str, Any] | None:
@@ -176,4 +130,6 @@ async def _assert_blocked_by_the_pod(
         assert event["involvedObject"]["kind"] == kind
         assert event["source"]["component"] == "karpy"
     assert on_claim[0]["involvedObject"]["apiVersion"] == "karpenter.sh/v1"
-    assert [c["metadata"]["name"] for c in await _claims(kube)] == [claim["metadata"]["name"]], "not disrupted"
+    assert [c["metadata"]["name"] for c in await nodeclaims_of(kube, POOL)] == [claim["metadata"]["name"]], (
+        "not disrupted"
+    )

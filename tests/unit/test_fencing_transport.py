@@ -59,14 +59,23 @@ def client(host: str, fence: Fence) -> KubeClient:
 
 async def test_a_write_waiting_for_a_connection_is_refused_when_the_fence_closes(server: tuple[Server, str]) -> None:
     srv, host = server
-    fence = Fence("leader-1")
+    checks: list[float] = []  # one entry per fence check (reads are not checked)
+    checked = asyncio.Event()
+
+    def clock() -> float:
+        checks.append(0.0)
+        checked.set()
+        return 0.0
+
+    fence = Fence("leader-1", clock)
     fence.deadline = math.inf
     kube = client(host, fence)
     try:
         slow = asyncio.create_task(kube.request("GET", "/api/v1/slow"))  # holds the only connection
         await asyncio.wait_for(srv.slow_started.wait(), 5)
         write = asyncio.create_task(kube.request("POST", "/api/v1/namespaces/default/events", body={}))
-        await asyncio.sleep(0.05)  # the write passed request()'s check and waits for the connection
+        await asyncio.wait_for(checked.wait(), 5)  # the write passed request()'s check
+        assert checks == [0.0], "only request() checked the fence: the write waits for the connection"
         assert not write.done()
         fence.revoke()  # the lease is lost meanwhile
         srv.release.set()
