@@ -330,3 +330,35 @@ async def test_the_lease_fence_is_open_while_campaigning(kube: FakeKube, clock: 
     assert await a.release() is True
     assert lease(kube).holder == ""
     assert not a.lease_fence.holds()
+
+
+async def test_a_cancelled_campaign_cancels_its_renewal_in_flight(clock: JumpClock) -> None:
+    """SIGTERM while a renewal is in flight (here: waiting in the election client's rate limiter): cancelling the
+    campaign cancels that renewal too, so it never lands after the cancel (it would re-grant the fence and move
+    the Lease's resourceVersion under release()); release() then writes holder "" at once."""
+    gate = Gate()
+    kube = FakeKube(rate_limiter=cast(TokenBucket, gate))
+    a = elector(kube, clock, "a")
+    task = asyncio.create_task(a.run())
+    try:
+        await clock.run(a.elected.wait())
+        await a.events.flush()  # 'a became leader' is out
+        gate.armed = True
+        await clock.run(gate.waiting.wait())  # the renewal at +2 s waits in the limiter
+        granted = a.fence.deadline
+        before = len(kube.requests)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        gate.armed = False
+        gate.open.set()
+        await clock.settle()
+        assert lease_writes(kube, before) == []  # the renewal did not outlive the campaign
+        assert a.fence.deadline == granted
+        assert await a.release() is True
+        assert lease(kube).holder == ""
+        assert not a.fence.holds()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
