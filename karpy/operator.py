@@ -53,7 +53,7 @@ from karpy.metrics import INTERRUPTION_QUEUE_HEALTHY, ClusterStateObserver
 from karpy.metrics_state import StateMetrics
 from karpy.runtime.controller import Controller
 from karpy.runtime.fence import Fence
-from karpy.runtime.leader import LeaderElectionLost, LeaderElector, LeaseConfig, new_identity
+from karpy.runtime.leader import MASTER_STATUS, LeaderElectionLost, LeaderElector, LeaseConfig, new_identity
 from karpy.runtime.singleton import SingletonController
 from karpy.runtime.supervisor import supervise
 from karpy.settings import Settings, StartupError, leader_election_namespace
@@ -527,17 +527,22 @@ async def _run_until_stopped(operator: Operator, elector: LeaderElector | None, 
 
     On a stop: the operator's tasks are cancelled (the writers first stop writing), then the lease is released.
     On a loss (the fence is already revoked): the tasks are cancelled, nothing is drained and the lease is not
-    released. Returns True when leadership was lost."""
+    released. The campaign ending without having reported a loss (``elector.run()`` raised) is a loss too: no
+    renewal runs any more, so the fence is revoked and the process exits rather than stay up without writing.
+    Returns True when leadership was lost."""
     main = asyncio.create_task(operator.run(elector.elected if elector is not None else None), name="operator")
     campaign = asyncio.create_task(elector.run(), name="leader-election") if elector is not None else None
     waiters = [main, asyncio.create_task(stop.wait())]
-    if elector is not None:
-        waiters.append(asyncio.create_task(elector.lost.wait()))
+    if elector is not None and campaign is not None:
+        waiters += [campaign, asyncio.create_task(elector.lost.wait())]
     try:
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        if elector is not None and campaign is not None and campaign.done() and not elector.lost.is_set():
+            _campaign_ended(elector, campaign)
     finally:
         for waiter in waiters[1:]:
-            waiter.cancel()
+            if waiter is not campaign:
+                waiter.cancel()
         main.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await main
@@ -550,6 +555,16 @@ async def _run_until_stopped(operator: Operator, elector: LeaderElector | None, 
     if not lost:
         await elector.release()
     return lost
+
+
+def _campaign_ended(elector: LeaderElector, campaign: asyncio.Task[None]) -> None:
+    """The campaign stopped without reporting a loss (it raised): revoke the fence first (synchronously, so no
+    write passes any more), then report the loss, as a renew deadline passing would."""
+    elector.fence.revoke()
+    elector.lost.set()
+    MASTER_STATUS.labels(elector.config.name).set(0)
+    error = None if campaign.cancelled() else campaign.exception()
+    log.error("leader election lost", identity=elector.identity, error=_one_line(error) if error else "campaign ended")
 
 
 def aws_operator(

@@ -186,3 +186,30 @@ def test_karpy_run_exits_1_when_leadership_is_lost(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(karpy.operator, "run", lose)
     monkeypatch.setitem(sys.modules, "uvloop", None)  # keep the test's event loop policy
     assert cli.main(["run"]) == 1
+
+
+async def test_a_campaign_that_fails_is_a_loss() -> None:
+    """The elector's run() raises once elected (no renewal runs any more): the fence is revoked, ``lost`` is set,
+    the writers are cancelled and the loss is reported (exit code 1), rather than a process that stays up, ready,
+    with writers refused forever."""
+    clock = FakeClock()
+    kube = FakeKube()
+    candidate = elector(kube, clock)
+
+    async def broken() -> None:
+        await clock.sleep(1.0)
+        raise RuntimeError("renewals crashed")
+
+    candidate._renew = broken  # type: ignore[method-assign]
+    stub = StubOperator()
+    outcome = asyncio.ensure_future(_run_until_stopped(cast(Operator, stub), candidate, asyncio.Event()))
+    try:
+        await clock.run(stub.leading.wait())
+        assert candidate.fence.holds()
+        assert await clock.run(outcome) is True
+        assert stub.cancelled and candidate.lost.is_set() and not candidate.fence.holds()
+        assert holder(kube).holder == "me"  # not released
+    finally:
+        outcome.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await outcome
