@@ -42,9 +42,24 @@ class UnsupportedSetting(SettingsError):
     variable, the value and why, in one line."""
 
 
+EXIT_SETTINGS = 2
+"""``karpy run``'s exit code for invalid settings or another failed start-up check (see :mod:`karpy.cli.startup`)."""
+EXIT_KUBECONFIG = 3
+"""No usable kubeconfig."""
+EXIT_APISERVER_UNREACHABLE = 4
+"""The apiserver cannot be reached (connection, DNS, TLS, a timeout or a 5xx on ``/version``)."""
+EXIT_CREDENTIALS_REJECTED = 5
+"""The apiserver refused the credentials (401/403)."""
+
+
 class StartupError(SettingsError):
     """karpy cannot start with these settings: no usable kubeconfig, a port in use, a missing interruption
-    queue. The message names the variable; the command exits 2 with that one line."""
+    queue. The message names the variable; the command exits with ``exit_code`` (default 2: a settings or other
+    start-up check; 3-5 for the kubeconfig and the apiserver, set where those are raised) with that one line."""
+
+    def __init__(self, message: str, *, exit_code: int = EXIT_SETTINGS) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 @attrs.frozen

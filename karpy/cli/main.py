@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             print(startup.message(err), file=sys.stderr)
             return startup.exit_code(err)
         except LeaderElectionLost:  # logged once ("leader election lost"); the kubelet restarts the process
-            return 1
+            return startup.EXIT_LEADER_ELECTION_LOST
         return 0
     return 1  # pragma: no cover - argparse rejects unknown commands
 
