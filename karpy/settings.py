@@ -556,7 +556,7 @@ def _gates(env: Mapping[str, str], name: str, defaults: Mapping[str, bool], noti
     return gates
 
 
-def _check_unsupported(env: Mapping[str, str], options: Mapping[str, Any], notices: list[str]) -> None:
+def _check_unsupported(env: Mapping[str, str], options: Mapping[str, Any]) -> None:
     """Valid Karpenter values karpy cannot honour stop karpy (one line naming the variable, the value and why);
     ``options`` are :func:`_karpenter_options`' parsed values, ``env`` gives the value as written.
 
@@ -623,7 +623,7 @@ def from_environment(env: Mapping[str, str] | None = None) -> Settings:
         raise SettingsError("CLUSTER_NAME is required")
     notices: list[str] = []
     kwargs = _karpenter_options(env, notices)
-    _check_unsupported(env, kwargs, notices)
+    _check_unsupported(env, kwargs)
     kwargs.update(_karpy_options(env))
     return Settings(cluster_name=cluster_name, notices=tuple(notices), **kwargs)
 

@@ -354,11 +354,6 @@ class LeaderElector:
         """This process's identity."""
         return self.config.identity
 
-    @property
-    def is_leader(self) -> bool:
-        """Elected, not lost, and the fence still holds."""
-        return self.elected.is_set() and not self.lost.is_set() and self.fence.holds()
-
     # --- the campaign ---------------------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -423,8 +418,6 @@ class LeaderElector:
                     if kind in ("ADDED", "MODIFIED") and (obj.get("metadata") or {}).get("name") == self.config.name:
                         self._observe(obj)
                         self._changed.set()
-                    elif kind == "BOOKMARK":
-                        continue
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # the poll keeps going; re-open the watch after a retry period
