@@ -522,9 +522,9 @@ class LeaderElector:
             and await self._write(lease, self._next_record(record), start)
         ):
             return True
-        SLOWPATH.labels(self.config.name).inc()
         if not self.fence.holds():
-            return False
+            return False  # lapsed meanwhile: no slow path runs, so none is counted
+        SLOWPATH.labels(self.config.name).inc()
         return await self._try_acquire_or_renew()
 
     async def _bounded(self, attempt: Awaitable[bool]) -> bool:

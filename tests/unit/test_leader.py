@@ -85,6 +85,10 @@ def lease_writes(kube: FakeKube, since: int = 0) -> list[Request]:
     return [r for r in kube.requests[since:] if r.method in ("POST", "PUT") and "/leases" in r.path]
 
 
+def slowpath() -> float:
+    return REGISTRY.get_sample_value("leader_election_slowpath_total", {"name": NAME}) or 0.0
+
+
 def master_status() -> float | None:
     return REGISTRY.get_sample_value("leader_election_master_status", {"name": NAME})
 
@@ -307,11 +311,13 @@ async def test_a_renewal_stopped_before_its_send_is_refused_by_the_lease_fence(c
     gate.armed = True
     await clock.run(gate.waiting.wait())  # the renewal at +2 s waits in the limiter
     before = len(kube.requests)
+    slow = slowpath()
     clock.jump(30.0)
     gate.open.set()
     await clock.settle()
     assert kube.requests[before:] == []
     assert not a.lease_fence.holds()
+    assert slowpath() == slow  # the fence lapsed: no slow path ran, none is counted
     await clock.run(task)
     assert a.lost.is_set()
     assert kube.requests[before:] == []
