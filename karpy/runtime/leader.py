@@ -600,6 +600,7 @@ class LeaderElector:
 
 
 __all__ = [
+    "JITTER_FACTOR",
     "MASTER_STATUS",
     "SLOWPATH",
     "LeaderElectionLost",
