@@ -47,16 +47,24 @@ from karpy.controllers.terminator import NodeTermination, Terminator
 from karpy.health import listen, start_server
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
+from karpy.kube.errors import ApiError
 from karpy.kube.events import EventRecorder
 from karpy.kube.watch import Informer
 from karpy.metrics import INTERRUPTION_QUEUE_HEALTHY, ClusterStateObserver
 from karpy.metrics_state import StateMetrics
 from karpy.runtime.controller import Controller
 from karpy.runtime.fence import Fence
-from karpy.runtime.leader import LeaderElectionLost, LeaderElector, LeaseConfig, new_identity
+from karpy.runtime.leader import MASTER_STATUS, LeaderElectionLost, LeaderElector, LeaseConfig, new_identity
 from karpy.runtime.singleton import SingletonController
 from karpy.runtime.supervisor import supervise
-from karpy.settings import Settings, StartupError, leader_election_namespace
+from karpy.settings import (
+    EXIT_APISERVER_UNREACHABLE,
+    EXIT_CREDENTIALS_REJECTED,
+    EXIT_KUBECONFIG,
+    Settings,
+    StartupError,
+    leader_election_namespace,
+)
 from karpy.state.cluster import ClusterState
 from karpy.state.plans import Plans
 from karpy.state.views import NodeInfo, PodInfo
@@ -447,8 +455,7 @@ async def run(settings: Settings) -> None:
     lost = False
     try:
         # The main client is fenced: every write it sends needs the lease (a standby's writers do not run anyway).
-        client = await _connect(settings, user_agent=f"karpy/{__version__} ({identity})")
-        client.fence = fence
+        client = await _connect(settings, user_agent=f"karpy/{__version__} ({identity})", fence=fence)
         elector: LeaderElector | None = None
         try:
             ca_bundle = hash_ca_bundle(settings, client)
@@ -527,17 +534,22 @@ async def _run_until_stopped(operator: Operator, elector: LeaderElector | None, 
 
     On a stop: the operator's tasks are cancelled (the writers first stop writing), then the lease is released.
     On a loss (the fence is already revoked): the tasks are cancelled, nothing is drained and the lease is not
-    released. Returns True when leadership was lost."""
+    released. The campaign ending without having reported a loss (``elector.run()`` raised) is a loss too: no
+    renewal runs any more, so the fence is revoked and the process exits rather than stay up without writing.
+    Returns True when leadership was lost."""
     main = asyncio.create_task(operator.run(elector.elected if elector is not None else None), name="operator")
     campaign = asyncio.create_task(elector.run(), name="leader-election") if elector is not None else None
     waiters = [main, asyncio.create_task(stop.wait())]
-    if elector is not None:
-        waiters.append(asyncio.create_task(elector.lost.wait()))
+    if elector is not None and campaign is not None:
+        waiters += [campaign, asyncio.create_task(elector.lost.wait())]
     try:
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        if elector is not None and campaign is not None and campaign.done() and not elector.lost.is_set():
+            _campaign_ended(elector, campaign)
     finally:
         for waiter in waiters[1:]:
-            waiter.cancel()
+            if waiter is not campaign:
+                waiter.cancel()
         main.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await main
@@ -550,6 +562,16 @@ async def _run_until_stopped(operator: Operator, elector: LeaderElector | None, 
     if not lost:
         await elector.release()
     return lost
+
+
+def _campaign_ended(elector: LeaderElector, campaign: asyncio.Task[None]) -> None:
+    """The campaign stopped without reporting a loss (it raised): revoke the fence first (synchronously, so no
+    write passes any more), then report the loss, as a renew deadline passing would."""
+    elector.fence.revoke()
+    elector.lost.set()
+    MASTER_STATUS.labels(elector.config.name).set(0)
+    error = None if campaign.cancelled() else campaign.exception()
+    log.error("leader election lost", identity=elector.identity, error=_one_line(error) if error else "campaign ended")
 
 
 def aws_operator(
@@ -626,7 +648,7 @@ async def _interruption_queue(settings: Settings, sqs: Any) -> SQSInterruptionQu
     return queue
 
 
-async def _connect(settings: Settings, *, user_agent: str = "karpy") -> KubeClient:
+async def _connect(settings: Settings, *, user_agent: str = "karpy", fence: Fence | None = None) -> KubeClient:
     """A client from the kubeconfig (or in-cluster config), rate limited by ``KUBE_CLIENT_QPS``/``KUBE_CLIENT_BURST``
     as client-go limits Karpenter's (each client its own token bucket), checked against the apiserver's
     ``/version``.
@@ -640,17 +662,27 @@ async def _connect(settings: Settings, *, user_agent: str = "karpy") -> KubeClie
     """
     where = _kubeconfig_source()
     try:
-        client = await KubeClient.from_environment(qps=settings.kube_client_qps, burst=settings.kube_client_burst)
-        # KubeClient.from_environment takes no user agent: set it on the transport it built.
-        client._api.user_agent = user_agent
+        client = await KubeClient.from_environment(
+            qps=settings.kube_client_qps, burst=settings.kube_client_burst, user_agent=user_agent, fence=fence
+        )
     except Exception as err:
-        raise StartupError(f"{where}: cannot load: {_one_line(err)}") from None
+        raise StartupError(f"{where}: cannot load: {_one_line(err)}", exit_code=EXIT_KUBECONFIG) from None
     try:
         await client.request("GET", "/version", timeout=30.0)
     except Exception as err:
         await client.close()
-        raise StartupError(f"{where}: apiserver {client.host} did not answer: {_one_line(err)}") from None
+        raise _unanswered(where, client.host, err) from None
     return client
+
+
+def _unanswered(where: str, host: str, err: Exception) -> StartupError:
+    """The apiserver's first request (``GET /version``) failed: a 401/403 is rejected credentials (exit 5),
+    anything else (a connection, DNS, TLS or timeout error, another status) an unreachable apiserver (exit 4)."""
+    refused = isinstance(err, ApiError) and err.status in (401, 403)
+    return StartupError(
+        f"{where}: apiserver {host} did not answer: {_one_line(err)}",
+        exit_code=EXIT_CREDENTIALS_REJECTED if refused else EXIT_APISERVER_UNREACHABLE,
+    )
 
 
 def _kubeconfig_source() -> str:
@@ -664,12 +696,14 @@ def _kubeconfig_source() -> str:
     if env:
         paths = [path for path in env.split(os.pathsep) if path]
         if not any(os.path.isfile(path) for path in paths):
-            raise StartupError(f"KUBECONFIG={env}: no such file")
+            raise StartupError(f"KUBECONFIG={env}: no such file", exit_code=EXIT_KUBECONFIG)
         return f"KUBECONFIG={env}"
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         return "KUBECONFIG (unset; in-cluster config)"
     if not os.path.isfile(os.path.expanduser("~/.kube/config")):
-        raise StartupError("KUBECONFIG: not set, not in a pod, and ~/.kube/config does not exist")
+        raise StartupError(
+            "KUBECONFIG: not set, not in a pod, and ~/.kube/config does not exist", exit_code=EXIT_KUBECONFIG
+        )
     return "KUBECONFIG (unset; ~/.kube/config)"
 
 

@@ -42,9 +42,24 @@ class UnsupportedSetting(SettingsError):
     variable, the value and why, in one line."""
 
 
+EXIT_SETTINGS = 2
+"""``karpy run``'s exit code for invalid settings or another failed start-up check (see :mod:`karpy.cli.startup`)."""
+EXIT_KUBECONFIG = 3
+"""No usable kubeconfig."""
+EXIT_APISERVER_UNREACHABLE = 4
+"""The apiserver cannot be reached (connection, DNS, TLS, a timeout or a 5xx on ``/version``)."""
+EXIT_CREDENTIALS_REJECTED = 5
+"""The apiserver refused the credentials (401/403)."""
+
+
 class StartupError(SettingsError):
     """karpy cannot start with these settings: no usable kubeconfig, a port in use, a missing interruption
-    queue. The message names the variable; the command exits 2 with that one line."""
+    queue. The message names the variable; the command exits with ``exit_code`` (default 2: a settings or other
+    start-up check; 3-5 for the kubeconfig and the apiserver, set where those are raised) with that one line."""
+
+    def __init__(self, message: str, *, exit_code: int = EXIT_SETTINGS) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 @attrs.frozen
@@ -541,7 +556,7 @@ def _gates(env: Mapping[str, str], name: str, defaults: Mapping[str, bool], noti
     return gates
 
 
-def _check_unsupported(env: Mapping[str, str], options: Mapping[str, Any], notices: list[str]) -> None:
+def _check_unsupported(env: Mapping[str, str], options: Mapping[str, Any]) -> None:
     """Valid Karpenter values karpy cannot honour stop karpy (one line naming the variable, the value and why);
     ``options`` are :func:`_karpenter_options`' parsed values, ``env`` gives the value as written.
 
@@ -608,7 +623,7 @@ def from_environment(env: Mapping[str, str] | None = None) -> Settings:
         raise SettingsError("CLUSTER_NAME is required")
     notices: list[str] = []
     kwargs = _karpenter_options(env, notices)
-    _check_unsupported(env, kwargs, notices)
+    _check_unsupported(env, kwargs)
     kwargs.update(_karpy_options(env))
     return Settings(cluster_name=cluster_name, notices=tuple(notices), **kwargs)
 

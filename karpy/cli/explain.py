@@ -36,13 +36,14 @@ import aiohttp
 import attrs
 
 from karpy.apis import labels as wk
+from karpy.apis.conditions import condition
 from karpy.apis.meta import JSON
 from karpy.apis.quantity import format_resource_list
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.resources import Resource
-from karpy.simulate.catalogue import BuiltinCatalogue, Catalogue, CatalogueError, load_catalogue_file
+from karpy.simulate.catalogue import DEFAULT_VM_MEMORY_OVERHEAD_PERCENT, Catalogue, CatalogueError, choose_catalogue
 from karpy.simulate.manifests import Manifests, collect
 from karpy.simulate.plan import Plan, PlannedNode, simulate
 from karpy.simulate.reading import Document
@@ -118,16 +119,9 @@ async def read_cluster(client: KubeClient) -> list[Document]:
     return docs
 
 
-def _condition(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == type_:
-            return dict(cond)
-    return None
-
-
 def nodepool_not_ready(nodepool: Mapping[str, Any]) -> str:
     """Why the provisioner skips a NodePool whose Ready condition is not True ("" when it is True)."""
-    cond = _condition(nodepool, wk.COND_READY)
+    cond = condition(nodepool, wk.COND_READY)
     if cond is None:
         return "NodePool has no Ready condition yet (the provisioner launches only from Ready NodePools)"
     if cond.get("status") == "True":
@@ -346,17 +340,26 @@ def add_explain(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument(
         "--spot-price-ratio", type=float, metavar="R", help="built-in catalogue: price spot at R x on-demand"
     )
+    p.add_argument(
+        "--vm-memory-overhead-percent",
+        type=float,
+        default=DEFAULT_VM_MEMORY_OVERHEAD_PERCENT,
+        help="as the controller setting",
+    )
+    p.add_argument("--reserved-enis", type=int, default=0, help="as the controller setting")
     p.add_argument("--preference-policy", choices=("Respect", "Ignore"), default="Respect")
     p.add_argument("--output", "-o", choices=("text", "json"), default="text")
 
 
 def _catalogue(args: argparse.Namespace) -> Catalogue:
-    if args.catalogue:
-        if args.spot_price_ratio is not None:
-            raise CatalogueError("--spot-price-ratio applies to the built-in catalogue only")
-        return load_catalogue_file(args.catalogue)
     region = args.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-    return BuiltinCatalogue(region, spot_price_ratio=args.spot_price_ratio)
+    return choose_catalogue(
+        args.catalogue,
+        region,
+        spot_price_ratio=args.spot_price_ratio,
+        vm_memory_overhead_percent=args.vm_memory_overhead_percent,
+        reserved_enis=args.reserved_enis,
+    )
 
 
 async def _read() -> list[Document]:

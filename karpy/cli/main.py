@@ -72,7 +72,7 @@ def _scale(items: list[str]) -> dict[str, int]:
 
 def simulate_command(args: argparse.Namespace) -> int:
     """``karpy simulate``: exit 0 with a plan (even with unschedulable pods), 2 on invalid input."""
-    from karpy.simulate.catalogue import BuiltinCatalogue, Catalogue, CatalogueError, load_catalogue_file
+    from karpy.simulate.catalogue import CatalogueError, choose_catalogue
     from karpy.simulate.manifests import collect
     from karpy.simulate.plan import plan_to_json, render_text, simulate
     from karpy.simulate.reading import read_sources
@@ -81,18 +81,13 @@ def simulate_command(args: argparse.Namespace) -> int:
     try:
         scale = _scale(args.scale)
         manifests = collect(read_sources(args.files), scale)
-        catalogue: Catalogue
-        if args.catalogue:
-            if args.spot_price_ratio is not None:
-                raise CatalogueError("--spot-price-ratio applies to the built-in catalogue only")
-            catalogue = load_catalogue_file(args.catalogue)
-        else:
-            catalogue = BuiltinCatalogue(
-                args.region or "us-east-1",
-                vm_memory_overhead_percent=args.vm_memory_overhead_percent,
-                reserved_enis=args.reserved_enis,
-                spot_price_ratio=args.spot_price_ratio,
-            )
+        catalogue = choose_catalogue(
+            args.catalogue,
+            args.region or "us-east-1",
+            spot_price_ratio=args.spot_price_ratio,
+            vm_memory_overhead_percent=args.vm_memory_overhead_percent,
+            reserved_enis=args.reserved_enis,
+        )
     except (ManifestError, CatalogueError, ValueError) as err:
         print(f"karpy simulate: {err}", file=sys.stderr)
         return 2
@@ -162,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             print(startup.message(err), file=sys.stderr)
             return startup.exit_code(err)
         except LeaderElectionLost:  # logged once ("leader election lost"); the kubelet restarts the process
-            return 1
+            return startup.EXIT_LEADER_ELECTION_LOST
         return 0
     return 1  # pragma: no cover - argparse rejects unknown commands
 

@@ -19,36 +19,21 @@ code  meaning
 
 from __future__ import annotations
 
-from karpy.kube.errors import ApiError
-from karpy.settings import StartupError
+from karpy.settings import (
+    EXIT_APISERVER_UNREACHABLE,
+    EXIT_CREDENTIALS_REJECTED,
+    EXIT_KUBECONFIG,
+    EXIT_SETTINGS,
+    StartupError,
+)
 
-EXIT_OK = 0
 EXIT_LEADER_ELECTION_LOST = 1
-EXIT_SETTINGS = 2
-EXIT_KUBECONFIG = 3
-EXIT_APISERVER_UNREACHABLE = 4
-EXIT_CREDENTIALS_REJECTED = 5
-
-_CREDENTIALS_STATUSES = (401, 403)
 
 
 def exit_code(err: StartupError) -> int:
-    """The exit code for a start-up failure :func:`karpy.operator.run` raised.
-
-    The operator's kubeconfig checks name ``KUBECONFIG`` first in their message; a failed first request to the
-    apiserver (``GET /version``) carries the client's exception as the error's context (``raise … from None`` keeps
-    ``__context__``): an :class:`ApiError` 401/403 is rejected credentials, anything else there (aiohttp connection,
-    DNS, TLS and timeout errors, another status) means the apiserver cannot be reached.
-    """
-    text = str(err)
-    if "did not answer" in text:
-        context = err.__context__
-        if isinstance(context, ApiError) and context.status in _CREDENTIALS_STATUSES:
-            return EXIT_CREDENTIALS_REJECTED
-        return EXIT_APISERVER_UNREACHABLE
-    if text.startswith("KUBECONFIG"):
-        return EXIT_KUBECONFIG
-    return EXIT_SETTINGS
+    """The exit code for a start-up failure :func:`karpy.operator.run` raised: the one its raiser set
+    (``StartupError.exit_code``; the kubeconfig and apiserver checks of ``karpy.operator._connect`` set 3-5)."""
+    return err.exit_code
 
 
 def message(err: StartupError, prefix: str = "karpy: cannot start") -> str:
@@ -66,7 +51,6 @@ __all__ = [
     "EXIT_CREDENTIALS_REJECTED",
     "EXIT_KUBECONFIG",
     "EXIT_LEADER_ELECTION_LOST",
-    "EXIT_OK",
     "EXIT_SETTINGS",
     "exit_code",
     "message",

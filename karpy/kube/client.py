@@ -146,12 +146,18 @@ class KubeClient:
 
     @classmethod
     async def from_environment(
-        cls, kubeconfig: str | None = None, *, qps: float | None = None, burst: int = 0
+        cls,
+        kubeconfig: str | None = None,
+        *,
+        qps: float | None = None,
+        burst: int = 0,
+        user_agent: str = "karpy",
+        fence: Fence | None = None,
     ) -> KubeClient:
         """In-cluster config when running in a pod, else ``kubeconfig`` / ``$KUBECONFIG`` / ``~/.kube/config``.
 
         ``qps``/``burst``: client-side rate limit as client-go applies ``KUBE_CLIENT_QPS``/``KUBE_CLIENT_BURST``
-        (None: not limited, e.g. a test's admin client).
+        (None: not limited, e.g. a test's admin client). ``user_agent`` and ``fence``: as the constructor's.
         """
         configuration = k8s_client.Configuration()
         path = kubeconfig or os.environ.get("KUBECONFIG")
@@ -160,7 +166,9 @@ class KubeClient:
         else:
             await k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
         limiter = None if qps is None else client_rate_limiter(qps, burst)
-        return cls(k8s_client.ApiClient(configuration=configuration), rate_limiter=limiter)
+        return cls(
+            k8s_client.ApiClient(configuration=configuration), user_agent=user_agent, rate_limiter=limiter, fence=fence
+        )
 
     @property
     def host(self) -> str:

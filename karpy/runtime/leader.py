@@ -354,11 +354,6 @@ class LeaderElector:
         """This process's identity."""
         return self.config.identity
 
-    @property
-    def is_leader(self) -> bool:
-        """Elected, not lost, and the fence still holds."""
-        return self.elected.is_set() and not self.lost.is_set() and self.fence.holds()
-
     # --- the campaign ---------------------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -423,8 +418,6 @@ class LeaderElector:
                     if kind in ("ADDED", "MODIFIED") and (obj.get("metadata") or {}).get("name") == self.config.name:
                         self._observe(obj)
                         self._changed.set()
-                    elif kind == "BOOKMARK":
-                        continue
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # the poll keeps going; re-open the watch after a retry period
@@ -529,31 +522,36 @@ class LeaderElector:
             and await self._write(lease, self._next_record(record), start)
         ):
             return True
-        SLOWPATH.labels(self.config.name).inc()
         if not self.fence.holds():
-            return False
+            return False  # lapsed meanwhile: no slow path runs, so none is counted
+        SLOWPATH.labels(self.config.name).inc()
         return await self._try_acquire_or_renew()
 
     async def _bounded(self, attempt: Awaitable[bool]) -> bool:
         """``attempt``, abandoned (False) when a leader's fence deadline passes first; no bound before election."""
         task = asyncio.ensure_future(attempt)
-        if not self.elected.is_set():
-            return await task
-        remaining = self.fence.deadline - self.clock.now()
-        expired = asyncio.Event()
-        timer = self.clock.call_later(max(remaining, 0.0), expired.set)
-        waiter = asyncio.ensure_future(expired.wait())
         try:
-            await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+            if not self.elected.is_set():
+                return await task
+            remaining = self.fence.deadline - self.clock.now()
+            expired = asyncio.Event()
+            timer = self.clock.call_later(max(remaining, 0.0), expired.set)
+            waiter = asyncio.ensure_future(expired.wait())
+            try:
+                await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                timer.cancel()
+                waiter.cancel()
+            if task.done():
+                return task.result()
+            return False
         finally:
-            timer.cancel()
-            waiter.cancel()
-        if task.done():
-            return task.result()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
-        return False
+            # Abandoned, or the campaign itself was cancelled (a SIGTERM): the attempt must not outlive it, or
+            # a renewal could land after release() and re-grant the fence release() just revoked.
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
 
     def _lose(self) -> None:
         """Leadership is lost: close the fence first (synchronously), then tell the operator."""
@@ -572,10 +570,11 @@ class LeaderElector:
             self.fence.revoke()
             return False
         self._released = True
-        lease, record = self._lease, self._record
         self._event(f"{self.identity} stopped leading")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.events.flush(), self.config.request_timeout)
+        # Read after the flush: the Lease as last written (its resourceVersion guards the release's PUT).
+        lease, record = self._lease, self._record
         holds = self.fence.holds()
         # No other write from now on; the release itself is the last one, allowed until the last grant's deadline.
         self.release_until = self.fence.deadline if holds else -math.inf
@@ -601,6 +600,7 @@ class LeaderElector:
 
 
 __all__ = [
+    "JITTER_FACTOR",
     "MASTER_STATUS",
     "SLOWPATH",
     "LeaderElectionLost",

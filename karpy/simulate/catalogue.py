@@ -232,6 +232,33 @@ def load_catalogue_file(path: str) -> FileCatalogue:
     return FileCatalogue(path, types)
 
 
+def choose_catalogue(
+    path: str | None,
+    region: str,
+    *,
+    spot_price_ratio: float | None = None,
+    vm_memory_overhead_percent: float = DEFAULT_VM_MEMORY_OVERHEAD_PERCENT,
+    reserved_enis: int = 0,
+) -> Catalogue:
+    """The catalogue ``karpy simulate`` and ``karpy explain`` use: the file at ``path`` when given, else the
+    built-in EC2 catalogue of ``region`` with the controller's ``VM_MEMORY_OVERHEAD_PERCENT`` and
+    ``RESERVED_ENIS`` applied, and spot priced at ``spot_price_ratio`` × on-demand when given.
+
+    Raises:
+        CatalogueError: ``spot_price_ratio`` with a file, an unknown region, or an invalid file.
+    """
+    if path:
+        if spot_price_ratio is not None:
+            raise CatalogueError("--spot-price-ratio applies to the built-in catalogue only")
+        return load_catalogue_file(path)
+    return BuiltinCatalogue(
+        region,
+        vm_memory_overhead_percent=vm_memory_overhead_percent,
+        reserved_enis=reserved_enis,
+        spot_price_ratio=spot_price_ratio,
+    )
+
+
 def parse_instance_type(entry: Any, where: str) -> InstanceType:
     """One catalogue entry as an :class:`InstanceType`.
 

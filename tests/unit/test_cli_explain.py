@@ -227,3 +227,20 @@ def test_unreachable_apiserver_is_one_line_and_exit_4(tmp_path: Path) -> None:
     [line] = (result.stdout + result.stderr).splitlines()
     assert line.startswith(f"karpy explain: cannot read the cluster: KUBECONFIG={config}: apiserver ")
     assert "did not answer" in line
+
+
+def test_explain_builds_the_catalogue_as_simulate_does() -> None:
+    """``karpy explain`` and ``karpy simulate`` build the built-in catalogue with the same function, so the
+    controller's VM_MEMORY_OVERHEAD_PERCENT and RESERVED_ENIS apply to both."""
+    import argparse
+
+    from karpy.cli import explain as explain_cli
+
+    parser = argparse.ArgumentParser()
+    explain_cli.add_explain(parser.add_subparsers())
+    args = parser.parse_args(
+        ["explain", "p", "--region", "us-east-1", "--vm-memory-overhead-percent", "0.1", "--reserved-enis", "1"]
+    )
+    catalogue = explain_cli._catalogue(args)
+    assert isinstance(catalogue, BuiltinCatalogue)
+    assert (catalogue.region, catalogue.vm_memory_overhead_percent, catalogue.reserved_enis) == ("us-east-1", 0.1, 1)

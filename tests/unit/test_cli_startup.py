@@ -17,6 +17,7 @@ import pytest
 
 from karpy.cli import startup
 from karpy.kube.errors import ApiError
+from karpy.operator import _kubeconfig_source, _unanswered
 from karpy.settings import StartupError
 from tests.unit.test_faults_startup import one_line, run_karpy
 
@@ -116,27 +117,14 @@ def test_forbidden_exits_5(tmp_path: Path, forbidden: int) -> None:
     assert "403" in line
 
 
-def _raised_in(context: BaseException, text: str) -> StartupError:
-    """A StartupError raised while handling ``context`` with ``from None``, as the operator raises it."""
-    try:
-        try:
-            raise context
-        except BaseException:
-            raise StartupError(text) from None
-    except StartupError as err:
-        return err
-
-
 @pytest.mark.parametrize(
     ("err", "code"),
     [
-        (StartupError("KUBECONFIG=/x: no such file"), 3),
-        (StartupError("KUBECONFIG: not set, not in a pod, and ~/.kube/config does not exist"), 3),
-        (_raised_in(ValueError("bad yaml"), "KUBECONFIG=/x: cannot load: bad yaml"), 3),
-        (_raised_in(OSError("refused"), "KUBECONFIG=/x: apiserver https://h did not answer: refused"), 4),
-        (_raised_in(ApiError(503, "ServiceUnavailable", "x"), "KUBECONFIG=/x: apiserver h did not answer: 503"), 4),
-        (_raised_in(ApiError(401, "Unauthorized", "x"), "KUBECONFIG=/x: apiserver h did not answer: 401"), 5),
-        (_raised_in(ApiError(403, "Forbidden", "x"), "KUBECONFIG=/x: apiserver h did not answer: 403"), 5),
+        (_unanswered("KUBECONFIG=/x", "https://h", OSError("refused")), 4),
+        (_unanswered("KUBECONFIG=/x", "h", ApiError(503, "ServiceUnavailable", "x")), 4),
+        (_unanswered("KUBECONFIG=/x", "h", TimeoutError()), 4),
+        (_unanswered("KUBECONFIG=/x", "h", ApiError(401, "Unauthorized", "x")), 5),
+        (_unanswered("KUBECONFIG=/x", "h", ApiError(403, "Forbidden", "x")), 5),
         (StartupError("METRICS_PORT=8080: cannot listen: Address already in use"), 2),
         (StartupError("INTERRUPTION_QUEUE=q: GetQueueUrl failed"), 2),
     ],
@@ -144,3 +132,16 @@ def _raised_in(context: BaseException, text: str) -> StartupError:
 def test_exit_code_per_kind_of_failure(err: StartupError, code: int) -> None:
     assert startup.exit_code(err) == code
     assert startup.message(err).startswith(f"karpy: cannot start: {err}")
+
+
+def test_kubeconfig_failures_exit_3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The kubeconfig checks raise with the kubeconfig exit code: KUBECONFIG naming no file, none at all."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    with pytest.raises(StartupError) as missing:
+        _kubeconfig_source()
+    monkeypatch.delenv("KUBECONFIG")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(StartupError) as unset:
+        _kubeconfig_source()
+    assert startup.exit_code(missing.value) == startup.exit_code(unset.value) == startup.EXIT_KUBECONFIG == 3

@@ -10,7 +10,7 @@ import contextlib
 import random
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from typing import cast
+from typing import Any, cast
 
 import pytest
 from prometheus_client import REGISTRY
@@ -85,6 +85,10 @@ def lease_writes(kube: FakeKube, since: int = 0) -> list[Request]:
     return [r for r in kube.requests[since:] if r.method in ("POST", "PUT") and "/leases" in r.path]
 
 
+def slowpath() -> float:
+    return REGISTRY.get_sample_value("leader_election_slowpath_total", {"name": NAME}) or 0.0
+
+
 def master_status() -> float | None:
     return REGISTRY.get_sample_value("leader_election_master_status", {"name": NAME})
 
@@ -156,26 +160,31 @@ async def test_standby_waits_until_observed_plus_lease_duration(kube: FakeKube, 
     transition and acquireTime = now; it never writes the Lease before."""
     a = elector(kube, clock, "a")
     task = asyncio.create_task(a.run())
-    await clock.run(a.elected.wait())
-    b = elector(kube, clock, "b")
-    async with running(b):
-        await clock.advance(5.0)  # a renews at +2, +4 while b watches
-        assert not b.elected.is_set() and b.leader == "a"
-        assert not b.fence.holds()
-        task.cancel()  # a dies (no release)
+    try:
+        await clock.run(a.elected.wait())
+        b = elector(kube, clock, "b")
+        async with running(b):
+            await clock.advance(5.0)  # a renews at +2, +4 while b watches
+            assert not b.elected.is_set() and b.leader == "a"
+            assert not b.fence.holds()
+            task.cancel()  # a dies (no release)
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            last_renew = clock.now() - 1.0  # a's last renewal was at +4
+            writes_by_b = [r for r in lease_writes(kube) if r.body["spec"]["holderIdentity"] == "b"]
+            assert writes_by_b == []
+            await clock.advance(last_renew + 15.0 - clock.now() - 0.01)
+            assert not b.elected.is_set()
+            await clock.run(b.elected.wait())
+            assert clock.now() == pytest.approx(last_renew + 15.0, abs=0.01)
+            record = lease(kube)
+            assert (record.holder, record.transitions) == ("b", 1)
+            assert record.acquire_time == record.renew_time
+            assert b.fence.holds()
+    finally:
+        task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        last_renew = clock.now() - 1.0  # a's last renewal was at +4
-        writes_by_b = [r for r in lease_writes(kube) if r.body["spec"]["holderIdentity"] == "b"]
-        assert writes_by_b == []
-        await clock.advance(last_renew + 15.0 - clock.now() - 0.01)
-        assert not b.elected.is_set()
-        await clock.run(b.elected.wait())
-        assert clock.now() == pytest.approx(last_renew + 15.0, abs=0.01)
-        record = lease(kube)
-        assert (record.holder, record.transitions) == ("b", 1)
-        assert record.acquire_time == record.renew_time
-        assert b.fence.holds()
 
 
 async def test_standby_takes_over_at_once_after_release(kube: FakeKube, clock: JumpClock) -> None:
@@ -183,23 +192,28 @@ async def test_standby_takes_over_at_once_after_release(kube: FakeKube, clock: J
     revokes the fence and says '<id> stopped leading' first; the standby, watching, takes the lease at once."""
     a = elector(kube, clock, "a")
     task = asyncio.create_task(a.run())
-    await clock.run(a.elected.wait())
-    b = elector(kube, clock, "b")
-    async with running(b):
-        await clock.advance(1.0)
+    try:
+        await clock.run(a.elected.wait())
+        b = elector(kube, clock, "b")
+        async with running(b):
+            await clock.advance(1.0)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            released_at = clock.now()
+            assert await a.release() is True
+            assert not a.fence.holds()
+            messages = [e["message"] for e in kube.events("LeaderElection")]
+            assert messages == ["a became leader", "a stopped leading"]
+            await clock.run(b.elected.wait())
+            assert clock.now() - released_at < 0.1
+            record = lease(kube)
+            assert (record.holder, record.transitions, record.lease_duration) == ("b", 1, 15)
+            assert await a.release() is False  # once only
+    finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        released_at = clock.now()
-        assert await a.release() is True
-        assert not a.fence.holds()
-        messages = [e["message"] for e in kube.events("LeaderElection")]
-        assert messages == ["a became leader", "a stopped leading"]
-        await clock.run(b.elected.wait())
-        assert clock.now() - released_at < 0.1
-        record = lease(kube)
-        assert (record.holder, record.transitions, record.lease_duration) == ("b", 1, 15)
-        assert await a.release() is False  # once only
 
 
 async def test_release_keeps_transitions_and_empties_the_holder(kube: FakeKube, clock: JumpClock) -> None:
@@ -233,25 +247,39 @@ async def test_renew_deadline_revokes_the_fence_before_lost(kube: FakeKube, cloc
     ``lost`` is set (checked by a waiter woken by ``lost``), no write is sent after the deadline, and the
     elector's run() returns."""
     a = elector(kube, clock, "a")
+    sent: list[tuple[str, str, float]] = []
+    request = kube.request
+
+    async def timed(method: str, path: str, **kwargs: Any) -> Any:
+        sent.append((method, path, clock.now()))
+        return await request(method, path, **kwargs)
+
+    kube.request = timed  # type: ignore[method-assign]
     task = asyncio.create_task(a.run())
-    await clock.run(a.elected.wait())
-    granted = a.fence.deadline
-    kube.fail("update", ApiError(500, "InternalError", "etcd down"), resource=LEASES, times=None)
-    kube.fail("get", ApiError(500, "InternalError", "etcd down"), resource=LEASES, times=None)
-    seen: list[bool] = []
+    try:
+        await clock.run(a.elected.wait())
+        kube.fail("update", ApiError(500, "InternalError", "etcd down"), resource=LEASES, times=None)
+        kube.fail("get", ApiError(500, "InternalError", "etcd down"), resource=LEASES, times=None)
+        granted = a.fence.deadline
+        seen: list[bool] = []
 
-    async def observe() -> None:
-        await a.lost.wait()
-        seen.append(a.fence.holds())
+        async def observe() -> None:
+            await a.lost.wait()
+            seen.append(a.fence.holds())
 
-    watcher = asyncio.create_task(observe())
-    await clock.run(task)
-    await watcher
-    assert seen == [False]
-    assert clock.now() >= granted
-    late = [r for r in lease_writes(kube) if r.method == "PUT"]
-    assert late  # it did try while the fence held
-    assert master_status() == 0
+        watcher = asyncio.create_task(observe())
+        await clock.run(task)
+        await watcher
+        assert seen == [False]
+        assert clock.now() >= granted
+        puts = [at for method, path, at in sent if method == "PUT" and "/leases" in path]
+        assert puts  # it did try while the fence held
+        assert all(at < granted for at in puts), (puts, granted)  # and sent nothing once the deadline passed
+        assert master_status() == 0
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def test_no_renew_is_sent_after_a_clock_jump(kube: FakeKube, clock: JumpClock) -> None:
@@ -259,13 +287,18 @@ async def test_no_renew_is_sent_after_a_clock_jump(kube: FakeKube, clock: JumpCl
     deadline, so it sends nothing — not even a renewal of its own Lease — and reports the loss."""
     a = elector(kube, clock, "a")
     task = asyncio.create_task(a.run())
-    await clock.run(a.elected.wait())
-    await clock.advance(1.0)
-    before = len(kube.requests)
-    clock.jump(30.0)
-    await clock.run(task)
-    assert a.lost.is_set() and not a.fence.holds()
-    assert kube.requests[before:] == []
+    try:
+        await clock.run(a.elected.wait())
+        await clock.advance(1.0)
+        before = len(kube.requests)
+        clock.jump(30.0)
+        await clock.run(task)
+        assert a.lost.is_set() and not a.fence.holds()
+        assert kube.requests[before:] == []
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def test_standby_never_renews_someone_elses_lease(kube: FakeKube, clock: JumpClock) -> None:
@@ -302,20 +335,27 @@ async def test_a_renewal_stopped_before_its_send_is_refused_by_the_lease_fence(c
     a = elector(kube, clock, "a")
     kube.fence = a.lease_fence
     task = asyncio.create_task(a.run())
-    await clock.run(a.elected.wait())
-    assert a.lease_fence.holds()
-    gate.armed = True
-    await clock.run(gate.waiting.wait())  # the renewal at +2 s waits in the limiter
-    before = len(kube.requests)
-    clock.jump(30.0)
-    gate.open.set()
-    await clock.settle()
-    assert kube.requests[before:] == []
-    assert not a.lease_fence.holds()
-    await clock.run(task)
-    assert a.lost.is_set()
-    assert kube.requests[before:] == []
-    assert await a.release() is False
+    try:
+        await clock.run(a.elected.wait())
+        assert a.lease_fence.holds()
+        gate.armed = True
+        await clock.run(gate.waiting.wait())  # the renewal at +2 s waits in the limiter
+        before = len(kube.requests)
+        slow = slowpath()
+        clock.jump(30.0)
+        gate.open.set()
+        await clock.settle()
+        assert kube.requests[before:] == []
+        assert not a.lease_fence.holds()
+        assert slowpath() == slow  # the fence lapsed: no slow path ran, none is counted
+        await clock.run(task)
+        assert a.lost.is_set()
+        assert kube.requests[before:] == []
+        assert await a.release() is False
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def test_the_lease_fence_is_open_while_campaigning(kube: FakeKube, clock: JumpClock) -> None:
@@ -330,3 +370,35 @@ async def test_the_lease_fence_is_open_while_campaigning(kube: FakeKube, clock: 
     assert await a.release() is True
     assert lease(kube).holder == ""
     assert not a.lease_fence.holds()
+
+
+async def test_a_cancelled_campaign_cancels_its_renewal_in_flight(clock: JumpClock) -> None:
+    """SIGTERM while a renewal is in flight (here: waiting in the election client's rate limiter): cancelling the
+    campaign cancels that renewal too, so it never lands after the cancel (it would re-grant the fence and move
+    the Lease's resourceVersion under release()); release() then writes holder "" at once."""
+    gate = Gate()
+    kube = FakeKube(rate_limiter=cast(TokenBucket, gate))
+    a = elector(kube, clock, "a")
+    task = asyncio.create_task(a.run())
+    try:
+        await clock.run(a.elected.wait())
+        await a.events.flush()  # 'a became leader' is out
+        gate.armed = True
+        await clock.run(gate.waiting.wait())  # the renewal at +2 s waits in the limiter
+        granted = a.fence.deadline
+        before = len(kube.requests)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        gate.armed = False
+        gate.open.set()
+        await clock.settle()
+        assert lease_writes(kube, before) == []  # the renewal did not outlive the campaign
+        assert a.fence.deadline == granted
+        assert await a.release() is True
+        assert lease(kube).holder == ""
+        assert not a.fence.holds()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

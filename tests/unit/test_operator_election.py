@@ -132,13 +132,18 @@ async def test_a_lost_lease_stops_everything_without_a_release() -> None:
     candidate = elector(kube, clock)
     stub = StubOperator()
     outcome = asyncio.ensure_future(_run_until_stopped(cast(Operator, stub), candidate, asyncio.Event()))
-    await clock.run(stub.leading.wait())
-    kube.fail("update", ApiError(500, "InternalError", "etcd down"), resource=LEASES, times=None)
-    kube.fail("get", ApiError(500, "InternalError", "etcd down"), resource=LEASES, times=None)
-    assert await clock.run(outcome) is True
-    assert stub.cancelled and candidate.lost.is_set() and not candidate.fence.holds()
-    assert holder(kube).holder == "me"
-    assert [e["message"] for e in kube.events("LeaderElection")] == ["me became leader"]
+    try:
+        await clock.run(stub.leading.wait())
+        kube.fail("update", ApiError(500, "InternalError", "etcd down"), resource=LEASES, times=None)
+        kube.fail("get", ApiError(500, "InternalError", "etcd down"), resource=LEASES, times=None)
+        assert await clock.run(outcome) is True
+        assert stub.cancelled and candidate.lost.is_set() and not candidate.fence.holds()
+        assert holder(kube).holder == "me"
+        assert [e["message"] for e in kube.events("LeaderElection")] == ["me became leader"]
+    finally:
+        outcome.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await outcome
 
 
 async def test_a_stop_cancels_the_writers_then_releases_the_lease() -> None:
@@ -149,13 +154,18 @@ async def test_a_stop_cancels_the_writers_then_releases_the_lease() -> None:
     stub = StubOperator()
     stop = asyncio.Event()
     outcome = asyncio.ensure_future(_run_until_stopped(cast(Operator, stub), candidate, stop))
-    await clock.run(stub.leading.wait())
-    stop.set()
-    assert await clock.run(outcome) is False
-    assert stub.cancelled and not candidate.fence.holds()
-    record = holder(kube)
-    assert (record.holder, record.lease_duration) == ("", 1)
-    assert [e["message"] for e in kube.events("LeaderElection")] == ["me became leader", "me stopped leading"]
+    try:
+        await clock.run(stub.leading.wait())
+        stop.set()
+        assert await clock.run(outcome) is False
+        assert stub.cancelled and not candidate.fence.holds()
+        record = holder(kube)
+        assert (record.holder, record.lease_duration) == ("", 1)
+        assert [e["message"] for e in kube.events("LeaderElection")] == ["me became leader", "me stopped leading"]
+    finally:
+        outcome.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await outcome
 
 
 async def test_a_stop_on_a_standby_releases_nothing() -> None:
@@ -167,12 +177,17 @@ async def test_a_stop_on_a_standby_releases_nothing() -> None:
     stub = StubOperator()
     stop = asyncio.Event()
     outcome = asyncio.ensure_future(_run_until_stopped(cast(Operator, stub), candidate, stop))
-    await clock.advance(3.0)
-    assert not stub.leading.is_set()
-    stop.set()
-    assert await clock.run(outcome) is False
-    assert holder(kube).holder == "someone-else"
-    assert [r for r in kube.requests if r.method in WRITES] == []
+    try:
+        await clock.advance(3.0)
+        assert not stub.leading.is_set()
+        stop.set()
+        assert await clock.run(outcome) is False
+        assert holder(kube).holder == "someone-else"
+        assert [r for r in kube.requests if r.method in WRITES] == []
+    finally:
+        outcome.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await outcome
 
 
 def test_karpy_run_exits_1_when_leadership_is_lost(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -186,3 +201,30 @@ def test_karpy_run_exits_1_when_leadership_is_lost(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(karpy.operator, "run", lose)
     monkeypatch.setitem(sys.modules, "uvloop", None)  # keep the test's event loop policy
     assert cli.main(["run"]) == 1
+
+
+async def test_a_campaign_that_fails_is_a_loss() -> None:
+    """The elector's run() raises once elected (no renewal runs any more): the fence is revoked, ``lost`` is set,
+    the writers are cancelled and the loss is reported (exit code 1), rather than a process that stays up, ready,
+    with writers refused forever."""
+    clock = FakeClock()
+    kube = FakeKube()
+    candidate = elector(kube, clock)
+
+    async def broken() -> None:
+        await clock.sleep(1.0)
+        raise RuntimeError("renewals crashed")
+
+    candidate._renew = broken  # type: ignore[method-assign]
+    stub = StubOperator()
+    outcome = asyncio.ensure_future(_run_until_stopped(cast(Operator, stub), candidate, asyncio.Event()))
+    try:
+        await clock.run(stub.leading.wait())
+        assert candidate.fence.holds()
+        assert await clock.run(outcome) is True
+        assert stub.cancelled and candidate.lost.is_set() and not candidate.fence.holds()
+        assert holder(kube).holder == "me"  # not released
+    finally:
+        outcome.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await outcome
