@@ -160,6 +160,7 @@ async def test_a_provisioning_with_min_values_relaxed_counts_provisioned_true() 
         h = Harness([nodeclass(), pool, pod("w", cpu="3")])
         h.provisioner.min_values_policy = "BestEffort"
         h.provisioner.latencies = latencies = PodLatencies(clock=h.clock)
+        h.provisioner.on_decision = lambda key, schedulable: None  # cluster-state observability on
         assert len(await h.provisioner.provision_once()) == 1
         assert set(latencies._schedulable) == {"default/w"}, "placed: schedulable from the decision"
         assert len(await h.provisioner.provision_once()) == 0, "planned: no second NodeClaim, no second decision"
@@ -306,3 +307,13 @@ async def test_the_provisioner_reports_each_unbound_pods_decision_placed_or_not(
     h.provisioner.on_decision = lambda key, schedulable: decisions.append((key, schedulable))
     assert len(await h.provisioner.provision_once()) == 1
     assert sorted(decisions) == [("default/fits", True), ("default/huge", False)]
+
+
+async def test_with_observability_off_the_provisioner_records_no_schedulable_times() -> None:
+    """DISABLE_CLUSTER_STATE_OBSERVABILITY leaves ``on_decision`` unset and the pod latencies unsubscribed from
+    cluster state, so nothing may be recorded into them (nothing would ever forget it)."""
+    h = Harness([nodeclass(), nodepool("m-off"), pod("w", cpu="1")])
+    h.provisioner.latencies = latencies = PodLatencies(clock=h.clock)
+    assert h.provisioner.on_decision is None
+    assert len(await h.provisioner.provision_once()) == 1
+    assert latencies._schedulable == {}
