@@ -41,6 +41,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from karpy.apis import labels as wk
 from karpy.apis.quantity import QuantityError, parse_resource_list
+from karpy.apis.resources import add
 from karpy.cloudprovider.types import CloudProvider, InstanceType
 from karpy.metrics import RegisteredCollector
 from karpy.state.cluster import ClusterState
@@ -49,48 +50,9 @@ from karpy.state.views import NodeInfo, PodInfo
 log = structlog.get_logger("karpy.metrics_state")
 
 # Karpenter v1.15's WellKnownLabels: core ``pkg/apis/v1/labels.go`` plus what the AWS provider inserts
-# (``karpenter-provider-aws pkg/apis/v1/labels.go`` init). The node metrics carry one label per key.
-CORE_WELL_KNOWN_LABELS: Final = (
-    wk.LABEL_NODEPOOL,
-    wk.LABEL_ZONE,
-    wk.LABEL_REGION,
-    wk.LABEL_INSTANCE_TYPE,
-    wk.LABEL_ARCH,
-    wk.LABEL_OS,
-    wk.LABEL_CAPACITY_TYPE,
-    wk.LABEL_WINDOWS_BUILD,
-)
-AWS_WELL_KNOWN_LABELS: Final = (
-    wk.LABEL_CAPACITY_RESERVATION_ID,
-    wk.LABEL_CAPACITY_RESERVATION_TYPE,
-    wk.LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
-    wk.LABEL_INSTANCE_HYPERVISOR,
-    wk.LABEL_INSTANCE_ENCRYPTION_IN_TRANSIT,
-    wk.LABEL_INSTANCE_CATEGORY,
-    wk.LABEL_INSTANCE_CAPABILITY_FLEX,
-    wk.LABEL_INSTANCE_FAMILY,
-    wk.LABEL_INSTANCE_GENERATION,
-    wk.LABEL_INSTANCE_SIZE,
-    wk.LABEL_INSTANCE_LOCAL_NVME,
-    wk.LABEL_INSTANCE_CPU,
-    wk.LABEL_INSTANCE_CPU_MANUFACTURER,
-    wk.LABEL_INSTANCE_CPU_SUSTAINED_CLOCK,
-    wk.LABEL_INSTANCE_MEMORY,
-    wk.LABEL_INSTANCE_EBS_BANDWIDTH,
-    wk.LABEL_INSTANCE_NETWORK_BANDWIDTH,
-    wk.LABEL_INSTANCE_GPU_NAME,
-    wk.LABEL_INSTANCE_GPU_MANUFACTURER,
-    wk.LABEL_INSTANCE_GPU_COUNT,
-    wk.LABEL_INSTANCE_GPU_MEMORY,
-    wk.LABEL_INSTANCE_ACCELERATOR_NAME,
-    wk.LABEL_INSTANCE_ACCELERATOR_MANUFACTURER,
-    wk.LABEL_INSTANCE_ACCELERATOR_COUNT,
-    wk.LABEL_ZONE_ID,
-    wk.LABEL_INSTANCE_TENANCY,
-    wk.LABEL_WINDOWS_BUILD,
-    wk.LABEL_PLACEMENT_GROUP_ID,
-    wk.LABEL_PLACEMENT_GROUP_PARTITION,
-)
+# (``karpenter-provider-aws pkg/apis/v1/labels.go`` init), without the EC2NodeClass label (a karpy NodeClaim label
+# Karpenter's list lacks). The node metrics carry one label per key.
+NODE_WELL_KNOWN_LABELS: Final = (wk.WELL_KNOWN_LABELS | wk.NOT_YET_WELL_KNOWN_LABELS) - {wk.LABEL_EC2NODECLASS}
 
 
 def metric_label(key: str) -> str:
@@ -102,7 +64,7 @@ def metric_label(key: str) -> str:
 # Well-known label key → metric label name (keys with exactly one "/", as Karpenter keeps).
 NODE_WELL_KNOWN: Final[dict[str, str]] = {
     key: metric_label(key)
-    for key in sorted(set(CORE_WELL_KNOWN_LABELS) | set(AWS_WELL_KNOWN_LABELS))
+    for key in sorted(NODE_WELL_KNOWN_LABELS)
     if key.count("/") == 1
 }
 NODE_LABELS: Final[tuple[str, ...]] = (*sorted(set(NODE_WELL_KNOWN.values())), "node_name", "phase", "managed")
@@ -357,13 +319,13 @@ class StateMetrics(RegisteredCollector):
             values = [base[name] for name in NODE_LABELS]
             pods = list(self.state.pods_on(node.name))
             daemons = [p for p in pods if p.daemonset]
-            requests = _sum(p.pod.requests for p in pods)
+            requests = add(*(p.pod.requests for p in pods))
             per_metric = {
                 "allocatable": node.allocatable,
                 "total_pod_requests": requests,
-                "total_pod_limits": _sum(p.limits for p in pods),
-                "total_daemon_requests": _sum(p.pod.requests for p in daemons),
-                "total_daemon_limits": _sum(p.limits for p in daemons),
+                "total_pod_limits": add(*(p.limits for p in pods)),
+                "total_daemon_requests": add(*(p.pod.requests for p in daemons)),
+                "total_daemon_limits": add(*(p.limits for p in daemons)),
                 "system_overhead": {k: v - node.allocatable.get(k, 0) for k, v in node.capacity.items()},
             }
             for metric, resources in per_metric.items():
@@ -551,12 +513,6 @@ class StateMetrics(RegisteredCollector):
         yield from (available, price, cpu, memory)
 
 
-def _sum(maps: Iterable[Mapping[str, int]]) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for m in maps:
-        for k, v in m.items():
-            total[k] = total.get(k, 0) + v
-    return total
 
 
 def _canonical(resources: Mapping[str, str]) -> dict[str, int]:
