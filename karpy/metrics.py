@@ -39,14 +39,9 @@ from karpy import __version__
 from karpy.apis import labels as wk
 from karpy.apis.hashing import go_duration_ns
 from karpy.apis.nodeclaim import NodeClaim
+from karpy.cloudprovider.metrics import DURATION_BUCKETS  # defined once, in the lowest layer that uses it
 from karpy.scheduling import model
 
-# Karpenter ``metrics.DurationBuckets()``: controller-runtime's buckets plus larger ones for singleton loops.
-DURATION_BUCKETS: Final = (
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
-    1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60,
-    120, 150, 300, 450, 600,
-)  # fmt: skip
 # ``prometheus.ExponentialBuckets(1, 2, n)``.
 _EXP_11: Final = tuple(float(2**i) for i in range(11))  # 1 … 1024
 _EXP_12: Final = tuple(float(2**i) for i in range(12))  # 1 … 2048

@@ -66,7 +66,8 @@ AWAITING_RECONCILIATION: Final = "AwaitingReconciliation"
 AWAITING_RECONCILIATION_MESSAGE: Final = "object is awaiting reconciliation"
 # prometheus.ExponentialBuckets(0.5, 2, 15): 0.5, 1, 2, … 8192 (Karpenter's WithHistogramBuckets).
 EXPONENTIAL_BUCKETS: Final = tuple(0.5 * 2**i for i in range(15))
-# prometheus.DefBuckets (prometheus-client's default buckets are the same).
+# prometheus.DefBuckets (Go client_golang). Kept explicit: prometheus-client's default buckets are not the same (they
+# add 0.075, 0.75 and 7.5).
 DEFAULT_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
