@@ -179,6 +179,14 @@ class InstanceTypeSnapshot:
             self.cpu_cores[it.name] = _cpu_cores(it)
             self.memory_bytes[it.name] = _memory_bytes(it)
 
+    def sort(self) -> None:
+        """Order the offering and instance-type maps by their labels, once per refresh, so every scrape renders
+        them in order without sorting."""
+        self.available = dict(sorted(self.available.items(), key=lambda kv: attrs.astuple(kv[0])))
+        self.price = dict(sorted(self.price.items(), key=lambda kv: attrs.astuple(kv[0])))
+        self.cpu_cores = dict(sorted(self.cpu_cores.items()))
+        self.memory_bytes = dict(sorted(self.memory_bytes.items()))
+
 
 def _cpu_cores(it: InstanceType) -> float:
     """vCPUs (``DefaultVCpus``): the ``instance-cpu`` label, else capacity cpu."""
@@ -252,6 +260,7 @@ class StateMetrics(RegisteredCollector):
             except Exception as err:  # one broken NodePool must not hide the others' series
                 log.debug("instance types not resolved for metrics", nodepool=name, error=str(err))
                 snapshot.failed.add(name)
+        snapshot.sort()
         self.snapshot = snapshot
         self._count_cost_errors()
 
@@ -435,18 +444,20 @@ class StateMetrics(RegisteredCollector):
 
     # NodePools ------------------------------------------------------------------------------------------
 
-    def nodepool_cost(self, nodepool: str) -> float:
-        """USD/hour of ``nodepool``'s NodeClaims carrying every :data:`COST_LABELS` label, each at its offering's
-        price (0 when the offering is unknown, as Karpenter's cost tracker undercounts then)."""
-        prices = self.snapshot.prices.get(nodepool, {})
-        total = 0.0
+    def nodepool_costs(self) -> dict[str, float]:
+        """NodePool name → USD/hour of its NodeClaims carrying every :data:`COST_LABELS` label, each at its
+        offering's price (0 when the offering is unknown, as Karpenter's cost tracker undercounts then); one pass
+        over the NodeClaims. NodePools without such NodeClaims are absent (cost 0)."""
+        prices = self.snapshot.prices
+        totals: dict[str, float] = {}
         for claim in list(self.state.nodeclaim_views.values()):
             labels = claim.meta.labels
-            if labels.get(wk.LABEL_NODEPOOL) != nodepool or not all(labels.get(k) for k in COST_LABELS):
+            if not all(labels.get(k) for k in COST_LABELS):
                 continue
+            pool = labels[wk.LABEL_NODEPOOL]
             key = (labels[wk.LABEL_INSTANCE_TYPE], labels[wk.LABEL_ZONE], labels[wk.LABEL_CAPACITY_TYPE])
-            total += prices.get(key, 0.0)
-        return total
+            totals[pool] = totals.get(pool, 0.0) + prices.get(pool, {}).get(key, 0.0)
+        return totals
 
     def _nodepool_families(self) -> Iterator[GaugeMetricFamily]:
         labels = ("resource_type", "nodepool")
@@ -467,10 +478,11 @@ class StateMetrics(RegisteredCollector):
             "Total cost of the nodepool from karpy's perspective, USD per hour (offering prices; not billing).",
             labels=("nodepool",),
         )
+        costs = self.nodepool_costs()
         for name, pool in sorted(self.state.nodepool_views.items()):
             if not pool.template.node_class_ref.ec2nodeclass:
                 continue  # Karpenter IsManaged: only NodePools of this cloud provider's NodeClass
-            cost.add_metric([name], self.nodepool_cost(name))
+            cost.add_metric([name], costs.get(name, 0.0))
             for family, resources in ((usage, pool.resources), (limit, pool.limits)):
                 for resource, quantity in sorted(_canonical(resources).items()):
                     family.add_metric([resource_type(resource), name], resource_value(resource, quantity))
@@ -492,9 +504,9 @@ class StateMetrics(RegisteredCollector):
             "calculation, based on instance type, capacity type, and zone.",
             labels=dims,
         )
-        for d, ok in sorted(snapshot.available.items(), key=lambda kv: attrs.astuple(kv[0])):
+        for d, ok in snapshot.available.items():  # sorted by refresh
             available.add_metric([d.instance_type, d.capacity_type, d.zone], 1.0 if ok else 0.0)
-        for d, usd in sorted(snapshot.price.items(), key=lambda kv: attrs.astuple(kv[0])):
+        for d, usd in snapshot.price.items():
             price.add_metric([d.instance_type, d.capacity_type, d.zone], usd)
         cpu = GaugeMetricFamily(
             "karpenter_cloudprovider_instance_type_cpu_cores",
@@ -506,9 +518,9 @@ class StateMetrics(RegisteredCollector):
             "Memory, in bytes, for a given instance type.",
             labels=("instance_type",),
         )
-        for name, cores in sorted(snapshot.cpu_cores.items()):
+        for name, cores in snapshot.cpu_cores.items():
             cpu.add_metric([name], cores)
-        for name, size in sorted(snapshot.memory_bytes.items()):
+        for name, size in snapshot.memory_bytes.items():
             memory.add_metric([name], size)
         yield from (available, price, cpu, memory)
 
