@@ -545,13 +545,15 @@ def pending_pods_by_zone(controller: str, pods: Iterable[model.Pod]) -> None:
 class PodLatencies:
     """The pod latency histograms fed by pod events, as Karpenter core ``metrics/pod/controller.go`` observes them:
     ``karpenter_pods_bound_duration_seconds`` (creation → bound) and ``…_startup_duration_seconds`` (creation →
-    running) for pods first seen unbound / pending, and their ``provisioning_`` twins measured from when karpy
+    ready) for pods first seen unbound / pending, and their ``provisioning_`` twins measured from when karpy
     found the pod schedulable (:meth:`schedulable`, called by the provisioner's decision).
 
     A cluster state listener (:meth:`on_change`, ``(kind, event, key, old, new)`` with pod views that have
-    ``pod.created``, ``pod.node_name`` and ``phase``). The end of each latency is when karpy sees the change on the
-    watch (Karpenter reads the PodScheduled/Ready conditions' ``lastTransitionTime``: the same instant up to the
-    watch delay), and "running" is the phase leaving Pending (Karpenter waits for Ready=True as well).
+    ``pod.created``, ``pod.node_name``, ``phase``, ``ready`` and ``dynamic_resources``, as
+    :class:`karpy.state.views.PodInfo`). The end of each latency is when karpy sees the change on the watch
+    (Karpenter reads the PodScheduled/Ready conditions' ``lastTransitionTime``: the same instant up to the watch
+    delay), and "started" is the first Ready=True after the pod was seen Pending, as Karpenter (and karpy's
+    unstarted gauge) count it.
     ``clock`` gives seconds since the epoch; ``active`` says whether to observe (leader only, as Karpenter's
     metric controllers run only on the leader).
     """
@@ -576,7 +578,7 @@ class PodLatencies:
             return
         now = self.clock()
         created = float(new.pod.created)
-        dynamic = "true" if getattr(new, "dynamic_resources", False) else "false"
+        dynamic = "true" if new.dynamic_resources else "false"
         schedulable = self._schedulable.get(key)
         if not new.pod.node_name and new.phase == "Pending":
             self._unbound.add(key)
@@ -590,9 +592,11 @@ class PodLatencies:
                     )
         if new.phase == "Pending":
             self._pending.add(key)
-        elif key in self._pending:
+        elif key in self._pending and (new.ready or new.phase in ("Succeeded", "Failed")):
+            # Started once Ready=True; a pod that ends without being ready is dropped unobserved (Karpenter skips
+            # terminal pods: their Ready=False would give negative durations).
             self._pending.discard(key)
-            if new.phase == "Running" and self.active():
+            if new.ready and self.active():
                 PODS_STARTUP_DURATION.observe(max(0.0, now - created))
                 if schedulable is not None:
                     PODS_PROVISIONING_STARTUP_DURATION.observe(max(0.0, now - schedulable))

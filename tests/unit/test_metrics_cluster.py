@@ -168,8 +168,8 @@ def test_label_value_mappings() -> None:
 
 def test_pod_latencies_observe_bound_and_started_pods_from_creation_and_from_schedulable() -> None:
     """A pod created at 1000 s, seen pending and unbound, found schedulable at 1010 s, bound at 1030 s, running at
-    1050 s: bound 30 s (provisioning 20 s) and startup 50 s (provisioning 40 s). A pod already running when first
-    seen observes nothing, and the series label ``dynamic_resources`` is "false" without resource claims."""
+    1040 s, ready at 1050 s: bound 30 s (provisioning 20 s) and startup 50 s (provisioning 40 s). A pod already running
+    when first seen observes nothing, and the series label ``dynamic_resources`` is "false" without resource claims."""
     from karpy.state.cluster import ClusterState
     from tests.unit.disruption_builders import pod, ts
 
@@ -198,11 +198,18 @@ def test_pod_latencies_observe_bound_and_started_pods_from_creation_and_from_sch
             "metadata": {**pending["metadata"], "resourceVersion": "900001"},
         }
         state.apply("Pod", "MODIFIED", bound)
-        now[0] = 1050.0
-        started = {
+        now[0] = 1040.0
+        running = {
             **bound,
             "status": {"phase": "Running"},
             "metadata": {**bound["metadata"], "resourceVersion": "900002"},
+        }
+        state.apply("Pod", "MODIFIED", running)  # running but not ready: not started yet (Karpenter waits for Ready)
+        now[0] = 1050.0
+        started = {
+            **running,
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+            "metadata": {**running["metadata"], "resourceVersion": "900005"},
         }
         state.apply("Pod", "MODIFIED", started)
         state.apply("Pod", "MODIFIED", {**started, "metadata": {**started["metadata"], "resourceVersion": "900003"}})
@@ -221,7 +228,7 @@ def test_pod_latencies_observe_nothing_on_a_standby() -> None:
         state.apply("Pod", "ADDED", pending)
         running = {
             **pending,
-            "status": {"phase": "Running"},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
             "metadata": {**pending["metadata"], "resourceVersion": "900004"},
         }
         state.apply("Pod", "MODIFIED", running)
