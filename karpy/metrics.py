@@ -633,6 +633,10 @@ class RegisteredCollector(Collector):
 
     _registered = False
 
+    def describe(self) -> Iterable[Any]:
+        """Nothing: the families are rendered at scrape time (no duplicate-name check against the registry)."""
+        return []
+
     def register(self) -> None:
         """Add to prometheus-client's default registry (idempotent)."""
         if not self._registered:

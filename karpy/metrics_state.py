@@ -278,10 +278,6 @@ class StateMetrics(RegisteredCollector):
 
     # Collector ------------------------------------------------------------------------------------------
 
-    def describe(self) -> Iterable[Any]:
-        """Nothing: the families are rendered at scrape time (no duplicate-name check against the registry)."""
-        return []
-
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """Every family of the module docstring, or nothing while not leading."""
         if not self.leading():

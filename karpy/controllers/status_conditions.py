@@ -94,16 +94,17 @@ class KindSpec:
     deprecated: bool
     buckets: tuple[float, ...]
     known: tuple[str, ...]
+    # ``labels`` as metric label names, computed once.
+    metric_labels: tuple[str, ...] = attrs.field(init=False)
+
+    @metric_labels.default
+    def _metric_labels(self) -> tuple[str, ...]:
+        return tuple(prometheus_label(k) for k in self.labels)
 
     @property
     def subsystem(self) -> str:
         """``nodeclaim``, ``node``, ``nodepool``, ``ec2nodeclass`` (operatorpkg: the lower-cased kind)."""
         return self.kind.lower()
-
-    @property
-    def metric_labels(self) -> tuple[str, ...]:
-        """``labels`` as metric label names."""
-        return tuple(prometheus_label(k) for k in self.labels)
 
 
 SPECS: Final[dict[str, KindSpec]] = {
@@ -393,10 +394,6 @@ class StatusConditions(RegisteredCollector):
             self.unregister()
 
     # Collector ------------------------------------------------------------------------------------------
-
-    def describe(self) -> Iterable[Any]:
-        """Nothing: the gauges are rendered at scrape time."""
-        return []
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """``operator_<kind>_status_condition_{count,current_status_seconds}``, ``operator_<kind>_termination_
