@@ -4,7 +4,6 @@ mappings karpy's call sites share (reasons, consolidation types and policies, te
 from __future__ import annotations
 
 import pytest
-from prometheus_client import REGISTRY
 
 from karpy import metrics
 from karpy.apis import labels as wk
@@ -14,12 +13,12 @@ from karpy.controllers.garbagecollection import GarbageCollection
 from karpy.kube.fake import FakeKube
 from karpy.scheduling import model
 from karpy.state.cluster import ClusterState
-from tests.unit.metrics_helpers import Delta, sample
+from tests.unit.metrics_helpers import Delta, sample, series
 from tests.unit.test_interruption_gc import CLUSTER, NOW, claim, controller, instance, queued, spot
 
 
 def _labels(name: str) -> list[dict[str, str]]:
-    return [dict(s.labels) for f in REGISTRY.collect() for s in f.samples if s.name == name]
+    return [labels for labels, _ in series(name)]
 
 
 async def test_an_interruption_counts_received_by_type_deleted_without_labels_and_the_disrupted_nodeclaim() -> None:
