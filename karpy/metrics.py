@@ -39,14 +39,9 @@ from karpy import __version__
 from karpy.apis import labels as wk
 from karpy.apis.hashing import go_duration_ns
 from karpy.apis.nodeclaim import NodeClaim
+from karpy.cloudprovider.metrics import DURATION_BUCKETS  # defined once, in the lowest layer that uses it
 from karpy.scheduling import model
 
-# Karpenter ``metrics.DurationBuckets()``: controller-runtime's buckets plus larger ones for singleton loops.
-DURATION_BUCKETS: Final = (
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
-    1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60,
-    120, 150, 300, 450, 600,
-)  # fmt: skip
 # ``prometheus.ExponentialBuckets(1, 2, n)``.
 _EXP_11: Final = tuple(float(2**i) for i in range(11))  # 1 … 1024
 _EXP_12: Final = tuple(float(2**i) for i in range(12))  # 1 … 2048
@@ -550,13 +545,15 @@ def pending_pods_by_zone(controller: str, pods: Iterable[model.Pod]) -> None:
 class PodLatencies:
     """The pod latency histograms fed by pod events, as Karpenter core ``metrics/pod/controller.go`` observes them:
     ``karpenter_pods_bound_duration_seconds`` (creation → bound) and ``…_startup_duration_seconds`` (creation →
-    running) for pods first seen unbound / pending, and their ``provisioning_`` twins measured from when karpy
+    ready) for pods first seen unbound / pending, and their ``provisioning_`` twins measured from when karpy
     found the pod schedulable (:meth:`schedulable`, called by the provisioner's decision).
 
     A cluster state listener (:meth:`on_change`, ``(kind, event, key, old, new)`` with pod views that have
-    ``pod.created``, ``pod.node_name`` and ``phase``). The end of each latency is when karpy sees the change on the
-    watch (Karpenter reads the PodScheduled/Ready conditions' ``lastTransitionTime``: the same instant up to the
-    watch delay), and "running" is the phase leaving Pending (Karpenter waits for Ready=True as well).
+    ``pod.created``, ``pod.node_name``, ``phase``, ``ready`` and ``dynamic_resources``, as
+    :class:`karpy.state.views.PodInfo`). The end of each latency is when karpy sees the change on the watch
+    (Karpenter reads the PodScheduled/Ready conditions' ``lastTransitionTime``: the same instant up to the watch
+    delay), and "started" is the first Ready=True after the pod was seen Pending, as Karpenter (and karpy's
+    unstarted gauge) count it.
     ``clock`` gives seconds since the epoch; ``active`` says whether to observe (leader only, as Karpenter's
     metric controllers run only on the leader).
     """
@@ -581,7 +578,7 @@ class PodLatencies:
             return
         now = self.clock()
         created = float(new.pod.created)
-        dynamic = "true" if getattr(new, "dynamic_resources", False) else "false"
+        dynamic = "true" if new.dynamic_resources else "false"
         schedulable = self._schedulable.get(key)
         if not new.pod.node_name and new.phase == "Pending":
             self._unbound.add(key)
@@ -595,9 +592,11 @@ class PodLatencies:
                     )
         if new.phase == "Pending":
             self._pending.add(key)
-        elif key in self._pending:
+        elif key in self._pending and (new.ready or new.phase in ("Succeeded", "Failed")):
+            # Started once Ready=True; a pod that ends without being ready is dropped unobserved (Karpenter skips
+            # terminal pods: their Ready=False would give negative durations).
             self._pending.discard(key)
-            if new.phase == "Running" and self.active():
+            if new.ready and self.active():
                 PODS_STARTUP_DURATION.observe(max(0.0, now - created))
                 if schedulable is not None:
                     PODS_PROVISIONING_STARTUP_DURATION.observe(max(0.0, now - schedulable))
@@ -633,6 +632,10 @@ class RegisteredCollector(Collector):
     it runs (both idempotent), so a stopped operator (a test's, or a standby's after exit) leaves no families."""
 
     _registered = False
+
+    def describe(self) -> Iterable[Any]:
+        """Nothing: the families are rendered at scrape time (no duplicate-name check against the registry)."""
+        return []
 
     def register(self) -> None:
         """Add to prometheus-client's default registry (idempotent)."""

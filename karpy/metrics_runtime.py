@@ -20,11 +20,10 @@ from typing import Protocol, TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram
 
-# controller-runtime's reconcile-time buckets, seconds.
-RECONCILE_BUCKETS = (
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
-    1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60,
-)  # fmt: skip
+from karpy.cloudprovider.metrics import DURATION_BUCKETS
+
+# controller-runtime's reconcile-time buckets, seconds: Karpenter's DurationBuckets without its 120 … 600 s.
+RECONCILE_BUCKETS = DURATION_BUCKETS[:-5]
 # client-go workqueue: ExponentialBuckets(10e-9, 10, 12) = 1e-8 … 1e3 seconds.
 WORKQUEUE_BUCKETS = tuple(1e-8 * 10**i for i in range(12))
 # operatorpkg RegisterClientMetrics: ExponentialBuckets(0.001, 1.5, 20).

@@ -41,6 +41,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from karpy.apis import labels as wk
 from karpy.apis.quantity import QuantityError, parse_resource_list
+from karpy.apis.resources import add
 from karpy.cloudprovider.types import CloudProvider, InstanceType
 from karpy.metrics import RegisteredCollector
 from karpy.state.cluster import ClusterState
@@ -49,48 +50,9 @@ from karpy.state.views import NodeInfo, PodInfo
 log = structlog.get_logger("karpy.metrics_state")
 
 # Karpenter v1.15's WellKnownLabels: core ``pkg/apis/v1/labels.go`` plus what the AWS provider inserts
-# (``karpenter-provider-aws pkg/apis/v1/labels.go`` init). The node metrics carry one label per key.
-CORE_WELL_KNOWN_LABELS: Final = (
-    wk.LABEL_NODEPOOL,
-    wk.LABEL_ZONE,
-    wk.LABEL_REGION,
-    wk.LABEL_INSTANCE_TYPE,
-    wk.LABEL_ARCH,
-    wk.LABEL_OS,
-    wk.LABEL_CAPACITY_TYPE,
-    wk.LABEL_WINDOWS_BUILD,
-)
-AWS_WELL_KNOWN_LABELS: Final = (
-    wk.LABEL_CAPACITY_RESERVATION_ID,
-    wk.LABEL_CAPACITY_RESERVATION_TYPE,
-    wk.LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
-    wk.LABEL_INSTANCE_HYPERVISOR,
-    wk.LABEL_INSTANCE_ENCRYPTION_IN_TRANSIT,
-    wk.LABEL_INSTANCE_CATEGORY,
-    wk.LABEL_INSTANCE_CAPABILITY_FLEX,
-    wk.LABEL_INSTANCE_FAMILY,
-    wk.LABEL_INSTANCE_GENERATION,
-    wk.LABEL_INSTANCE_SIZE,
-    wk.LABEL_INSTANCE_LOCAL_NVME,
-    wk.LABEL_INSTANCE_CPU,
-    wk.LABEL_INSTANCE_CPU_MANUFACTURER,
-    wk.LABEL_INSTANCE_CPU_SUSTAINED_CLOCK,
-    wk.LABEL_INSTANCE_MEMORY,
-    wk.LABEL_INSTANCE_EBS_BANDWIDTH,
-    wk.LABEL_INSTANCE_NETWORK_BANDWIDTH,
-    wk.LABEL_INSTANCE_GPU_NAME,
-    wk.LABEL_INSTANCE_GPU_MANUFACTURER,
-    wk.LABEL_INSTANCE_GPU_COUNT,
-    wk.LABEL_INSTANCE_GPU_MEMORY,
-    wk.LABEL_INSTANCE_ACCELERATOR_NAME,
-    wk.LABEL_INSTANCE_ACCELERATOR_MANUFACTURER,
-    wk.LABEL_INSTANCE_ACCELERATOR_COUNT,
-    wk.LABEL_ZONE_ID,
-    wk.LABEL_INSTANCE_TENANCY,
-    wk.LABEL_WINDOWS_BUILD,
-    wk.LABEL_PLACEMENT_GROUP_ID,
-    wk.LABEL_PLACEMENT_GROUP_PARTITION,
-)
+# (``karpenter-provider-aws pkg/apis/v1/labels.go`` init), without the EC2NodeClass label (a karpy NodeClaim label
+# Karpenter's list lacks). The node metrics carry one label per key.
+NODE_WELL_KNOWN_LABELS: Final = (wk.WELL_KNOWN_LABELS | wk.NOT_YET_WELL_KNOWN_LABELS) - {wk.LABEL_EC2NODECLASS}
 
 
 def metric_label(key: str) -> str:
@@ -102,7 +64,7 @@ def metric_label(key: str) -> str:
 # Well-known label key → metric label name (keys with exactly one "/", as Karpenter keeps).
 NODE_WELL_KNOWN: Final[dict[str, str]] = {
     key: metric_label(key)
-    for key in sorted(set(CORE_WELL_KNOWN_LABELS) | set(AWS_WELL_KNOWN_LABELS))
+    for key in sorted(NODE_WELL_KNOWN_LABELS)
     if key.count("/") == 1
 }
 NODE_LABELS: Final[tuple[str, ...]] = (*sorted(set(NODE_WELL_KNOWN.values())), "node_name", "phase", "managed")
@@ -217,6 +179,14 @@ class InstanceTypeSnapshot:
             self.cpu_cores[it.name] = _cpu_cores(it)
             self.memory_bytes[it.name] = _memory_bytes(it)
 
+    def sort(self) -> None:
+        """Order the offering and instance-type maps by their labels, once per refresh, so every scrape renders
+        them in order without sorting."""
+        self.available = dict(sorted(self.available.items(), key=lambda kv: attrs.astuple(kv[0])))
+        self.price = dict(sorted(self.price.items(), key=lambda kv: attrs.astuple(kv[0])))
+        self.cpu_cores = dict(sorted(self.cpu_cores.items()))
+        self.memory_bytes = dict(sorted(self.memory_bytes.items()))
+
 
 def _cpu_cores(it: InstanceType) -> float:
     """vCPUs (``DefaultVCpus``): the ``instance-cpu`` label, else capacity cpu."""
@@ -290,6 +260,7 @@ class StateMetrics(RegisteredCollector):
             except Exception as err:  # one broken NodePool must not hide the others' series
                 log.debug("instance types not resolved for metrics", nodepool=name, error=str(err))
                 snapshot.failed.add(name)
+        snapshot.sort()
         self.snapshot = snapshot
         self._count_cost_errors()
 
@@ -306,10 +277,6 @@ class StateMetrics(RegisteredCollector):
                 self._cost_errors_counted.add(name)
 
     # Collector ------------------------------------------------------------------------------------------
-
-    def describe(self) -> Iterable[Any]:
-        """Nothing: the families are rendered at scrape time (no duplicate-name check against the registry)."""
-        return []
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """Every family of the module docstring, or nothing while not leading."""
@@ -357,13 +324,13 @@ class StateMetrics(RegisteredCollector):
             values = [base[name] for name in NODE_LABELS]
             pods = list(self.state.pods_on(node.name))
             daemons = [p for p in pods if p.daemonset]
-            requests = _sum(p.pod.requests for p in pods)
+            requests = add(*(p.pod.requests for p in pods))
             per_metric = {
                 "allocatable": node.allocatable,
                 "total_pod_requests": requests,
-                "total_pod_limits": _sum(p.limits for p in pods),
-                "total_daemon_requests": _sum(p.pod.requests for p in daemons),
-                "total_daemon_limits": _sum(p.limits for p in daemons),
+                "total_pod_limits": add(*(p.limits for p in pods)),
+                "total_daemon_requests": add(*(p.pod.requests for p in daemons)),
+                "total_daemon_limits": add(*(p.limits for p in daemons)),
                 "system_overhead": {k: v - node.allocatable.get(k, 0) for k, v in node.capacity.items()},
             }
             for metric, resources in per_metric.items():
@@ -473,18 +440,20 @@ class StateMetrics(RegisteredCollector):
 
     # NodePools ------------------------------------------------------------------------------------------
 
-    def nodepool_cost(self, nodepool: str) -> float:
-        """USD/hour of ``nodepool``'s NodeClaims carrying every :data:`COST_LABELS` label, each at its offering's
-        price (0 when the offering is unknown, as Karpenter's cost tracker undercounts then)."""
-        prices = self.snapshot.prices.get(nodepool, {})
-        total = 0.0
+    def nodepool_costs(self) -> dict[str, float]:
+        """NodePool name → USD/hour of its NodeClaims carrying every :data:`COST_LABELS` label, each at its
+        offering's price (0 when the offering is unknown, as Karpenter's cost tracker undercounts then); one pass
+        over the NodeClaims. NodePools without such NodeClaims are absent (cost 0)."""
+        prices = self.snapshot.prices
+        totals: dict[str, float] = {}
         for claim in list(self.state.nodeclaim_views.values()):
             labels = claim.meta.labels
-            if labels.get(wk.LABEL_NODEPOOL) != nodepool or not all(labels.get(k) for k in COST_LABELS):
+            if not all(labels.get(k) for k in COST_LABELS):
                 continue
+            pool = labels[wk.LABEL_NODEPOOL]
             key = (labels[wk.LABEL_INSTANCE_TYPE], labels[wk.LABEL_ZONE], labels[wk.LABEL_CAPACITY_TYPE])
-            total += prices.get(key, 0.0)
-        return total
+            totals[pool] = totals.get(pool, 0.0) + prices.get(pool, {}).get(key, 0.0)
+        return totals
 
     def _nodepool_families(self) -> Iterator[GaugeMetricFamily]:
         labels = ("resource_type", "nodepool")
@@ -505,10 +474,11 @@ class StateMetrics(RegisteredCollector):
             "Total cost of the nodepool from karpy's perspective, USD per hour (offering prices; not billing).",
             labels=("nodepool",),
         )
+        costs = self.nodepool_costs()
         for name, pool in sorted(self.state.nodepool_views.items()):
             if not pool.template.node_class_ref.ec2nodeclass:
                 continue  # Karpenter IsManaged: only NodePools of this cloud provider's NodeClass
-            cost.add_metric([name], self.nodepool_cost(name))
+            cost.add_metric([name], costs.get(name, 0.0))
             for family, resources in ((usage, pool.resources), (limit, pool.limits)):
                 for resource, quantity in sorted(_canonical(resources).items()):
                     family.add_metric([resource_type(resource), name], resource_value(resource, quantity))
@@ -530,9 +500,9 @@ class StateMetrics(RegisteredCollector):
             "calculation, based on instance type, capacity type, and zone.",
             labels=dims,
         )
-        for d, ok in sorted(snapshot.available.items(), key=lambda kv: attrs.astuple(kv[0])):
+        for d, ok in snapshot.available.items():  # sorted by refresh
             available.add_metric([d.instance_type, d.capacity_type, d.zone], 1.0 if ok else 0.0)
-        for d, usd in sorted(snapshot.price.items(), key=lambda kv: attrs.astuple(kv[0])):
+        for d, usd in snapshot.price.items():
             price.add_metric([d.instance_type, d.capacity_type, d.zone], usd)
         cpu = GaugeMetricFamily(
             "karpenter_cloudprovider_instance_type_cpu_cores",
@@ -544,19 +514,13 @@ class StateMetrics(RegisteredCollector):
             "Memory, in bytes, for a given instance type.",
             labels=("instance_type",),
         )
-        for name, cores in sorted(snapshot.cpu_cores.items()):
+        for name, cores in snapshot.cpu_cores.items():
             cpu.add_metric([name], cores)
-        for name, size in sorted(snapshot.memory_bytes.items()):
+        for name, size in snapshot.memory_bytes.items():
             memory.add_metric([name], size)
         yield from (available, price, cpu, memory)
 
 
-def _sum(maps: Iterable[Mapping[str, int]]) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for m in maps:
-        for k, v in m.items():
-            total[k] = total.get(k, 0) + v
-    return total
 
 
 def _canonical(resources: Mapping[str, str]) -> dict[str, int]:

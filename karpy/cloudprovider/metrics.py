@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import structlog
 from prometheus_client import Counter, Histogram
@@ -37,8 +37,9 @@ from karpy.cloudprovider.types import (
     NodeClassNotReadyError,
 )
 
-# Karpenter core ``pkg/metrics/constants.go`` DurationBuckets (controller-runtime's plus 120 … 600 s), seconds.
-DURATION_BUCKETS = (
+# Karpenter core ``pkg/metrics/constants.go`` DurationBuckets (controller-runtime's plus 120 … 600 s), seconds: the
+# one definition, shared by karpy.metrics and karpy.metrics_runtime.
+DURATION_BUCKETS: Final = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
     1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60,
     120, 150, 300, 450, 600,

@@ -219,14 +219,15 @@ class Provisioner:
         """``karpenter_pods_scheduling_decision_duration_seconds``: once per pod, from when karpy first saw it
         (its creation, or karpy's start for an older pod) to its first scheduling decision (Karpenter core
         ``state/cluster.go`` ``MarkPodSchedulingDecisions``); forgotten once the pod is gone. Pods placed (not in
-        ``unplaced``) are schedulable from ``now`` for the ``karpenter_pods_provisioning_*`` latencies. Bound pods
+        ``unplaced``) are schedulable from ``now`` for the ``karpenter_pods_provisioning_*`` latencies, recorded only
+        while ``on_decision`` is set (cluster-state observability on: the latencies' pod listener runs). Bound pods
         (displaced from a deleting node) are skipped, as Karpenter skips scheduled pods."""
         for pod in pods:
             if pod.node_name:
                 continue  # a bound pod of a deleting node: Karpenter skips scheduled pods here
-            if pod.key not in unplaced:
-                self.latencies.schedulable(pod.key, now)
-            if self.on_decision is not None:
+            if self.on_decision is not None:  # None with cluster-state observability off: record nothing
+                if pod.key not in unplaced:
+                    self.latencies.schedulable(pod.key, now)
                 self.on_decision(pod.key, pod.key not in unplaced)
             if pod.uid not in self._decided:
                 self._decided.add(pod.uid)

@@ -66,7 +66,8 @@ AWAITING_RECONCILIATION: Final = "AwaitingReconciliation"
 AWAITING_RECONCILIATION_MESSAGE: Final = "object is awaiting reconciliation"
 # prometheus.ExponentialBuckets(0.5, 2, 15): 0.5, 1, 2, … 8192 (Karpenter's WithHistogramBuckets).
 EXPONENTIAL_BUCKETS: Final = tuple(0.5 * 2**i for i in range(15))
-# prometheus.DefBuckets (prometheus-client's default buckets are the same).
+# prometheus.DefBuckets (Go client_golang). Kept explicit: prometheus-client's default buckets are not the same (they
+# add 0.075, 0.75 and 7.5).
 DEFAULT_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -93,16 +94,17 @@ class KindSpec:
     deprecated: bool
     buckets: tuple[float, ...]
     known: tuple[str, ...]
+    # ``labels`` as metric label names, computed once.
+    metric_labels: tuple[str, ...] = attrs.field(init=False)
+
+    @metric_labels.default
+    def _metric_labels(self) -> tuple[str, ...]:
+        return tuple(prometheus_label(k) for k in self.labels)
 
     @property
     def subsystem(self) -> str:
         """``nodeclaim``, ``node``, ``nodepool``, ``ec2nodeclass`` (operatorpkg: the lower-cased kind)."""
         return self.kind.lower()
-
-    @property
-    def metric_labels(self) -> tuple[str, ...]:
-        """``labels`` as metric label names."""
-        return tuple(prometheus_label(k) for k in self.labels)
 
 
 SPECS: Final[dict[str, KindSpec]] = {
@@ -392,10 +394,6 @@ class StatusConditions(RegisteredCollector):
             self.unregister()
 
     # Collector ------------------------------------------------------------------------------------------
-
-    def describe(self) -> Iterable[Any]:
-        """Nothing: the gauges are rendered at scrape time."""
-        return []
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """``operator_<kind>_status_condition_{count,current_status_seconds}``, ``operator_<kind>_termination_

@@ -9,9 +9,8 @@ since the epoch.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from karpy.apis import labels as wk
 from karpy.apis.meta import JSON
@@ -58,31 +57,57 @@ def _requests_of(container: Mapping[str, Any]) -> Resources:
         return {}
 
 
-def pod_requests(spec: Mapping[str, Any]) -> Resources:
-    """Effective requests of a pod, canonical units (Kubernetes ``resourcehelper.PodRequests``).
+def _limits_of(container: Mapping[str, Any]) -> Resources:
+    """A container's limits ({} when unparsable)."""
+    try:
+        return parse_resource_list((container.get("resources") or {}).get("limits"))
+    except QuantityError:
+        return {}
 
-    max(sum of containers + restartable (sidecar) init containers, each regular init container plus the
-    sidecars started before it) + ``spec.overhead``. Pod-level ``spec.resources.requests`` (KEP-2837) win when
-    set. Every pod also takes one ``pods`` slot.
+
+def pod_resources(spec: Mapping[str, Any], field: Literal["requests", "limits"]) -> Resources:
+    """Effective requests or limits of a pod, canonical units (Kubernetes ``resourcehelper.PodRequests`` /
+    ``PodLimits``): max(sum of containers + restartable (sidecar) init containers, each regular init container
+    plus the sidecars started before it); pod-level ``spec.resources.<field>`` (KEP-2837) win when set. Then
+    ``spec.overhead``: added to every resource for requests, only to the resources that have a limit for limits
+    (``PodLimits`` adds overhead to limited resources only). Every pod also takes one ``pods`` slot.
+
+    Raises QuantityError for unparsable pod-level requests; unparsable pod-level limits count as none.
     """
-    pod_level = (spec.get("resources") or {}).get("requests")
+    pod_level = (spec.get("resources") or {}).get(field)
+    per_container = _requests_of if field == "requests" else _limits_of
     if pod_level:
-        total = parse_resource_list(pod_level)
+        try:
+            total = parse_resource_list(pod_level)
+        except QuantityError:
+            if field == "requests":
+                raise
+            total = {}
     else:
         sidecars: Resources = {}
         init_peak: Resources = {}
         for init in spec.get("initContainers") or []:
-            req = _requests_of(init)
+            own = per_container(init)
             if init.get("restartPolicy") == "Always":
-                sidecars = add(sidecars, req)
+                sidecars = add(sidecars, own)
             else:
-                init_peak = max_of([init_peak, add(req, sidecars)])
-        containers = add(*(_requests_of(c) for c in spec.get("containers") or []), sidecars)
+                init_peak = max_of([init_peak, add(own, sidecars)])
+        containers = add(*(per_container(c) for c in spec.get("containers") or []), sidecars)
         total = max_of([containers, init_peak])
-    with contextlib.suppress(QuantityError):
-        total = add(total, parse_resource_list(spec.get("overhead")))
+    try:
+        overhead = parse_resource_list(spec.get("overhead"))
+    except QuantityError:
+        overhead = {}
+    if field == "limits":
+        overhead = {k: v for k, v in overhead.items() if k in total}
+    total = add(total, overhead)
     total["pods"] = 1
     return total
+
+
+def pod_requests(spec: Mapping[str, Any]) -> Resources:
+    """Effective requests of a pod, canonical units: :func:`pod_resources` of ``requests``."""
+    return pod_resources(spec, "requests")
 
 
 # The operators Kubernetes allows in a pod's node affinity (core/v1 NodeSelectorOperator): not Karpenter's Gte/Lte.

@@ -13,13 +13,12 @@ from typing import Any
 import attrs
 
 from karpy.apis import labels as wk
-from karpy.apis.conditions import Condition, conditions_of
-from karpy.apis.quantity import QuantityError, parse_resource_list
-from karpy.apis.resources import Resources, add, max_of
+from karpy.apis.conditions import Condition, condition_true, conditions_of
+from karpy.apis.resources import Resources
 from karpy.apis.taints import Taint, taints
 from karpy.apis.times import parse_time
 from karpy.scheduling.model import Pod
-from karpy.scheduling.translate import controller_owner, node_resources, scheduling_pod
+from karpy.scheduling.translate import controller_owner, node_resources, pod_resources, scheduling_pod
 
 
 @attrs.frozen(slots=True)
@@ -105,15 +104,11 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         owner_kind=str(owner.get("kind")) if owner else "",
         deletion_timestamp=parse_time(meta.get("deletionTimestamp")),
         limits=pod_limits(obj.get("spec") or {}),
-        ready=_condition_true(status, "Ready"),
-        scheduled=_condition_true(status, "PodScheduled"),
+        ready=condition_true(obj, "Ready"),
+        scheduled=condition_true(obj, "PodScheduled"),
         owner_link=_owner_link(meta),
         dynamic_resources=bool((obj.get("spec") or {}).get("resourceClaims")),
     )
-
-
-def _condition_true(status: Mapping[str, Any], type_: str) -> bool:
-    return any(c.get("type") == type_ and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
 def _owner_link(meta: Mapping[str, Any]) -> str:
@@ -127,41 +122,11 @@ def _owner_link(meta: Mapping[str, Any]) -> str:
     return f"/apis/{first.get('apiVersion', '')}/namespaces/{meta.get('namespace', '')}/{kind}s/{first.get('name', '')}"
 
 
-def _limits_of(container: Mapping[str, Any]) -> Resources:
-    try:
-        return parse_resource_list((container.get("resources") or {}).get("limits"))
-    except QuantityError:
-        return {}
-
-
 def pod_limits(spec: Mapping[str, Any]) -> Resources:
     """Effective limits of a pod, canonical units (Kubernetes ``resourcehelper.PodLimits``, as Karpenter's
-    ``resources.LimitsForPods`` sums them): max(sum of containers + restartable (sidecar) init containers, each
-    regular init container plus the sidecars started before it), ``spec.overhead`` added to the resources that
-    have a limit; pod-level ``spec.resources.limits`` win when set. Plus one ``pods``, as Karpenter counts."""
-    pod_level = (spec.get("resources") or {}).get("limits")
-    if pod_level:
-        try:
-            total = parse_resource_list(pod_level)
-        except QuantityError:
-            total = {}
-    else:
-        sidecars: Resources = {}
-        init_peak: Resources = {}
-        for init in spec.get("initContainers") or []:
-            lim = _limits_of(init)
-            if init.get("restartPolicy") == "Always":
-                sidecars = add(sidecars, lim)
-            else:
-                init_peak = max_of([init_peak, add(lim, sidecars)])
-        total = max_of([add(*(_limits_of(c) for c in spec.get("containers") or []), sidecars), init_peak])
-    try:
-        overhead = parse_resource_list(spec.get("overhead"))
-    except QuantityError:
-        overhead = {}
-    total = {k: v + (overhead.get(k, 0) if k in total else 0) for k, v in total.items()}
-    total["pods"] = 1
-    return total
+    ``resources.LimitsForPods`` sums them): :func:`karpy.scheduling.translate.pod_resources` of ``limits``
+    (``spec.overhead`` added to the resources that have a limit), plus one ``pods``, as Karpenter counts."""
+    return pod_resources(spec, "limits")
 
 
 @attrs.frozen(slots=True)

@@ -9,9 +9,23 @@ from contextlib import contextmanager
 from prometheus_client import REGISTRY
 
 
-def sample(name: str, **labels: str) -> float | None:
+def sample(name: str, /, **labels: str) -> float | None:
     """The value of sample ``name`` with exactly ``labels`` (None when the series does not exist)."""
     return REGISTRY.get_sample_value(name, labels)
+
+
+def series(name: str) -> list[tuple[dict[str, str], float]]:
+    """The labels and value of every sample named ``name``, in registry order."""
+    return [(dict(s.labels), s.value) for family in REGISTRY.collect() for s in family.samples if s.name == name]
+
+
+def since(*series: tuple[str, Mapping[str, str]]) -> Callable[[], list[float]]:
+    """``moved = since((name, labels), ...)``: ``moved()`` = how much each exact series has moved since the call,
+    at any point (a series that does not exist counts as 0); :func:`Delta` for a whole block."""
+    before = [REGISTRY.get_sample_value(n, dict(ls)) or 0.0 for n, ls in series]
+    return lambda: [
+        (REGISTRY.get_sample_value(n, dict(ls)) or 0.0) - b for (n, ls), b in zip(series, before, strict=True)
+    ]
 
 
 def total(name: str, **labels: str) -> float:

@@ -4,7 +4,6 @@ mappings karpy's call sites share (reasons, consolidation types and policies, te
 from __future__ import annotations
 
 import pytest
-from prometheus_client import REGISTRY
 
 from karpy import metrics
 from karpy.apis import labels as wk
@@ -14,12 +13,12 @@ from karpy.controllers.garbagecollection import GarbageCollection
 from karpy.kube.fake import FakeKube
 from karpy.scheduling import model
 from karpy.state.cluster import ClusterState
-from tests.unit.metrics_helpers import Delta, sample
+from tests.unit.metrics_helpers import Delta, sample, series
 from tests.unit.test_interruption_gc import CLUSTER, NOW, claim, controller, instance, queued, spot
 
 
 def _labels(name: str) -> list[dict[str, str]]:
-    return [dict(s.labels) for f in REGISTRY.collect() for s in f.samples if s.name == name]
+    return [labels for labels, _ in series(name)]
 
 
 async def test_an_interruption_counts_received_by_type_deleted_without_labels_and_the_disrupted_nodeclaim() -> None:
@@ -168,8 +167,8 @@ def test_label_value_mappings() -> None:
 
 def test_pod_latencies_observe_bound_and_started_pods_from_creation_and_from_schedulable() -> None:
     """A pod created at 1000 s, seen pending and unbound, found schedulable at 1010 s, bound at 1030 s, running at
-    1050 s: bound 30 s (provisioning 20 s) and startup 50 s (provisioning 40 s). A pod already running when first
-    seen observes nothing, and the series label ``dynamic_resources`` is "false" without resource claims."""
+    1040 s, ready at 1050 s: bound 30 s (provisioning 20 s) and startup 50 s (provisioning 40 s). A pod already running
+    when first seen observes nothing, and the series label ``dynamic_resources`` is "false" without resource claims."""
     from karpy.state.cluster import ClusterState
     from tests.unit.disruption_builders import pod, ts
 
@@ -198,11 +197,18 @@ def test_pod_latencies_observe_bound_and_started_pods_from_creation_and_from_sch
             "metadata": {**pending["metadata"], "resourceVersion": "900001"},
         }
         state.apply("Pod", "MODIFIED", bound)
-        now[0] = 1050.0
-        started = {
+        now[0] = 1040.0
+        running = {
             **bound,
             "status": {"phase": "Running"},
             "metadata": {**bound["metadata"], "resourceVersion": "900002"},
+        }
+        state.apply("Pod", "MODIFIED", running)  # running but not ready: not started yet (Karpenter waits for Ready)
+        now[0] = 1050.0
+        started = {
+            **running,
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+            "metadata": {**running["metadata"], "resourceVersion": "900005"},
         }
         state.apply("Pod", "MODIFIED", started)
         state.apply("Pod", "MODIFIED", {**started, "metadata": {**started["metadata"], "resourceVersion": "900003"}})
@@ -221,7 +227,7 @@ def test_pod_latencies_observe_nothing_on_a_standby() -> None:
         state.apply("Pod", "ADDED", pending)
         running = {
             **pending,
-            "status": {"phase": "Running"},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
             "metadata": {**pending["metadata"], "resourceVersion": "900004"},
         }
         state.apply("Pod", "MODIFIED", running)

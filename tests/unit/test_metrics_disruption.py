@@ -11,8 +11,6 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from prometheus_client import REGISTRY
-
 from karpy.controllers.disruption import consolidation as cons
 from karpy.controllers.disruption.controls import DisruptionSettings
 from karpy.controllers.terminator import Terminator
@@ -20,7 +18,7 @@ from karpy.kube.events import EventRecorder
 from karpy.kube.resources import NODECLAIMS
 from karpy.metrics import PodLatencies
 from tests.unit.disruption_builders import T0, nodeclaim, nodeclass, nodepool, pod
-from tests.unit.metrics_helpers import Delta, sample, total
+from tests.unit.metrics_helpers import Delta, sample, series, total
 from tests.unit.test_disruption_orchestrator import Harness, node, two_nodes
 from tests.unit.test_terminator_tgp import gone_cloud
 
@@ -160,13 +158,14 @@ async def test_a_provisioning_with_min_values_relaxed_counts_provisioned_true() 
         h = Harness([nodeclass(), pool, pod("w", cpu="3")])
         h.provisioner.min_values_policy = "BestEffort"
         h.provisioner.latencies = latencies = PodLatencies(clock=h.clock)
+        h.provisioner.on_decision = lambda key, schedulable: None  # cluster-state observability on
         assert len(await h.provisioner.provision_once()) == 1
         assert set(latencies._schedulable) == {"default/w"}, "placed: schedulable from the decision"
         assert len(await h.provisioner.provision_once()) == 0, "planned: no second NodeClaim, no second decision"
     assert delta() == [1, 0, 1, 1]
     assert sample("karpenter_scheduler_unschedulable_pods_count", controller="provisioner") == 0
     assert sample("karpenter_scheduler_pending_pods_by_effective_zone_count", controller="provisioner", zone="flexible")
-    depth = [v for labels, v in _series("karpenter_scheduler_queue_depth") if labels.get("controller") == "provisioner"]
+    depth = [v for labels, v in series("karpenter_scheduler_queue_depth") if labels.get("controller") == "provisioner"]
     assert depth == [0.0], "one series per controller: the last run's, which placed every pod"
 
 
@@ -248,10 +247,6 @@ def _candidates() -> list[Any]:
     return [SimpleNamespace(name=n, disruption_cost=1.0, pods=(), price=0.1) for n in ("x", "y")]
 
 
-def _series(name: str) -> list[tuple[dict[str, str], float]]:
-    return [(dict(s.labels), s.value) for f in REGISTRY.collect() for s in f.samples if s.name == name]
-
-
 async def test_candidates_that_gained_pods_before_the_command_acted_are_failed_validations_not_decisions() -> None:
     """One of 3 empty nodes gains a pod: it fails validation (1), the other two go in one decision. A lone
     candidate that gains a pod fails validation and no decision nor queue failure is counted."""
@@ -306,3 +301,13 @@ async def test_the_provisioner_reports_each_unbound_pods_decision_placed_or_not(
     h.provisioner.on_decision = lambda key, schedulable: decisions.append((key, schedulable))
     assert len(await h.provisioner.provision_once()) == 1
     assert sorted(decisions) == [("default/fits", True), ("default/huge", False)]
+
+
+async def test_with_observability_off_the_provisioner_records_no_schedulable_times() -> None:
+    """DISABLE_CLUSTER_STATE_OBSERVABILITY leaves ``on_decision`` unset and the pod latencies unsubscribed from
+    cluster state, so nothing may be recorded into them (nothing would ever forget it)."""
+    h = Harness([nodeclass(), nodepool("m-off"), pod("w", cpu="1")])
+    h.provisioner.latencies = latencies = PodLatencies(clock=h.clock)
+    assert h.provisioner.on_decision is None
+    assert len(await h.provisioner.provision_once()) == 1
+    assert latencies._schedulable == {}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import structlog
-from prometheus_client import REGISTRY
 
 from karpy.aws.instances import count_launch_failures, launch_failure_reason
 from karpy.cloudprovider.fake import FakeCloudProvider
@@ -15,10 +14,7 @@ from karpy.kube.client import request_labels
 from karpy.runtime.clock import FakeClock
 from karpy.runtime.controller import Controller, Result
 from karpy.runtime.workqueue import WorkQueue
-
-
-def value(metric: str, /, **labels: str) -> float:
-    return REGISTRY.get_sample_value(metric, labels) or 0.0
+from tests.unit.metrics_helpers import Delta, sample, since
 
 
 async def test_workqueue_counts_adds_depth_waits_and_retries() -> None:
@@ -27,25 +23,29 @@ async def test_workqueue_counts_adds_depth_waits_and_retries() -> None:
     ticks = iter(float(t) for t in range(100))
     queue = WorkQueue(name="unit-queue", clock=FakeClock(), monotonic=lambda: next(ticks))
     labels = {"name": "unit-queue", "controller": "unit-queue"}
+    adds = since(("workqueue_adds_total", labels))
+    durations = since(
+        ("workqueue_queue_duration_seconds_count", labels), ("workqueue_work_duration_seconds_count", labels)
+    )
+    retries = since(("workqueue_retries_total", labels))
     queue.add("a")
     queue.add("a")  # already queued: no add
     queue.add("b")
-    assert value("workqueue_adds_total", **labels) == 2
-    assert value("workqueue_depth", **labels, priority="") == 2
+    assert adds() == [2]
+    assert sample("workqueue_depth", **labels, priority="") == 2
     key = await queue.get()
     queue.add(key)  # added again while processed: counted, queued after done
-    assert value("workqueue_depth", **labels, priority="") == 2
+    assert sample("workqueue_depth", **labels, priority="") == 2
     queue.done(key)
-    assert value("workqueue_queue_duration_seconds_count", **labels) == 1
-    assert value("workqueue_work_duration_seconds_count", **labels) == 1
+    assert durations() == [1, 1]
     for _ in range(2):
         queue.done(await queue.get())
-    assert value("workqueue_adds_total", **labels) == 3
-    assert value("workqueue_depth", **labels, priority="") == 0
+    assert adds() == [3]
+    assert sample("workqueue_depth", **labels, priority="") == 0
     queue.add_rate_limited("c")
-    assert value("workqueue_retries_total", **labels) == 1
-    assert value("workqueue_unfinished_work_seconds", **labels) == 0
-    assert value("workqueue_longest_running_processor_seconds", **labels) == 0
+    assert retries() == [1]
+    assert sample("workqueue_unfinished_work_seconds", **labels) == 0
+    assert sample("workqueue_longest_running_processor_seconds", **labels) == 0
 
 
 async def test_a_dirty_key_dropped_after_a_failure_leaves_the_depth() -> None:
@@ -55,7 +55,7 @@ async def test_a_dirty_key_dropped_after_a_failure_leaves_the_depth() -> None:
     key = await queue.get()
     queue.add(key)
     queue.done(key, requeue_if_dirty=False)
-    assert value("workqueue_depth", **labels) == 0 and len(queue) == 0
+    assert sample("workqueue_depth", **labels) == 0 and len(queue) == 0
 
 
 class Flaky:
@@ -72,13 +72,17 @@ class Flaky:
 
 
 async def test_reconcile_results_are_labelled_as_controller_runtime() -> None:
-    controller = Controller(Flaky(), workers=3, queue=WorkQueue(clock=FakeClock()))
-    for _ in range(4):
-        await controller._reconcile("k")
-    for result in ("error", "requeue_after", "success", "requeue"):
-        assert value("controller_runtime_reconcile_total", controller="unit-flaky", result=result) == 1, result
-    assert value("controller_runtime_reconcile_errors_total", controller="unit-flaky") == 1
-    assert value("controller_runtime_reconcile_time_seconds_count", controller="unit-flaky") == 4
+    results = ("error", "requeue_after", "success", "requeue")
+    ctl = {"controller": "unit-flaky"}
+    with Delta(
+        *(("controller_runtime_reconcile_total", {**ctl, "result": result}) for result in results),
+        ("controller_runtime_reconcile_errors_total", ctl),
+        ("controller_runtime_reconcile_time_seconds_count", ctl),
+    ) as delta:
+        controller = Controller(Flaky(), workers=3, queue=WorkQueue(clock=FakeClock()))
+        for _ in range(4):
+            await controller._reconcile("k")
+    assert delta() == [1, 1, 1, 1, 1, 4]
     assert controller.queue.name == "unit-flaky"
 
 
@@ -111,16 +115,19 @@ def test_error_type_labels() -> None:
 
 
 async def test_metered_cloud_provider_labels_controller_and_error() -> None:
-    cloud = FakeCloudProvider()
-    metered = MeteredCloudProvider(cloud, provider="unit")
-    cloud.fail("list", CloudProviderError("throttled"))
-    with structlog.contextvars.bound_contextvars(controller="unit-gc"), pytest.raises(CloudProviderError):
-        await metered.list()
-    await metered.list()
     labels = {"controller": "unit-gc", "method": "List", "provider": "unit"}
-    assert value("karpenter_cloudprovider_errors_total", **labels, error="unknown", nodepool="") == 1
-    assert value("karpenter_cloudprovider_duration_seconds_count", **labels) == 1
-    assert value("karpenter_cloudprovider_duration_seconds_count", controller="", method="List", provider="unit") == 1
+    with Delta(
+        ("karpenter_cloudprovider_errors_total", {**labels, "error": "unknown", "nodepool": ""}),
+        ("karpenter_cloudprovider_duration_seconds_count", labels),
+        ("karpenter_cloudprovider_duration_seconds_count", {**labels, "controller": ""}),
+    ) as delta:
+        cloud = FakeCloudProvider()
+        metered = MeteredCloudProvider(cloud, provider="unit")
+        cloud.fail("list", CloudProviderError("throttled"))
+        with structlog.contextvars.bound_contextvars(controller="unit-gc"), pytest.raises(CloudProviderError):
+            await metered.list()
+        await metered.list()
+    assert delta() == [1, 1, 1]
     assert metered.instances is cloud.instances  # other attributes pass through
 
 
@@ -150,7 +157,10 @@ def test_launch_failures_are_counted_per_offering() -> None:
             "LaunchTemplateAndOverrides": {"Overrides": {"AvailabilityZone": "unit-1a"}},
         },
     ]
-    count_launch_failures(errors, status, "spot")
     labels = {"zone": "unit-1a", "zone_id": "unit-az1", "capacity_type": "spot"}
-    assert value("karpenter_cloudprovider_instance_launch_failures_total", **labels, reason="LaunchFailed") == 1
-    assert value("karpenter_cloudprovider_instance_launch_failures_total", **labels, reason="VCPULimitExceeded") == 1
+    with Delta(
+        ("karpenter_cloudprovider_instance_launch_failures_total", {**labels, "reason": "LaunchFailed"}),
+        ("karpenter_cloudprovider_instance_launch_failures_total", {**labels, "reason": "VCPULimitExceeded"}),
+    ) as delta:
+        count_launch_failures(errors, status, "spot")
+    assert delta() == [1, 1]

@@ -5,9 +5,6 @@ failures counted as ``karpenter_nodeclaims_disrupted_total`` with Karpenter's re
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY
-from prometheus_client.samples import Sample
-
 from karpy import __version__
 from karpy.apis import labels as wk
 from karpy.cloudprovider.fake import FakeCloudProvider
@@ -29,7 +26,7 @@ from tests.unit.disruption_builders import (
     ts,
 )
 from tests.unit.disruption_builders import pod as make_pod
-from tests.unit.metrics_helpers import Delta, sample
+from tests.unit.metrics_helpers import Delta, sample, series
 from tests.unit.test_launch_backoff import lifecycle_setup
 from tests.unit.test_lifecycle_hold import NOW, lifecycle
 from tests.unit.test_terminator_tgp import apiserver, gone_cloud
@@ -113,16 +110,11 @@ async def test_launch_and_liveness_deletions_count_disrupted_with_karpenters_rea
 
 
 def test_build_info_is_one_with_karpenters_labels() -> None:
-    families = {s.name: s for s in _samples("karpenter_build_info")}
-    [info] = families.values()
-    assert info.value == 1
-    assert set(info.labels) == {"version", "goversion", "goarch", "commit"}
-    assert info.labels["version"] == __version__ and info.labels["goarch"] in ("amd64", "arm64")
-    assert sample("karpenter_build_info", **info.labels) == 1
-
-
-def _samples(name: str) -> list[Sample]:
-    return [s for f in REGISTRY.collect() for s in f.samples if s.name == name]
+    [(labels, value)] = series("karpenter_build_info")
+    assert value == 1
+    assert set(labels) == {"version", "goversion", "goarch", "commit"}
+    assert labels["version"] == __version__ and labels["goarch"] in ("amd64", "arm64")
+    assert sample("karpenter_build_info", **labels) == 1
 
 
 async def test_a_registration_counts_a_node_created_in_its_nodepool_and_zone() -> None:
