@@ -63,9 +63,7 @@ def metric_label(key: str) -> str:
 
 # Well-known label key → metric label name (keys with exactly one "/", as Karpenter keeps).
 NODE_WELL_KNOWN: Final[dict[str, str]] = {
-    key: metric_label(key)
-    for key in sorted(NODE_WELL_KNOWN_LABELS)
-    if key.count("/") == 1
+    key: metric_label(key) for key in sorted(NODE_WELL_KNOWN_LABELS) if key.count("/") == 1
 }
 NODE_LABELS: Final[tuple[str, ...]] = (*sorted(set(NODE_WELL_KNOWN.values())), "node_name", "phase", "managed")
 NODE_RESOURCE_LABELS: Final[tuple[str, ...]] = (*NODE_LABELS, "resource_type")
@@ -519,8 +517,6 @@ class StateMetrics(RegisteredCollector):
         for name, size in snapshot.memory_bytes.items():
             memory.add_metric([name], size)
         yield from (available, price, cpu, memory)
-
-
 
 
 def _canonical(resources: Mapping[str, str]) -> dict[str, int]:

@@ -356,9 +356,7 @@ class ControlPlane:
     def _wait(self, child: Child, deadline: float, ready: Callable[[], bool]) -> None:
         while True:
             if not child.alive():
-                raise ControlPlaneError(
-                    f"{child.name} exited with code {child.proc.returncode}\n{tail_of(child.log)}"
-                )
+                raise ControlPlaneError(f"{child.name} exited with code {child.proc.returncode}\n{tail_of(child.log)}")
             with contextlib.suppress(OSError, ValueError):
                 if ready():
                     return

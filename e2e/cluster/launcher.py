@@ -108,8 +108,22 @@ def start(workdir: Path, cluster_name: str, *, timeout: float = 180.0, k8s_versi
     started = time.monotonic()
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            ["setpriv", "--pdeathsig", "TERM", "--", sys.executable, "-m", "e2e.cluster", "up",
-             "--workdir", str(workdir), "--cluster", cluster_name, "--k8s-version", k8s_version],
+            [
+                "setpriv",
+                "--pdeathsig",
+                "TERM",
+                "--",
+                sys.executable,
+                "-m",
+                "e2e.cluster",
+                "up",
+                "--workdir",
+                str(workdir),
+                "--cluster",
+                cluster_name,
+                "--k8s-version",
+                k8s_version,
+            ],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -52,9 +52,7 @@ class NodeAgent:
     ``ec2`` is a boto3 EC2 client (calls run in a worker thread); ``kube`` an admin :class:`KubeClient`.
     """
 
-    def __init__(
-        self, kube: KubeClient, ec2: Any, cluster_name: str, region: str, *, interval: float = 0.5
-    ) -> None:
+    def __init__(self, kube: KubeClient, ec2: Any, cluster_name: str, region: str, *, interval: float = 0.5) -> None:
         self.kube = kube
         self.ec2 = ec2
         self.cluster_name = cluster_name
@@ -300,15 +298,21 @@ class NodeAgent:
             existing = await self.kube.get(r.NODES, name)
             log.warning(
                 "node %s exists with providerID %s; not registering %s",
-                name, (existing.get("spec") or {}).get("providerID"), iid,
+                name,
+                (existing.get("spec") or {}).get("providerID"),
+                iid,
             )
             self._ignored.add(iid)
             return
         self.registered[iid] = name
         log.info(
             "registered node %s for %s (%s, %s) labels=%d taints=%s",
-            name, iid, inst["InstanceType"], inst["Placement"]["AvailabilityZone"],
-            len(node["metadata"]["labels"]), [t["key"] for t in node["spec"].get("taints") or []],
+            name,
+            iid,
+            inst["InstanceType"],
+            inst["Placement"]["AvailabilityZone"],
+            len(node["metadata"]["labels"]),
+            [t["key"] for t in node["spec"].get("taints") or []],
         )
 
     async def _delete(self, node: Mapping[str, Any], instance_id: str, state: str) -> None:

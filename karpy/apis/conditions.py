@@ -134,6 +134,7 @@ def same_conditions(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any
 
     return norm(a) == norm(b)
 
+
 class ObjectView:
     """What the NodePool, NodeClaim and EC2NodeClass views share: their name, deletion and status conditions
     (a mixin for the frozen attrs views, which define ``meta`` and ``conditions``)."""

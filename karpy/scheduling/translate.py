@@ -43,7 +43,6 @@ EPHEMERAL_TAINT_KEYS = frozenset(
 )
 
 
-
 # ---------------------------------------------------------------------------------------------------------
 # Pods
 
@@ -301,8 +300,6 @@ def daemonset_view(obj: Mapping[str, Any]) -> DaemonSet:
 
 # ---------------------------------------------------------------------------------------------------------
 # Nodes and taints
-
-
 
 
 def node_resources(obj: Mapping[str, Any]) -> tuple[Resources, Resources]:

@@ -94,8 +94,10 @@ def test_user_data_base64_as_ec2_returns_it() -> None:
 
 def test_several_nodeconfig_parts_merge_in_order() -> None:
     """nodeadm merges every NodeConfig part: a user's part first, Karpenter's after it."""
-    user_part = "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    config:\n" \
+    user_part = (
+        "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    config:\n"
         "      maxPods: 10\n      systemReserved: {cpu: 100m}\n    flags: [--node-labels=a=1]\n"
+    )
     text = (
         'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="B"\n\n'
         f"--B\nContent-Type: text/x-shellscript\n\n#!/bin/bash\necho hi\n\n"
@@ -119,8 +121,10 @@ def test_bare_nodeconfig_and_non_nodeadm_user_data() -> None:
     assert config is not None and config.kubelet_config == {"maxPods": 5}
     assert kubelet.parse_user_data("#!/bin/bash\n/etc/eks/bootstrap.sh demo\n") is None
     assert kubelet.parse_user_data(b"") is None
-    shell_only = 'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="B"\n\n' \
+    shell_only = (
+        'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="B"\n\n'
         "--B\nContent-Type: text/x-shellscript\n\n#!/bin/bash\n--B--\n"
+    )
     assert kubelet.parse_user_data(shell_only) is None
 
 
@@ -289,8 +293,15 @@ def _karpy_launch(type_info: dict[str, Any], nodeclass_kubelet: dict[str, Any]) 
     from karpy.aws.userdata import NodeAdmInput, render
 
     it = build_instance_type(
-        type_info, nodeclass_kubelet, 20 * GIB, ["us-east-1a"], {}, {}, {},
-        vm_memory_overhead_percent=0.075, reserved_enis=0,
+        type_info,
+        nodeclass_kubelet,
+        20 * GIB,
+        ["us-east-1a"],
+        {},
+        {},
+        {},
+        vm_memory_overhead_percent=0.075,
+        reserved_enis=0,
     )
     reserved = kubelet_resources(it.capacity, nodeclass_kubelet)
     user_data = render(
@@ -371,9 +382,7 @@ def test_a_wrong_overhead_model_is_caught() -> None:
     wrong_pods = with_allocatable(memory=f"{memory - 11}Mi")  # kube-reserved for 30 pods instead of 29
     assert set(e2e_helpers.allocatable_mismatches(wrong_pods, node)) == {"memory"}
     no_eviction = with_allocatable(memory=f"{memory + 100}Mi")  # memory.available=100Mi forgotten
-    assert e2e_helpers.allocatable_mismatches(no_eviction, node)["memory"] == (
-        (memory + 100) * MIB, memory * MIB
-    )
+    assert e2e_helpers.allocatable_mismatches(no_eviction, node)["memory"] == ((memory + 100) * MIB, memory * MIB)
     soft_claim, soft_user_data = _karpy_launch(M5_LARGE, {"evictionSoft": {"memory.available": "500Mi"}})
     soft_node = _agent_node(M5_LARGE, soft_user_data)
     assert set(e2e_helpers.allocatable_mismatches(soft_claim, soft_node)) == {"memory"}

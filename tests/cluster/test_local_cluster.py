@@ -300,8 +300,15 @@ async def test_node_of_an_unknown_instance_is_deleted_and_a_foreign_one_kept(
     # The foreign Node first: any agent pass that lists the "gone" Node lists the foreign one too, so the pass
     # that deletes "gone" is a pass that judged the foreign Node and kept it.
     for key in ("foreign", "gone"):
-        await kube.create(r.NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": names[key]},
-                                    "spec": {"providerID": provider_ids[key]}})
+        await kube.create(
+            r.NODES,
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": names[key]},
+                "spec": {"providerID": provider_ids[key]},
+            },
+        )
     try:
         await wait_for(lambda: _gone(kube, r.NODES, names["gone"]), timeout=20, what="node of unknown instance deleted")
         assert (await kube.get(r.NODES, names["foreign"]))["spec"]["providerID"] == provider_ids["foreign"]

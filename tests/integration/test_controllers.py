@@ -63,6 +63,7 @@ async def operator(local_cluster: Any, kube: KubeClient) -> AsyncIterator[Operat
         finally:
             await _remove_everything_made_here(kube)
 
+
 async def _remove_everything_made_here(kube: KubeClient) -> None:
     """Delete this module's NodePools, pods and NodeClaims while the operator still runs (its terminator
     releases the finalizers), so the cluster shared with later tests is left as it was found."""

@@ -104,6 +104,7 @@ async def aws(local_cluster: Any) -> AWS:
 @pytest.fixture(scope="module")
 async def operator(local_cluster: Any, kube: KubeClient, aws: AWS) -> AsyncIterator[Operator]:
     """The operator graph with this module's queue (1 s long poll, 1 s visibility timeout)."""
+
     def queue(clients: AWSClients) -> SQSInterruptionQueue:
         return SQSInterruptionQueue(clients.sqs, QUEUE, wait_time_seconds=1, visibility_timeout=1)
 
@@ -276,9 +277,7 @@ async def _deny_deletes(kube: KubeClient) -> None:
 
     async def enforced() -> bool:
         try:
-            await kube.request(
-                "DELETE", r.NODECLAIMS.path(None, target["metadata"]["name"]), query={"dryRun": "All"}
-            )
+            await kube.request("DELETE", r.NODECLAIMS.path(None, target["metadata"]["name"]), query={"dryRun": "All"})
         except ApiError as err:
             return err.status in (400, 403, 422)
         return False

@@ -109,9 +109,10 @@ def test_do_not_disrupt_on_claim_node_or_pod_blocks() -> None:
     plain = infos(pod("p", "node-a"))
     assert do_not_disrupt_blocker(claim, {}, plain) == ""
     # Karpenter's wording (core state/statenode.go), shown as the DisruptionBlocked event's message.
-    assert do_not_disrupt_blocker(
-        claim, {}, infos(pod("q", "node-a", annotations={wk.ANNOTATION_DO_NOT_DISRUPT: "true"}))
-    ) == 'pod has "karpenter.sh/do-not-disrupt" annotation (Pod=default/q)'
+    assert (
+        do_not_disrupt_blocker(claim, {}, infos(pod("q", "node-a", annotations={wk.ANNOTATION_DO_NOT_DISRUPT: "true"})))
+        == 'pod has "karpenter.sh/do-not-disrupt" annotation (Pod=default/q)'
+    )
     node_blocked = 'disruption is blocked through the "karpenter.sh/do-not-disrupt" annotation'
     assert do_not_disrupt_blocker(claim, {wk.ANNOTATION_DO_NOT_DISRUPT: "true"}, plain) == node_blocked
     protected = claim_view(nodeclaim("b", pool, annotations={wk.ANNOTATION_DO_NOT_DISRUPT: "true"}))

@@ -13,8 +13,15 @@ from karpy.state.plans import Plans, recorded_plan
 DELETED_AT = "2026-01-01T00:00:00Z"
 
 
-def nodeclaim(name: str, rv: str, pods: dict[str, str] | None = None, *, legacy: list[str] | None = None,
-              batch: str = "", deleting: bool = False) -> dict[str, Any]:
+def nodeclaim(
+    name: str,
+    rv: str,
+    pods: dict[str, str] | None = None,
+    *,
+    legacy: list[str] | None = None,
+    batch: str = "",
+    deleting: bool = False,
+) -> dict[str, Any]:
     annotations = {}
     if pods is not None:
         annotations[wk.ANNOTATION_PLAN] = json.dumps({"batch": batch or name, "pods": pods})
@@ -31,9 +38,10 @@ def pod(name: str, rv: str, node: str = "", uid: str = "") -> dict[str, Any]:
     return {
         "metadata": {"name": name, "namespace": "d", "uid": uid or name, "resourceVersion": rv},
         "spec": {"nodeName": node, "containers": []},
-        "status": {"phase": "Running" if node else "Pending",
-                   "conditions": [] if node else [{"type": "PodScheduled", "status": "False",
-                                                   "reason": "Unschedulable"}]},
+        "status": {
+            "phase": "Running" if node else "Pending",
+            "conditions": [] if node else [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        },
     }
 
 
@@ -113,8 +121,8 @@ def test_restart_rebuilds_plans_from_uid_and_legacy_annotations_in_any_list_orde
         plans.follow()
         pods = [pod("a", "1"), pod("b", "2"), pod("c", "3")]
         claims = [nodeclaim("new", "4", {"a": "d/a"}), nodeclaim("old", "5", legacy=["d/b"])]
-        for kind, items in (("Pod", pods), ("NodeClaim", claims)) if pods_first else (
-            ("NodeClaim", claims), ("Pod", pods)
+        for kind, items in (
+            (("Pod", pods), ("NodeClaim", claims)) if pods_first else (("NodeClaim", claims), ("Pod", pods))
         ):
             state.replace(kind, items)
         assert (plans.owner("a"), plans.owner("b")) == ("new", "old"), f"pods first: {pods_first}"
