@@ -49,9 +49,8 @@ async def clients(moto_aws: MotoAWS, seeded: dict[str, Any]) -> AsyncIterator[AW
         yield opened
 
 
-@pytest.fixture(scope="session")
-def cloud(clients: AWSClients) -> AWSCloudProvider:
-    """One provider for the session: its catalogue caches make later tests fast."""
+def new_provider(clients: AWSClients) -> AWSCloudProvider:
+    """A cloud provider for the seeded test cluster, with caches of its own (as one process has)."""
     return AWSCloudProvider(
         clients,
         cluster_name=CLUSTER,
@@ -60,6 +59,12 @@ def cloud(clients: AWSClients) -> AWSCloudProvider:
         region="us-east-1",
         k8s_version="1.34",
     )
+
+
+@pytest.fixture(scope="session")
+def cloud(clients: AWSClients) -> AWSCloudProvider:
+    """One provider for the session: its catalogue caches make later tests fast."""
+    return new_provider(clients)
 
 
 def nodeclass_spec(name: str = "default", **spec: Any) -> dict[str, Any]:

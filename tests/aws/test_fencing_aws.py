@@ -18,9 +18,8 @@ from karpy.aws.sqs import SQSInterruptionQueue
 from karpy.cloudprovider.types import LaunchRequest
 from karpy.runtime.clock import FakeClock
 from karpy.runtime.fence import Fence, NotLeader
-from tests.aws.conftest import CA, ENDPOINT
+from tests.aws.conftest import new_provider
 
-CLUSTER = "aws-test"  # tests/aws/conftest.py seeds moto for this cluster name
 ON_DEMAND = {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]}
 
 
@@ -132,18 +131,6 @@ async def test_the_identity_is_in_the_user_agent(moto_aws: MotoAWS, seeded: dict
 # --- through the cloud provider ----------------------------------------------------------------------------------
 
 
-def provider(clients: AWSClients) -> AWSCloudProvider:
-    """A cloud provider of its own (no launch-template cache shared with other tests), as one process has."""
-    return AWSCloudProvider(
-        clients,
-        cluster_name=CLUSTER,
-        cluster_endpoint=ENDPOINT,
-        cluster_ca_bundle=CA,
-        region="us-east-1",
-        k8s_version="1.34",
-    )
-
-
 async def launch_request(cloud: AWSCloudProvider, nodeclass: dict[str, Any], name: str) -> LaunchRequest:
     types = [t for t in await cloud.get_instance_types(nodeclass) if t.name == "m5.large"]
     return LaunchRequest(
@@ -175,7 +162,7 @@ async def test_a_standby_cannot_launch_and_a_granted_leader_can(
     """Closed fence: ``create`` reads the catalogue (Describe*) and then raises NotLeader itself, not a
     CloudProviderError (a launch failure), at its first write (CreateLaunchTemplate or CreateFleet); moto has no
     instance for the claim. Granted: the same request launches one instance."""
-    cloud = provider(fenced)
+    cloud = new_provider(fenced)
     request = await launch_request(cloud, nodeclass, "nc-fenced")
     assert request.instance_types, "the catalogue was read through the closed fence"
     with pytest.raises(NotLeader) as err:
@@ -197,7 +184,7 @@ async def test_terminate_and_tag_are_refused_after_the_deadline(
     has the instance running, untagged."""
     assert fenced.fence is not None
     fenced.fence.grant(clock() + 10.0)
-    cloud = provider(fenced)
+    cloud = new_provider(fenced)
     result = await cloud.create(await launch_request(cloud, nodeclass, "nc-expired"))
     await clock.advance(10.0)
     with pytest.raises(NotLeader) as err:
@@ -224,7 +211,7 @@ async def test_the_next_leader_adopts_an_instance_the_old_one_launched(
         AWSClients.create("us-east-1", moto_aws.endpoint_url, fence=fence_a) as clients_a,
         AWSClients.create("us-east-1", moto_aws.endpoint_url, fence=fence_b) as clients_b,
     ):
-        cloud_a, cloud_b = provider(clients_a), provider(clients_b)
+        cloud_a, cloud_b = new_provider(clients_a), new_provider(clients_b)
         launched = await cloud_a.create(await launch_request(cloud_a, nodeclass, "nc-failover"))
         fence_a.revoke()
         fence_b.grant(clock() + 10.0)
