@@ -25,6 +25,7 @@ Differences: prometheus-client's ``Summary`` exposes ``_count`` and ``_sum`` onl
 from __future__ import annotations
 
 import platform
+import re
 import sys
 import time
 import uuid
@@ -56,6 +57,7 @@ _LIFETIME_BUCKETS: Final = (
 # NodeClaim created/disrupted reasons (Karpenter core ``pkg/metrics/constants.go``).
 PROVISIONED: Final = "provisioned"
 EXPIRED: Final = "expired"
+UNHEALTHY: Final = "unhealthy"  # node repair
 GARBAGE_COLLECTED: Final = "garbage_collected"
 INSUFFICIENT_CAPACITY: Final = "insufficient_capacity"
 NODECLASS_NOT_READY: Final = "nodeclass_not_ready"
@@ -100,6 +102,12 @@ NODECLAIMS_DISRUPTED = Counter(
     "Number of nodeclaims disrupted in total by Karpenter. Labeled by reason the nodeclaim was disrupted, the owning "
     "nodepool, the capacity type, the consolidation policy, and the termination mode.",
     ["reason", "nodepool", "capacity_type", "consolidation_policy", "termination_mode"],
+)
+NODECLAIMS_UNHEALTHY_DISRUPTED = Counter(
+    "karpenter_nodeclaims_unhealthy_disrupted_total",
+    "Number of unhealthy nodeclaims disrupted in total by node repair. Labeled by the condition the node was disrupted "
+    "on, the owning nodepool, the capacity type, the image ID, and the termination mode.",
+    ["condition", "nodepool", "capacity_type", "image_id", "termination_mode"],
 )
 NODECLAIMS_TERMINATION_DURATION = Histogram(
     "karpenter_nodeclaims_termination_duration_seconds",
@@ -389,6 +397,25 @@ def nodeclaim_disrupted(claim: NodeClaim, reason: str, policy: str = "") -> None
         consolidation_policy=consolidation_policy(policy),
         termination_mode=termination_mode(claim),
     ).inc()
+
+
+def nodeclaim_unhealthy_disrupted(claim: NodeClaim, condition: str, mode: str) -> None:
+    """Count a NodeClaim node repair deleted for Node condition ``condition`` (``NetworkingReady``; labelled in
+    snake case, ``networking_ready``, as Karpenter's ``pretty.ToSnakeCase``) with termination mode ``mode``
+    (core ``disruption/queue.go`` ``recordCandidateDisrupted`` and ``node/legacyrepair/controller.go``)."""
+    NODECLAIMS_UNHEALTHY_DISRUPTED.labels(
+        condition=snake_case(condition),
+        nodepool=claim.nodepool,
+        capacity_type=_claim_label(claim, wk.LABEL_CAPACITY_TYPE),
+        image_id=claim.image_id,
+        termination_mode=mode,
+    ).inc()
+
+
+def snake_case(text: str) -> str:
+    """Karpenter's ``pretty.ToSnakeCase``: ``AcceleratedHardwareReady`` → ``accelerated_hardware_ready``."""
+    text = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", text)
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", text).lower()
 
 
 def nodeclaim_terminated(claim: NodeClaim, now: float) -> None:

@@ -35,6 +35,7 @@ from karpy.controllers.garbagecollection import FAST_INTERVAL as GC_FAST_INTERVA
 from karpy.controllers.garbagecollection import INTERVAL as GC_INTERVAL
 from karpy.controllers.garbagecollection import GarbageCollection, LaunchTemplateJanitor
 from karpy.controllers.interruption import RECEIVE_BACKOFF, Interruption
+from karpy.controllers.node_repair import NodeRepair, RepairPolicies
 from karpy.controllers.nodeclaim_disruption import NodeClaimDisruption, affected_nodeclaims
 from karpy.controllers.nodeclaim_expiration import NodeClaimExpiration
 from karpy.controllers.nodeclaim_lifecycle import NodeClaimLifecycle
@@ -176,6 +177,22 @@ class Operator:
             workers=settings.workers(2),
             key_name="nodeclaim",
         )
+        # Node repair runs only with the NodeRepair gate (Karpenter's default: off); an invalid policy set stops here.
+        self.node_repair: Controller | None = None
+        if settings.feature_gates.get("NodeRepair", False):
+            policies = RepairPolicies(cloud.repair_policies(), legacy=settings.legacy_node_repair)
+            self.node_repair = Controller(
+                NodeRepair(
+                    client,
+                    self.state,
+                    self.events,
+                    policies,
+                    self.disruption.settings,
+                    in_flight=self.disruption.queue.in_flight,
+                ),
+                workers=settings.workers(2),
+                key_name="node",
+            )
         # One worker, as Karpenter's tagging controller (CreateTags is rate limited to one call per second).
         self.nodeclaim_tagging = Controller(
             NodeClaimTagging(client, self.state, cloud, cluster_name=settings.cluster_name),
@@ -259,7 +276,7 @@ class Operator:
         if kind == "Pod":
             self._route_pod(new)
         elif kind == "Node":
-            self._route_node(key, new or old)
+            self._route_node(key, new or old, old if new is not None else None)
         elif kind == "NodeClaim":
             self.lifecycle.enqueue(key)
             self.binder.enqueue(key)
@@ -295,9 +312,13 @@ class Operator:
         if info.provisionable:
             self.provisioner.trigger()
 
-    def _route_node(self, key: str, node: NodeInfo | None) -> None:
+    def _route_node(self, key: str, node: NodeInfo | None, old: NodeInfo | None = None) -> None:
         if node is None:
             return
+        if self.node_repair is not None and (
+            old is None or old.conditions != node.conditions or old.annotations != node.annotations
+        ):
+            self.node_repair.enqueue(key)  # only condition and annotation changes matter to repair
         claim = self.state.nodeclaim_view_for_node(node)
         if claim is not None:
             name = claim.name
@@ -338,6 +359,8 @@ class Operator:
         ]
         if self.interruption_loop is not None:
             tasks.append(("interruption", self.interruption_loop.run))
+        if self.node_repair is not None:
+            tasks.append(("node.health", self._after_sync(self.node_repair.run)))
         if self.observability:
             tasks.append(("status.conditions", self.status_conditions.run))  # publishes events: a writer
         return tasks
@@ -603,6 +626,7 @@ def aws_operator(
         reserved_enis=settings.reserved_enis,
         isolated_vpc=settings.isolated_vpc,
         ami_refresh_interval=settings.ami_refresh_interval,
+        legacy_repair_policies=settings.legacy_node_repair,
     )
     return Operator(
         settings,

@@ -38,8 +38,8 @@ class SettingsError(ValueError):
 
 
 class UnsupportedSetting(SettingsError):
-    """A valid Karpenter value karpy cannot honour (e.g. ``FEATURE_GATES=NodeRepair=true``); the message names the
-    variable, the value and why, in one line."""
+    """A valid Karpenter value karpy cannot honour (e.g. ``FEATURE_GATES=TerminateFirstRepair=true``); the message
+    names the variable, the value and why, in one line."""
 
 
 EXIT_SETTINGS = 2
@@ -95,7 +95,6 @@ DEFAULT_AWS_FEATURE_GATES: Final[Mapping[str, bool]] = {
 }
 # Gates karpy does not implement: switching one on is rejected (value: what the gate enables, for the message).
 UNSUPPORTED_GATES: Final[Mapping[str, str]] = {
-    "NodeRepair": "node repair",
     "NodeOverlay": "NodeOverlay price and capacity adjustments",
     "StaticCapacity": "static NodePools (spec.replicas)",
     "CapacityBuffer": "CapacityBuffers",
@@ -203,13 +202,20 @@ KARPENTER_SETTINGS: Final[tuple[KarpenterSetting, ...]] = (
     _S("PREFERENCE_POLICY", "Respect", "core", "honoured", "Respect or Ignore"),
     _S("MIN_VALUES_POLICY", "Strict", "core", "honoured", "Strict or BestEffort"),
     _S("IGNORE_DRA_REQUESTS", "true", "core", "rejected", "false is rejected: karpy has no DRA support"),
-    _S("LEGACY_NODE_REPAIR", "false", "core", "no-op", "acts only with the NodeRepair gate, which karpy rejects"),
+    _S(
+        "LEGACY_NODE_REPAIR",
+        "false",
+        "core",
+        "honoured",
+        "with the NodeRepair gate: true repairs as Karpenter's legacy node.health controller (legacy AWS policies, "
+        "forceful), false as v1.15's repair method (v1.15 policies, drain bounds, do-not-repair, Unhealthy budget)",
+    ),
     _S(
         "FEATURE_GATES",
         _gates_text(DEFAULT_FEATURE_GATES),
         "core",
         "rejected",
-        "SpotToSpotConsolidation honoured; "
+        "SpotToSpotConsolidation and NodeRepair honoured; "
         "ReservedCapacity accepted; any other gate set to true is rejected; unknown names are ignored with a "
         "warning, as Karpenter ignores them",
     ),

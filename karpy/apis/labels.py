@@ -166,6 +166,7 @@ NORMALIZED_LABELS: Final = {
 
 # Annotations.
 ANNOTATION_DO_NOT_DISRUPT: Final = "karpenter.sh/do-not-disrupt"
+ANNOTATION_DO_NOT_REPAIR: Final = "karpenter.sh/do-not-repair"
 ANNOTATION_NODEPOOL_HASH: Final = "karpenter.sh/nodepool-hash"
 ANNOTATION_NODEPOOL_HASH_VERSION: Final = "karpenter.sh/nodepool-hash-version"
 NODEPOOL_HASH_VERSION: Final = "v3"

@@ -30,6 +30,7 @@ from karpy.aws.instancetypes import InstanceTypeProvider
 from karpy.aws.launchtemplates import LaunchTemplateProvider, unused_templates
 from karpy.aws.nodeclass import NodeClassResolution
 from karpy.aws.pricing import PricingProvider
+from karpy.aws.repairpolicies import LEGACY_REPAIR_POLICIES, REPAIR_POLICIES
 from karpy.aws.session import AWSClients
 from karpy.aws.userdata import DEFAULT_CLUSTER_DNS, DEFAULT_SERVICE_CIDR
 from karpy.cloudprovider.types import (
@@ -41,6 +42,7 @@ from karpy.cloudprovider.types import (
     LaunchResult,
     NodeClaimNotFoundError,
     NodeClassNotReadyError,
+    RepairPolicy,
 )
 from karpy.runtime.fence import NotLeader
 
@@ -61,6 +63,8 @@ class AWSCloudProvider:
         vm_memory_overhead_percent / reserved_enis / isolated_vpc: Karpenter's settings of the same names.
         cluster_cidr / cluster_dns: the service CIDR and DNS IPs for the NodeConfig.
         ami_refresh_interval: ``AMI_REFRESH_INTERVAL`` seconds, how long resolved AMIs are cached.
+        legacy_repair_policies: ``LEGACY_NODE_REPAIR``: serve the legacy node repair policies (Karpenter's
+            ``WithLegacyRepairPolicies``; :mod:`karpy.aws.repairpolicies`).
         clock: monotonic seconds, for the caches (tests inject one).
     """
 
@@ -79,8 +83,10 @@ class AWSCloudProvider:
         cluster_cidr: str = DEFAULT_SERVICE_CIDR,
         cluster_dns: Sequence[str] = DEFAULT_CLUSTER_DNS,
         ami_refresh_interval: float = AMIS.seconds,
+        legacy_repair_policies: bool = False,
         clock: Timer = time.monotonic,
     ) -> None:
+        self.legacy_repair_policies = legacy_repair_policies
         self.clients = clients
         self.cluster_name = cluster_name
         self.cluster_endpoint = cluster_endpoint
@@ -291,6 +297,10 @@ class AWSCloudProvider:
         interrupted offering so the replacement is launched elsewhere)."""
         self.unavailable.mark(capacity_type, instance_type, zone)
         log.info("offering unavailable", capacity_type=capacity_type, instance_type=instance_type, zone=zone)
+
+    def repair_policies(self) -> Sequence[RepairPolicy]:
+        """Karpenter AWS ``RepairPolicies``: the v1.15 set, or the legacy one with ``legacy_repair_policies``."""
+        return LEGACY_REPAIR_POLICIES if self.legacy_repair_policies else REPAIR_POLICIES
 
     async def delete_unused_launch_templates(self, nodeclasses: Collection[str]) -> tuple[str, ...]:
         """Delete this cluster's launch templates that no launch needs (see

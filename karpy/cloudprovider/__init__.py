@@ -16,6 +16,8 @@ from karpy.cloudprovider.types import (
     NodeClassNotReadyError,
     Offering,
     QueuedMessage,
+    RepairAction,
+    RepairPolicy,
 )
 
 __all__ = [
@@ -34,4 +36,6 @@ __all__ = [
     "NodeClassNotReadyError",
     "Offering",
     "QueuedMessage",
+    "RepairAction",
+    "RepairPolicy",
 ]

@@ -32,10 +32,15 @@ from karpy.cloudprovider.types import (
     NodeClaimNotFoundError,
     Offering,
     QueuedMessage,
+    RepairPolicy,
 )
 
 FAKE_IMAGE_ID = "ami-0fa4e0000000000000"
 FAKE_LAUNCH_TIME = datetime(2026, 1, 1, tzinfo=UTC)
+FAKE_REPAIR_POLICIES: tuple[RepairPolicy, ...] = (
+    # Karpenter core's fake (``pkg/cloudprovider/fake/cloudprovider.go``): one forceful fallback on "BadNode".
+    RepairPolicy("BadNode", "False", toleration_seconds=30 * 60, termination_grace_period_seconds=0.0),
+)
 
 
 @attrs.frozen(slots=True)
@@ -131,6 +136,8 @@ class FakeCloudProvider:
         self.calls: list[Call] = []
         self.allowed_create_calls: int | None = None
         self.create_errors_for_nodepool: dict[str, Exception] = {}
+        self.repair_policy: list[RepairPolicy] = list(FAKE_REPAIR_POLICIES)
+        """What ``repair_policies`` returns (Karpenter's fake ``RepairPolicy``)."""
         self._errors = _Injected()
         self._ids = itertools.count(1)
 
@@ -276,6 +283,10 @@ class FakeCloudProvider:
         self.calls.append(Call("mark_unavailable", (instance_type, zone, capacity_type)))
         self.marked.append((instance_type, zone, capacity_type))
         self.unavailable.add((instance_type, zone, capacity_type))
+
+    def repair_policies(self) -> Sequence[RepairPolicy]:
+        """``repair_policy`` (set it to test other policies)."""
+        return tuple(self.repair_policy)
 
     # --- helpers -----------------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ call, read from the ``controller`` structlog context variable the runtime binds 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import structlog
@@ -35,6 +35,7 @@ from karpy.cloudprovider.types import (
     LaunchResult,
     NodeClaimNotFoundError,
     NodeClassNotReadyError,
+    RepairPolicy,
 )
 
 # Karpenter core ``pkg/metrics/constants.go`` DurationBuckets (controller-runtime's plus 120 … 600 s), seconds: the
@@ -131,6 +132,10 @@ class MeteredCloudProvider:
     def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str) -> None:
         """``cloud.mark_unavailable`` (synchronous cache write: unmeasured)."""
         self.cloud.mark_unavailable(instance_type, zone, capacity_type)
+
+    def repair_policies(self) -> Sequence[RepairPolicy]:
+        """``cloud.repair_policies`` (static data: unmeasured)."""
+        return self.cloud.repair_policies()
 
 
 __all__ = ["ERRORS_TOTAL", "METHOD_DURATION", "MeteredCloudProvider", "controller_name", "error_type"]

@@ -173,6 +173,42 @@ class CloudInstance:
     security_group_ids: tuple[str, ...] = ()
 
 
+class RepairAction(StrEnum):
+    """What a repair policy asks for (Karpenter core ``pkg/cloudprovider/types.go`` ``RepairAction``)."""
+
+    REBOOT_NODE = "RebootNode"
+    """Reboot the instance in place (AWS ``RebootForRepair`` gate; karpy rejects that gate, so never selected)."""
+    REPLACE_NODE = "ReplaceNode"
+    """Delete the NodeClaim; the provisioner launches capacity for its pods."""
+
+
+@attrs.frozen(slots=True)
+class RepairPolicy:
+    """When a Node condition makes its node unhealthy enough to repair (Karpenter core ``pkg/cloudprovider/types.go``
+    ``RepairPolicy``; used by :mod:`karpy.controllers.node_repair`).
+
+    Attributes:
+        condition_type / condition_status: the Node condition (``Ready``, ``NetworkingReady``, ...) and the unhealthy
+            status (``False``, ``Unknown``).
+        reason_regex: a regular expression searched in the condition's ``reason`` (Go ``regexp.MatchString``:
+            unanchored); "" is the policy set's default fallback (Karpenter v1.15 requires exactly one).
+        toleration_seconds: added to the condition's ``lastTransitionTime`` to get when the policy becomes eligible.
+        termination_grace_period_seconds: the drain bound repair applies (None: inherit the NodeClaim's
+            ``terminationGracePeriod``; 0: forceful, no drain).
+        priority: 0-100, higher repairs first (Karpenter orders candidates by it; karpy's keyed repair uses it to
+            pick the condition a node is repaired for).
+        action: :class:`RepairAction`.
+    """
+
+    condition_type: str
+    condition_status: str
+    toleration_seconds: float
+    reason_regex: str = ""
+    termination_grace_period_seconds: float | None = None
+    priority: int = 0
+    action: RepairAction = RepairAction.REPLACE_NODE
+
+
 class CloudProvider(Protocol):
     """What karpy needs from a cloud; AWS implements it in :mod:`karpy.aws.cloudprovider`."""
 
@@ -240,6 +276,11 @@ class CloudProvider(Protocol):
         Karpenter AWS: a spot interruption warning marks its offering unavailable in the ICE cache so the
         replacement goes elsewhere (``interruption/controller.go``, ``UnavailableOfferings.MarkUnavailable``).
         """
+        ...
+
+    def repair_policies(self) -> Sequence[RepairPolicy]:
+        """The complete static set of Node conditions this cloud considers unhealthy, and when to repair them
+        (Karpenter ``CloudProvider.RepairPolicies``); read by node repair (``NodeRepair`` gate)."""
         ...
 
 

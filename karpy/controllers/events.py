@@ -392,3 +392,17 @@ def terminating_on_interruption(node: NodeInfo | None, claim: NodeClaim) -> list
         "Interruption triggered termination for the NodeClaim",
         "Interruption triggered termination for the Node",
     )
+
+
+def node_repair_blocked(node: NodeInfo, claim: NodeClaim, nodepool: NodePool | None, message: str) -> list[Event]:
+    """``NodeRepairBlocked``: node repair is withheld because too much of the NodePool is unhealthy; on the Node,
+    the NodeClaim and the NodePool (when known), each de-duplicated for 15 minutes per object (core
+    ``disruption/events/events.go`` ``NodeRepairBlocked``)."""
+    out = [
+        Event(node_ref(node), WARNING, "NodeRepairBlocked", message, (node.uid,), 15 * MINUTE),
+        Event(nodeclaim_ref(claim), WARNING, "NodeRepairBlocked", message, (claim.meta.uid,), 15 * MINUTE),
+    ]
+    if nodepool is not None:
+        ref = nodepool_ref(nodepool)
+        out.append(Event(ref, WARNING, "NodeRepairBlocked", message, (ref["metadata"]["uid"],), 15 * MINUTE))
+    return out

@@ -62,10 +62,6 @@ EXCEPTIONS: dict[str, str] = {
     "karpenter_consolidation_moves_total": (
         "Balanced-policy moves (see karpenter_consolidation_score): none without Balanced"
     ),
-    "karpenter_nodeclaims_unhealthy_disrupted_total": (
-        "node repair (feature gate NodeRepair, off by default in v1.15) is not implemented: karpy rejects "
-        "FEATURE_GATES=NodeRepair=true, so no NodeClaim is ever disrupted as unhealthy"
-    ),
     "karpenter_interruption_instance_status_unhealthy_total": (
         "counts EC2 DescribeInstanceStatus health checks, which karpy does not poll (it handles the interruption "
         "queue's EventBridge messages only)"

@@ -307,8 +307,8 @@ def test_values_karpy_cannot_honour_are_rejected_in_one_line(name: str, value: s
 
 
 def test_every_unimplemented_gate_is_rejected() -> None:
-    """Each core gate but SpotToSpotConsolidation and ReservedCapacity, and every AWS gate."""
-    core = set(DEFAULT_FEATURE_GATES) - {"SpotToSpotConsolidation", "ReservedCapacity"}
+    """Each core gate but SpotToSpotConsolidation, ReservedCapacity and NodeRepair, and every AWS gate."""
+    core = set(DEFAULT_FEATURE_GATES) - {"SpotToSpotConsolidation", "ReservedCapacity", "NodeRepair"}
     assert set(UNSUPPORTED_GATES) == core | set(DEFAULT_AWS_FEATURE_GATES)
 
 
@@ -333,12 +333,12 @@ def test_refresh_intervals_are_at_least_a_minute(name: str) -> None:
 
 def test_cli_rejects_an_unsupported_setting_with_one_line() -> None:
     """`karpy run` with a gate karpy does not implement: one line naming it and why, exit 2."""
-    proc = run_karpy({"FEATURE_GATES": "NodeRepair=true"})
+    proc = run_karpy({"FEATURE_GATES": "TerminateFirstRepair=true"})
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert lines == [
-        "karpy: unsupported setting: FEATURE_GATES=NodeRepair=true: karpy does not implement NodeRepair "
-        "(node repair); set NodeRepair=false"
+        "karpy: unsupported setting: FEATURE_GATES=TerminateFirstRepair=true: karpy does not implement "
+        "TerminateFirstRepair (terminate-first repair); set TerminateFirstRepair=false"
     ]
 
 
