@@ -15,6 +15,15 @@ Nodes, then:
 A "bad AMI" for disruption tests: an instance launched from an image tagged ``karpy-e2e/never-ready=true`` is
 never registered (its kubelet never joins), which is what a broken AMI does to a replacement node.
 
+Node health conditions, for node repair tests: the agent also plays the EKS node monitoring agent. An instance
+tagged ``karpy-e2e/condition/<Type>`` (e.g. ``karpy-e2e/condition/NetworkingReady``) with the value
+``status=False,reason=IPAMDNotRunning[,message=...][,since=<RFC 3339>]`` gets that condition on its Node's status
+(a strategic merge patch by condition type, re-applied whenever the Node lost or changed it), with
+``lastTransitionTime`` = ``since`` (default: when the agent first saw the tag); removing the tag leaves the
+condition as it is (set ``status=True`` to heal). :func:`condition_tag` builds the tag. Conditions KWOK owns
+(``Ready``, the pressure conditions) are not reported: KWOK's ``node-initialize`` stage resets a non-True
+``Ready`` at once.
+
 Restart-safe: a Node already present for a providerID is left alone. Errors are logged and the loop goes on.
 """
 
@@ -23,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from e2e.cluster import kubelet
@@ -36,6 +46,61 @@ GONE_STATES = frozenset({"shutting-down", "terminated"})
 CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"
 NEVER_READY_TAG = "karpy-e2e/never-ready"
 MAX_ATTEMPTS = 20  # registration attempts per instance (10 s at the default interval) before it is ignored
+CONDITION_TAG_PREFIX = "karpy-e2e/condition/"
+KWOK_CONDITIONS = frozenset({"Ready", "MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable"})
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+
+
+def rfc3339(at: datetime) -> str:
+    """``at`` as Kubernetes writes times (UTC, whole seconds)."""
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def condition_tag(
+    type_: str, status: str, reason: str = "KarpyE2E", *, message: str = "", since: datetime | None = None
+) -> dict[str, str]:
+    """The EC2 tag (``{"Key": …, "Value": …}``) asking the agent to report Node condition ``type_`` (see the
+    module docstring); ``since`` backdates its ``lastTransitionTime``."""
+    parts = [f"status={status}", f"reason={reason}"]
+    if message:
+        parts.append(f"message={message}")
+    if since is not None:
+        parts.append(f"since={rfc3339(since)}")
+    return {"Key": CONDITION_TAG_PREFIX + type_, "Value": ",".join(parts)}
+
+
+def requested_conditions(tags: Mapping[str, str], first_seen: Mapping[str, datetime]) -> list[dict[str, str]]:
+    """The Node conditions an instance's ``karpy-e2e/condition/<Type>`` tags ask for, as Node status JSON;
+    ``first_seen`` gives, per type, the ``lastTransitionTime`` of a tag without ``since``. Tags for conditions KWOK
+    owns, or without a valid ``status``, are skipped."""
+    out = []
+    for key, value in sorted(tags.items()):
+        if not key.startswith(CONDITION_TAG_PREFIX):
+            continue
+        type_ = key[len(CONDITION_TAG_PREFIX) :]
+        fields = dict(part.split("=", 1) for part in value.split(",") if "=" in part)
+        status = fields.get("status", "")
+        if not type_ or type_ in KWOK_CONDITIONS or status not in ("True", "False", "Unknown"):
+            log.warning("ignoring condition tag %s=%s", key, value)
+            continue
+        since = fields.get("since") or rfc3339(first_seen.get(type_, datetime.now(UTC)))
+        out.append(
+            {
+                "type": type_,
+                "status": status,
+                "reason": fields.get("reason", "KarpyE2E"),
+                "message": fields.get("message", ""),
+                "lastTransitionTime": since,
+            }
+        )
+    return out
+
+
+def missing_conditions(node: Mapping[str, Any], wanted: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The wanted conditions the Node does not have as they are (type, status, reason, message, transition)."""
+    have = {c.get("type"): c for c in (node.get("status") or {}).get("conditions") or []}
+    keys = ("status", "reason", "message", "lastTransitionTime")
+    return [w for w in wanted if any((have.get(w["type"]) or {}).get(k, "") != w[k] for k in keys)]
 
 
 def instance_of_provider_id(provider_id: str) -> str | None:
@@ -65,6 +130,8 @@ class NodeAgent:
         self.registered: dict[str, str] = {}  # instance id -> node name, for the log and tests
         self.deleted: set[str] = set()
         self._never_ready_images: dict[str, bool] = {}
+        self._condition_first_seen: dict[str, dict[str, datetime]] = {}  # instance id -> condition type -> when
+        self.reported: dict[str, list[str]] = {}  # node name -> condition types patched, for the log and tests
 
     @property
     def ignored(self) -> frozenset[str]:
@@ -110,6 +177,10 @@ class NodeAgent:
                         self._ignored.add(iid)
                     else:
                         log.warning("registering a node for %s failed; will retry", iid, exc_info=True)
+        for inst in instances:
+            node = by_instance.get(inst["InstanceId"])
+            if node is not None and not node["metadata"].get("deletionTimestamp"):
+                await self._report_conditions(inst, node)
         # Nodes whose instance is not (or no longer) a live cluster instance: ask EC2 about just those.
         suspects = [
             iid
@@ -314,6 +385,30 @@ class NodeAgent:
             len(node["metadata"]["labels"]),
             [t["key"] for t in node["spec"].get("taints") or []],
         )
+
+    async def _report_conditions(self, inst: Mapping[str, Any], node: Mapping[str, Any]) -> None:
+        """Patch the conditions the instance's tags ask for onto its Node (only those it lacks as asked)."""
+        tags = {t["Key"]: t["Value"] for t in inst.get("Tags") or []}
+        seen = self._condition_first_seen.setdefault(inst["InstanceId"], {})
+        for key in tags:
+            if key.startswith(CONDITION_TAG_PREFIX):
+                seen.setdefault(key[len(CONDITION_TAG_PREFIX) :], datetime.now(UTC))
+        patch = missing_conditions(node, requested_conditions(tags, seen))
+        if not patch:
+            return
+        name = node["metadata"]["name"]
+        try:
+            await self.kube.request(
+                "PATCH",
+                r.NODES.path(None, name, "status"),
+                body={"status": {"conditions": patch}},
+                content_type=STRATEGIC_MERGE_PATCH,
+            )
+        except ApiError as err:
+            log.warning("reporting conditions on node %s failed: %s", name, err)
+            return
+        self.reported.setdefault(name, []).extend(c["type"] for c in patch)
+        log.info("node %s reports %s", name, ", ".join(f"{c['type']}={c['status']}/{c['reason']}" for c in patch))
 
     async def _delete(self, node: Mapping[str, Any], instance_id: str, state: str) -> None:
         name = node["metadata"]["name"]

@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 import pytest
 
+from e2e.cluster.nodeagent import condition_tag, missing_conditions, requested_conditions
 from karpy.apis import labels as wk
 from karpy.apis.conditions import Condition
 from karpy.aws.repairpolicies import LEGACY_REPAIR_POLICIES, REPAIR_POLICIES
@@ -349,3 +350,40 @@ async def test_the_gate_decides_whether_repair_runs_and_unhealthy_nodes_are_rout
     changed = with_conditions(n, ("BadNode", "False", "x", T0))
     on.state.apply("Node", "MODIFIED", {**changed, "metadata": {**n["metadata"], "resourceVersion": "1000"}})
     assert len(on.node_repair.queue) == 1
+
+
+def test_the_node_agent_reads_condition_requests_from_instance_tags() -> None:
+    """The e2e node agent (playing the EKS node monitoring agent) reports what ``karpy-e2e/condition/*`` tags ask."""
+    since = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    first = datetime(2026, 1, 2, tzinfo=UTC)
+    tag = condition_tag("NetworkingReady", "False", "IPAMDNotRunning", since=since)
+    assert tag == {
+        "Key": "karpy-e2e/condition/NetworkingReady",
+        "Value": "status=False,reason=IPAMDNotRunning,since=2026-01-01T12:00:00Z",
+    }
+    tags = {
+        tag["Key"]: tag["Value"],
+        "karpy-e2e/condition/KernelReady": "status=False",
+        "karpy-e2e/condition/Ready": "status=Unknown",  # KWOK's: not reported
+        "karpy-e2e/condition/StorageReady": "status=Maybe",
+        "Name": "x",
+    }
+    wanted = requested_conditions(tags, {"KernelReady": first})
+    assert wanted == [
+        {
+            "type": "KernelReady",
+            "status": "False",
+            "reason": "KarpyE2E",
+            "message": "",
+            "lastTransitionTime": "2026-01-02T00:00:00Z",
+        },
+        {
+            "type": "NetworkingReady",
+            "status": "False",
+            "reason": "IPAMDNotRunning",
+            "message": "",
+            "lastTransitionTime": "2026-01-01T12:00:00Z",
+        },
+    ]
+    node_json = {"status": {"conditions": [{"type": "Ready", "status": "True"}, {**wanted[0]}]}}
+    assert missing_conditions(node_json, wanted) == [wanted[1]]
