@@ -30,12 +30,13 @@ all candidates by priority and age (karpy repairs each Node on its own), reboot 
 ``TerminateFirstRepair`` (rejected), static NodePools, and the blocking-pod check (every AWS policy bounds the drain).
 karpy's pause (``DISRUPTION_PAUSED``, the pause Namespace, a paused NodePool) holds repair back too.
 
-The breaker publishes ``NodeRepairBlocked`` (Warning) on the Node, NodeClaim and NodePool and retries in 5
-minutes. A deletion records the decision (annotation ``karpy.sh/disruption-decision``, event
-``DisruptionTerminating`` with reason ``Unhealthy``) and counts ``karpenter_nodeclaims_disrupted_total{reason=
-"unhealthy"}`` and ``karpenter_nodeclaims_unhealthy_disrupted_total{condition,nodepool,capacity_type,image_id,
-termination_mode}`` (termination mode from the drain bound applied: ``forceful`` for 0, ``eventual`` otherwise,
-the NodeClaim's own mode without one).
+The breaker publishes ``NodeRepairBlocked`` (Warning) on the Node, NodeClaim and NodePool and looks again after
+the disruption poll (legacy: 5 minutes). A deletion records the decision (annotation
+``karpy.sh/disruption-decision``, event ``DisruptionTerminating`` with reason ``Unhealthy``) and counts
+``karpenter_nodeclaims_disrupted_total{reason="unhealthy"}`` and
+``karpenter_nodeclaims_unhealthy_disrupted_total{condition,nodepool,capacity_type,image_id,termination_mode}``
+(termination mode from the drain bound applied: ``forceful`` for 0, ``eventual`` otherwise, the NodeClaim's own
+mode without one; legacy: the NodeClaim's own).
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ UNHEALTHY_THRESHOLD_PERCENT = 20
 """More than this share of a NodePool's Nodes unhealthy (rounded up) stops its repair (Karpenter's
 ``repairUnhealthyThreshold``/``allowedUnhealthyPercent``)."""
 BLOCKED_REQUEUE = 300.0
-"""Seconds before a Node held back by the 20 % breaker is looked at again (the legacy controller's 5 minutes)."""
+"""Seconds before a Node held back by the 20 % breaker is looked at again on the legacy path (its 5 minutes; the
+v1.15 path looks again every disruption poll)."""
 UNMANAGED_REQUEUE = 300.0
 """Seconds before an unhealthy Node without a NodeClaim (not registered yet) is looked at again."""
 BUDGET_REASON = "Unhealthy"
@@ -345,7 +347,8 @@ class NodeRepair:
             self.events.record(*ev.blocked(node, claim, message))
             return Result()
         if self._tripped(node, claim):
-            return Result(requeue_after=BLOCKED_REQUEUE)
+            # The legacy controller looks again in 5 minutes; v1.15's disruption method on every pass.
+            return Result(requeue_after=BLOCKED_REQUEUE if self.policies.legacy else self.settings.poll)
         if await self._held_back(claim):
             return Result(requeue_after=self.settings.poll)
         await self._repair(node, claim, decision, now)

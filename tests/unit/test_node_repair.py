@@ -245,7 +245,7 @@ async def test_more_than_twenty_percent_unhealthy_blocks_repair() -> None:
     late = T0 - 60 * MIN
     h = Harness(names, {"a": ("KernelReady", "False", "x", late), "b": ("Ready", "Unknown", "y", T0 - MIN)})
     # b is still within its toleration, yet counts: 2 of 5 unhealthy > ⌈20 % of 5⌉ = 1.
-    assert await h.reconcile("a") == Result(requeue_after=BLOCKED_REQUEUE)
+    assert await h.reconcile("a") == Result(requeue_after=SETTINGS.poll), "v1.15: looked at again every pass"
     assert h.deleted() == []
     blocked = h.kube.events("NodeRepairBlocked")
     assert {e["involvedObject"]["kind"] for e in blocked} == {"Node", "NodeClaim", "NodePool"}
@@ -254,6 +254,14 @@ async def test_more_than_twenty_percent_unhealthy_blocks_repair() -> None:
     one = Harness(names, {"a": ("KernelReady", "False", "x", late)})
     await one.reconcile("a")
     assert one.deleted() == ["a"], "1 of 5 is within the threshold"
+    legacy = Harness(
+        names,
+        {"a": ("KernelReady", "False", "x", late), "b": ("Ready", "Unknown", "y", T0 - MIN)},
+        policies=LEGACY_REPAIR_POLICIES,
+        legacy=True,
+    )
+    assert await legacy.reconcile("a") == Result(requeue_after=BLOCKED_REQUEUE), "legacy: 5 minutes"
+    assert legacy.deleted() == []
 
 
 async def test_do_not_repair_vetoes_repair() -> None:
