@@ -1,0 +1,173 @@
+"""Node repair end to end on the local cluster (control plane + KWOK + moto + node agent), karpy as its own process
+with ``FEATURE_GATES=NodeRepair=true`` and the AWS provider's own repair policies.
+
+A Deployment's pod runs on a node karpy launched. The node's instance then reports ``NetworkingReady=False``
+through the node agent (playing the EKS node monitoring agent: the instance tag ``karpy-e2e/condition/
+NetworkingReady``, :mod:`e2e.cluster.nodeagent`), with a ``lastTransitionTime`` 31 minutes back — past the AWS
+policy's 30-minute toleration. karpy deletes the node's NodeClaim (1 unhealthy node of 1 is within the 20 %
+breaker, rounded up), the pod is recreated and lands on a new node, and ``/metrics`` counts it in
+``karpenter_nodeclaims_unhealthy_disrupted_total{condition="networking_ready"}`` and
+``karpenter_nodeclaims_disrupted_total{reason="unhealthy"}``.
+
+karpy runs with ``LEGACY_NODE_REPAIR=true`` (the legacy ``node.health`` path and the AWS legacy policies): the v1.15
+path measures a toleration from no earlier than the Node's creation, so on a node just launched it could only act
+after 30 real minutes; the legacy path takes the reported transition time as it is, so a backdated condition is
+due at once. The v1.15 path is covered by ``tests/integration/test_node_repair_cluster.py`` and the unit tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from e2e.cluster.nodeagent import condition_tag
+from e2e.helpers import (
+    KarpyProcess,
+    apply,
+    assert_nodeclaim_counters,
+    aws_client,
+    condition_ready,
+    delete_nodeclaims,
+    deployment,
+    ec2nodeclass,
+    instance_id_of,
+    karpy_process,
+    nodeclaims_of,
+    scrape_metrics,
+    stop_karpy,
+    wait_for,
+)
+from e2e.helpers import nodepool as shared_nodepool
+from karpy.apis import labels as wk
+from karpy.kube import resources as r
+from karpy.kube.client import KubeClient
+from karpy.kube.errors import ApiError
+
+pytestmark = [pytest.mark.e2e]
+POOL = "repair-e2e"
+TAINT = "karpy-e2e/repair"
+
+
+def manifests(cluster: str) -> list[dict[str, Any]]:
+    """A tainted on-demand NodePool (never consolidated), its EC2NodeClass and a one-pod Deployment."""
+    pool = shared_nodepool(
+        POOL,
+        requirements=[
+            {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+            {"key": wk.LABEL_ARCH, "operator": "In", "values": ["amd64"]},
+            {"key": wk.LABEL_INSTANCE_CATEGORY, "operator": "In", "values": ["c", "m"]},
+        ],
+        taints=[{"key": TAINT, "value": "true", "effect": "NoSchedule"}],
+        disruption={"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"},
+    )
+    spec = {
+        "terminationGracePeriodSeconds": 0,
+        "nodeSelector": {wk.LABEL_NODEPOOL: POOL},
+        "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": [
+            {
+                "name": "app",
+                "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
+                "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}},
+            }
+        ],
+    }
+    return [ec2nodeclass(POOL, cluster), pool, deployment(POOL, 1, spec)]
+
+
+class Env:
+    def __init__(self, cluster: Any, client: KubeClient, karpy: KarpyProcess) -> None:
+        self.cluster = cluster
+        self.client = client
+        self.karpy = karpy
+
+    async def claims(self) -> list[dict[str, Any]]:
+        return await nodeclaims_of(self.client, POOL)
+
+    async def running_on(self) -> str | None:
+        """The node the Deployment's one pod runs on (None while it does not run)."""
+        items = (await self.client.list(r.PODS, "default", query={"labelSelector": f"app={POOL}"}))[0]
+        live = [p for p in items if not p["metadata"].get("deletionTimestamp")]
+        if len(live) == 1 and live[0]["status"].get("phase") == "Running":
+            return str(live[0]["spec"].get("nodeName") or "") or None
+        return None
+
+
+@pytest.fixture(scope="module")
+async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
+    client = await KubeClient.from_environment(str(local_cluster.kubeconfig))
+    c = local_cluster
+    karpy = await karpy_process(
+        client,
+        c.server,
+        c.cluster_name,
+        tmp_path_factory.mktemp("karpy-repair"),
+        c.aws_env,
+        FEATURE_GATES="NodeRepair=true",
+        LEGACY_NODE_REPAIR="true",
+    )
+    e = Env(local_cluster, client, karpy)
+    karpy.start()
+    try:
+        yield e
+    finally:
+        await stop_karpy(karpy, client, _cleanup(e))
+
+
+async def _cleanup(env: Env) -> None:
+    with contextlib.suppress(ApiError):
+        await env.client.delete(r.DEPLOYMENTS, POOL, "default")
+    with contextlib.suppress(ApiError):
+        await env.client.delete(r.NODEPOOLS, POOL)
+    await delete_nodeclaims(env.client, env.claims, timeout=120, what=f"NodeClaims of {POOL} gone", interval=1)
+    with contextlib.suppress(ApiError):
+        await env.client.delete(r.EC2NODECLASSES, POOL)
+
+
+def unhealthy_total(scrape: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str) -> float:
+    return sum(v for (n, ls), v in scrape.items() if n == name and labels.items() <= dict(ls).items())
+
+
+async def test_a_node_reporting_networking_not_ready_past_its_toleration_is_replaced(env: Env) -> None:
+    await apply(env.client, manifests(env.cluster.cluster_name))
+    await wait_for(lambda: condition_ready(env.client, r.NODEPOOLS, POOL), timeout=90, what=f"NodePool {POOL} Ready")
+    first = await wait_for(env.running_on, timeout=180, what="the pod Running on a node karpy launched")
+    (claim,) = await env.claims()
+    assert claim["status"]["nodeName"] == first
+    ec2 = aws_client("ec2", env.cluster.aws_env["AWS_ENDPOINT_URL"])
+    since = datetime.now(UTC) - timedelta(minutes=31)
+    tag = condition_tag("NetworkingReady", "False", "IPAMDNotRunning", since=since)
+    ec2.create_tags(Resources=[instance_id_of(claim["status"]["providerID"])], Tags=[tag])
+
+    async def reported() -> bool:
+        node = await env.client.get(r.NODES, first)
+        return any(
+            c.get("type") == "NetworkingReady" and c.get("status") == "False"
+            for c in node["status"].get("conditions") or []
+        )
+
+    await wait_for(reported, timeout=30, what="the node agent reporting NetworkingReady=False")
+
+    async def moved() -> str | None:
+        names = {c["metadata"]["name"] for c in await env.claims()}
+        node = await env.running_on()
+        return node if claim["metadata"]["name"] not in names and node and node != first else None
+
+    second = await wait_for(moved, timeout=240, what="the unhealthy node replaced and the pod running on a new one")
+    assert second != first
+    scrape = await scrape_metrics(env.karpy.metrics_port)
+    counted = unhealthy_total(
+        scrape,
+        "karpenter_nodeclaims_unhealthy_disrupted_total",
+        condition="networking_ready",
+        nodepool=POOL,
+        capacity_type="on-demand",
+    )
+    assert counted == 1, counted
+    disrupted = unhealthy_total(scrape, "karpenter_nodeclaims_disrupted_total", reason="unhealthy", nodepool=POOL)
+    assert disrupted == 1, disrupted
+    await assert_nodeclaim_counters(env.client, env.karpy, [POOL])
