@@ -14,7 +14,9 @@ karpy follows the one chosen:
   NodeClaim is stamped ``karpenter.sh/nodeclaim-termination-timestamp`` = now — forceful: the terminator deletes
   every pod at once, no PDB or ``do-not-disrupt`` waits — and deleted.
 * ``LEGACY_NODE_REPAIR=false`` (the default) — the per-node decisions of v1.15's repair disruption method (core
-  ``pkg/controllers/disruption/repair.go``, ``pkg/controllers/node/health/policy.go``): conditions matched by
+  ``pkg/controllers/disruption/repair.go``, ``pkg/controllers/node/health/policy.go``) for its candidates, a
+  registered Node (initialized or not) of a NodePool whose NodeClaim is not being deleted (no NodePool: a
+  ``DisruptionBlocked`` event, as ``NewCandidate``): conditions matched by
   (type, status) group, a reason-specific policy or else the set's one default fallback; a condition's transition
   time is clamped to the Node's creation; of the eligible policies the highest priority, then the earliest
   eligible, then the lowest condition type names the condition, and the shortest policy
@@ -27,7 +29,9 @@ karpy follows the one chosen:
 Not done (karpy differs, documented in the README): the v1.15 method's replacement launched and initialized
 before the deletion (karpy deletes and lets the provisioner replace, as the legacy path does), its ordering of
 all candidates by priority and age (karpy repairs each Node on its own), reboot (``RebootForRepair`` is rejected),
-``TerminateFirstRepair`` (rejected), static NodePools, and the blocking-pod check (every AWS policy bounds the drain).
+``TerminateFirstRepair`` (rejected), static NodePools, the blocking-pod check (every AWS policy bounds the drain;
+PDBs and ``do-not-disrupt`` pods hold the drain until the bound's deadline, as in Karpenter), and skipping a Node
+nominated for pending pods.
 karpy's pause (``DISRUPTION_PAUSED``, the pause Namespace, a paused NodePool) holds repair back too.
 
 The breaker publishes ``NodeRepairBlocked`` (Warning) on the Node, NodeClaim and NodePool and looks again after
@@ -340,8 +344,8 @@ class NodeRepair:
         if decision is None:
             wait = next_eligible(matches, now)
             return Result(requeue_after=wait) if wait is not None else Result()
-        if not self.policies.legacy and (claim.deleting or not claim.nodepool):
-            return Result()  # not a disruption candidate: being deleted already, or no NodePool
+        if not self.policies.legacy and not self._candidate(node, claim):
+            return Result()
         if not self.policies.legacy and do_not_repair(node, claim):
             message = f'repair is blocked through the "{wk.ANNOTATION_DO_NOT_REPAIR}" annotation'
             self.events.record(*ev.blocked(node, claim, message))
@@ -353,6 +357,17 @@ class NodeRepair:
             return Result(requeue_after=self.settings.poll)
         await self._repair(node, claim, decision, now)
         return Result()
+
+    def _candidate(self, node: NodeInfo, claim: NodeClaim) -> bool:
+        """v1.15's repair candidates (core ``disruption/types.go`` ``NewCandidate`` for the repair class): a
+        registered Node (initialized or not) whose NodeClaim is not being deleted and has a NodePool."""
+        if claim.deleting or node.deleting or node.labels.get(wk.LABEL_REGISTERED) != "true":
+            return False
+        if not claim.nodepool:
+            message = "repair requires a NodePool to construct and budget a safe replacement"
+            self.events.record(*ev.blocked(node, claim, message))
+            return False
+        return True
 
     def _tripped(self, node: NodeInfo, claim: NodeClaim) -> bool:
         """More than 20 % of the NodePool's Nodes (a NodeClaim without one: the cluster's) are unhealthy; publishes

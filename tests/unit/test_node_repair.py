@@ -30,7 +30,7 @@ from karpy.controllers.node_repair import (
 )
 from karpy.kube.events import EventRecorder
 from karpy.kube.fake import FakeKube
-from karpy.kube.resources import NODECLAIMS
+from karpy.kube.resources import NODECLAIMS, NODES
 from karpy.metrics import snake_case
 from karpy.operator import Operator
 from karpy.runtime.clock import FakeClock
@@ -316,6 +316,23 @@ async def test_legacy_repair_is_forceful_and_ignores_budgets_and_do_not_repair()
     assert h.deleted() == ["a"]
     assert delta() == [1.0]
     assert h.annotation("a", wk.ANNOTATION_TERMINATION_TIMESTAMP) == ts(T0), "forceful: the deadline is now"
+
+
+async def test_only_registered_nodes_of_a_nodepool_are_repair_candidates() -> None:
+    h = Harness(unhealthy={"a": ("StorageReady", "False", "x", T0 - 60 * MIN)})
+    n = h.kube.object(NODES, "node-a")
+    assert n is not None
+    del n["metadata"]["labels"][wk.LABEL_REGISTERED]
+    h.state.apply("Node", "MODIFIED", {**n, "metadata": {**n["metadata"], "resourceVersion": "9999"}})
+    assert await h.reconcile() == Result() and h.deleted() == [], "not registered: liveness owns it"
+    standalone = Harness(unhealthy={"a": ("StorageReady", "False", "x", T0 - 60 * MIN)})
+    claim = standalone.state.nodeclaims["a"]
+    labels = {k: v for k, v in claim["metadata"]["labels"].items() if k != wk.LABEL_NODEPOOL}
+    meta = {**claim["metadata"], "labels": labels, "resourceVersion": "9999"}
+    standalone.state.apply("NodeClaim", "MODIFIED", {**claim, "metadata": meta})
+    assert await standalone.reconcile() == Result() and standalone.deleted() == []
+    [event] = standalone.kube.events("DisruptionBlocked", name="node-a")
+    assert event["message"] == "repair requires a NodePool to construct and budget a safe replacement"
 
 
 async def test_an_unhealthy_node_without_a_nodeclaim_is_checked_later() -> None:
