@@ -78,7 +78,11 @@ def requested_conditions(tags: Mapping[str, str], first_seen: Mapping[str, datet
         if not key.startswith(CONDITION_TAG_PREFIX):
             continue
         type_ = key[len(CONDITION_TAG_PREFIX) :]
-        fields = dict(part.split("=", 1) for part in value.split(",") if "=" in part)
+        fields: dict[str, str] = {}
+        for part in value.split(","):
+            name, sep, text = part.partition("=")
+            if sep:
+                fields[name.strip()] = text.strip()
         status = fields.get("status", "")
         if not type_ or type_ in KWOK_CONDITIONS or status not in ("True", "False", "Unknown"):
             log.warning("ignoring condition tag %s=%s", key, value)
