@@ -24,7 +24,8 @@ karpy follows the one chosen:
   (unregistered) NodeClaim annotated ``karpenter.sh/do-not-repair: "true"`` is never repaired (a
   ``DisruptionBlocked`` event says so); the 20 % breaker counts the NodePool's Nodes with any condition of a
   policy's (type, status); an initialized node needs the NodePool's ``Unhealthy`` disruption budget (Nodes being
-  deleted consume it, NotReady ones do not, as Karpenter's ``NodePoolStatsFromNodes``).
+  deleted consume it, NotReady ones do not, as Karpenter's ``NodePoolStatsFromNodes``); the NodeClaim is marked
+  ``DisruptionReason=True``/``Unhealthy`` before its deletion, as the queue's ``markDisrupted``.
 
 Not done (karpy differs, documented in the README): the v1.15 method's replacement launched and initialized
 before the deletion (karpy deletes and lets the provisioner replace, as the legacy path does), its ordering of
@@ -45,10 +46,11 @@ mode without one; legacy: the NodeClaim's own).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 
 import attrs
@@ -56,13 +58,13 @@ import structlog
 
 from karpy import metrics
 from karpy.apis import labels as wk
-from karpy.apis.conditions import Condition, find
+from karpy.apis.conditions import Condition, conditions_json, find, set_condition
 from karpy.apis.nodeclaim import NodeClaim
 from karpy.cloudprovider.types import RepairAction, RepairPolicy
 from karpy.controllers import events as ev
 from karpy.controllers.budgets import allowed_disruptions
 from karpy.controllers.disruption import controls
-from karpy.controllers.disruption.helpers import Clock, cluster_paused, delete_claim
+from karpy.controllers.disruption.helpers import Clock, cluster_paused, delete_claim, patch_conditions
 from karpy.controllers.terminator import termination_deadline
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
@@ -428,6 +430,8 @@ class NodeRepair:
             "status": decision.status,
             "conditionReason": decision.reason,
         }
+        if not self.policies.legacy:
+            await self._mark_disrupted(claim.name, record)
         if await delete_claim(self.client, self.state, self.events, claim, record, BUDGET_REASON):
             mode = metrics.termination_mode(claim) if self.policies.legacy else repair_termination_mode(bound, claim)
             metrics.nodeclaim_disrupted(claim, metrics.UNHEALTHY)
@@ -441,6 +445,19 @@ class NodeRepair:
                 reason=decision.reason,
                 drain_bound=bound,
             )
+
+    async def _mark_disrupted(self, name: str, record: Mapping[str, str]) -> None:
+        """``DisruptionReason=True`` (reason ``Unhealthy``) on the NodeClaim, as v1.15's queue marks a repair
+        candidate (core ``disruption/queue.go`` ``markDisrupted``): the drain's ``Evicted`` events and
+        ``karpenter_pods_drained_total`` then name the reason. A failed write is logged, not raised."""
+        current = self.state.nodeclaim_view(name)
+        if current is None:
+            return
+        message = json.dumps(record, sort_keys=True)
+        conditions = set_condition(
+            conditions_json(current.raw), wk.COND_DISRUPTION_REASON, "True", BUDGET_REASON, message
+        )
+        await patch_conditions(self.client, self.state, name, conditions, current)
 
     async def _tighten_deadline(self, claim: NodeClaim, deadline: float) -> bool:
         """Set ``karpenter.sh/nodeclaim-termination-timestamp`` to ``deadline`` unless an earlier one is set

@@ -107,6 +107,16 @@ class Harness:
         return (found["metadata"].get("annotations") or {}).get(key)
 
 
+def reason_condition(h: Harness, name: str = "a") -> tuple[str, str] | None:
+    """The NodeClaim's ``DisruptionReason`` (status, reason) in the apiserver, None when absent."""
+    found = h.kube.object(NODECLAIMS, name)
+    assert found is not None
+    for c in found["status"].get("conditions") or []:
+        if c["type"] == wk.COND_DISRUPTION_REASON:
+            return (c["status"], c["reason"])
+    return None
+
+
 def unhealthy_series(condition: str, mode: str) -> tuple[str, dict[str, str]]:
     labels = {
         "condition": condition,
@@ -223,6 +233,7 @@ async def test_nothing_before_the_toleration_then_the_nodeclaim_is_deleted_with_
     deadline = h.clock() + 10 * MIN  # the policy's 10-minute drain bound
     assert h.annotation("a", wk.ANNOTATION_TERMINATION_TIMESTAMP) == ts(deadline)
     assert h.annotation("a", controls.ANNOTATION_DECISION) is not None
+    assert reason_condition(h) == ("True", "Unhealthy"), "marked as v1.15's queue marks repair candidates"
     [terminating] = h.kube.events("DisruptionTerminating", name="a")
     assert terminating["message"].startswith("Disrupting NodeClaim: Unhealthy")
 
@@ -316,6 +327,7 @@ async def test_legacy_repair_is_forceful_and_ignores_budgets_and_do_not_repair()
     assert h.deleted() == ["a"]
     assert delta() == [1.0]
     assert h.annotation("a", wk.ANNOTATION_TERMINATION_TIMESTAMP) == ts(T0), "forceful: the deadline is now"
+    assert reason_condition(h) is None, "the legacy controller writes no DisruptionReason"
 
 
 async def test_only_registered_nodes_of_a_nodepool_are_repair_candidates() -> None:
