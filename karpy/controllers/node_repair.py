@@ -362,9 +362,12 @@ class NodeRepair:
 
     def _candidate(self, node: NodeInfo, claim: NodeClaim) -> bool:
         """v1.15's repair candidates (core ``disruption/types.go`` ``NewCandidate`` for the repair class): a
-        registered Node (initialized or not) whose NodeClaim is not being deleted and has a NodePool."""
+        registered Node (initialized or not) whose NodeClaim is not being deleted, not in a disruption command
+        already, and has a NodePool."""
         if claim.deleting or node.deleting or node.labels.get(wk.LABEL_REGISTERED) != "true":
             return False
+        if claim.name in self.in_flight:
+            return False  # Karpenter: "candidate is already being disrupted"
         if not claim.nodepool:
             message = "repair requires a NodePool to construct and budget a safe replacement"
             self.events.record(*ev.blocked(node, claim, message))

@@ -337,6 +337,9 @@ async def test_only_registered_nodes_of_a_nodepool_are_repair_candidates() -> No
     del n["metadata"]["labels"][wk.LABEL_REGISTERED]
     h.state.apply("Node", "MODIFIED", {**n, "metadata": {**n["metadata"], "resourceVersion": "9999"}})
     assert await h.reconcile() == Result() and h.deleted() == [], "not registered: liveness owns it"
+    commanded = Harness(unhealthy={"a": ("StorageReady", "False", "x", T0 - 60 * MIN)})
+    commanded.repair.in_flight = {"a"}
+    assert await commanded.reconcile() == Result() and commanded.deleted() == [], "a disruption command has it"
     standalone = Harness(unhealthy={"a": ("StorageReady", "False", "x", T0 - 60 * MIN)})
     claim = standalone.state.nodeclaims["a"]
     labels = {k: v for k, v in claim["metadata"]["labels"].items() if k != wk.LABEL_NODEPOOL}
