@@ -20,6 +20,11 @@ A reconcile, for a Ready static NodePool that is not being deleted:
    no instance-type list (the launch takes the cheapest offering the requirements allow), reason
    ``provisioned`` in ``karpenter_nodeclaims_created_total``, as Karpenter's.
 
+karpy's addition: a NodePool whose NodeClaims keep failing to launch (no capacity for its requirements: the
+lifecycle deletes them) would be refilled at once, in a loop, as Karpenter refills it. karpy spaces the creating
+passes of a NodePool instead — 1 s after a pass that created, doubling to 60 s — until every NodeClaim of the
+NodePool has launched and none is missing, which resets it (a lost node is then replaced at once).
+
 Scale-down is :mod:`karpy.controllers.static_deprovisioning`; drifted nodes are replaced by the disruption
 controller's static drift (:mod:`karpy.controllers.disruption.staticdrift`).
 """
@@ -28,7 +33,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Collection, Mapping
+import time
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import structlog
@@ -56,6 +62,8 @@ log = structlog.get_logger("karpy.static")
 REQUEUE: float = 60.0  # Karpenter: RequeueAfter time.Minute
 LIMIT_REQUEUE: float = 30.0  # Karpenter: RequeueAfter 30 s at limits.nodes
 SYNC_REQUEUE: float = 1.0  # Karpenter: RequeueAfter time.Second until cluster state synced once
+BACKOFF_INITIAL: float = 1.0  # karpy: seconds between creating passes while a NodePool's launches do not land
+BACKOFF_MAX: float = 60.0
 
 
 def static_decision(nodepool: str, replicas_wanted: int) -> str:
@@ -82,6 +90,7 @@ class StaticProvisioning:
             set, read live): they count as pending disruption.
         reservations: the ``limits.nodes`` slots shared with static drift.
         ca_bundle: the cluster CA bundle the EC2NodeClass hash stamped on new NodeClaims includes.
+        clock: monotonic seconds, for the spacing of creating passes (tests pass a fake one).
     """
 
     name = "static.provisioning"
@@ -94,13 +103,16 @@ class StaticProvisioning:
         in_flight: Collection[str] = frozenset(),
         reservations: Reservations | None = None,
         ca_bundle: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.state = state
         self.in_flight = in_flight
         self.reservations = reservations if reservations is not None else Reservations()
         self.ca_bundle = ca_bundle
+        self.clock = clock
         self._synced_once = False
+        self.backoff: dict[str, tuple[float, float]] = {}  # NodePool → (no creating pass before, next spacing)
 
     async def reconcile(self, key: str) -> Result:
         """Create the NodeClaims NodePool ``key`` lacks (module docstring).
@@ -116,13 +128,22 @@ class StaticProvisioning:
             if not self.state.synced:
                 return Result(requeue_after=SYNC_REQUEUE)
             self._synced_once = True
-        counts = node_counts(self.state.nodeclaim_views_of(key), self.in_flight)
+        claims = self.state.nodeclaim_views_of(key)
+        counts = node_counts(claims, self.in_flight)
         if counts.active + counts.pending_disruption >= want:
+            if all(c.provider_id for c in claims if not c.deleting):
+                self.backoff.pop(key, None)  # everything launched: the next refill goes at once
             return Result(requeue_after=REQUEUE)
         count = to_provision(want, counts, node_limit(nodepool), self.reservations.reserved(key, self.in_flight))
         if count <= 0:
             log.info("nodepool node limit reached", nodepool=key, limit=nodepool.limits.get("nodes"), desired=want)
             return Result(requeue_after=LIMIT_REQUEUE)
+        now = self.clock()
+        held = self.backoff.get(key)
+        if held is not None and now < held[0]:
+            return Result(requeue_after=held[0] - now)
+        spacing = held[1] if held is not None else BACKOFF_INITIAL
+        self.backoff[key] = (now + spacing, min(spacing * 2, BACKOFF_MAX))
         log.info(
             "provisioning nodeclaims to satisfy replica count",
             nodepool=key,

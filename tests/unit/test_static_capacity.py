@@ -449,3 +449,31 @@ async def test_a_scale_up_during_static_drift_keeps_the_replacement_slot() -> No
     h.in_flight.clear()  # the command ended (its replacement exists by then, or it was abandoned)
     await h.up.reconcile("np")
     assert len(h.created()) == 1
+
+
+async def test_creating_passes_are_spaced_while_launches_fail() -> None:
+    """karpy's addition: a NodePool whose NodeClaims keep failing to launch (deleted by the lifecycle) is refilled
+    1 s, then 2 s, … later, not in a loop; once its NodeClaims launch, a lost node is replaced at once again."""
+    now = [100.0]
+    h = Static([nodeclass(), static_pool(count=1)])
+    h.up.clock = lambda: now[0]
+    await h.up.reconcile("np")
+    (first,) = h.claims()
+    await h.kube.delete(NODECLAIMS, first)  # the launch found no capacity: the lifecycle deletes it
+    assert (await h.up.reconcile("np")).requeue_after == pytest.approx(1.0)
+    assert len(h.created()) == 1
+    now[0] += 1.0
+    await h.up.reconcile("np")
+    (second,) = h.claims()
+    assert len(h.created()) == 2
+    await h.kube.delete(NODECLAIMS, second)
+    now[0] += 1.0
+    assert (await h.up.reconcile("np")).requeue_after == pytest.approx(1.0)  # 2 s after the second pass
+    now[0] += 1.0
+    await h.up.reconcile("np")
+    (third,) = h.claims()
+    # It launches: a pass that finds the NodePool full and launched lifts the spacing.
+    status = {"providerID": "aws:///us-east-1a/i-third"}
+    await h.kube.merge_patch(NODECLAIMS, third, {"status": status}, subresource="status")
+    await h.up.reconcile("np")
+    assert "np" not in h.up.backoff
