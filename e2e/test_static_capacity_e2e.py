@@ -4,7 +4,8 @@ process with ``FEATURE_GATES=StaticCapacity=true`` (Karpenter core ``pkg/control
 A NodePool ``static`` with ``replicas: 2`` and no pod asking for anything gets two Ready nodes; ``kubectl scale``
 (a PATCH of the NodePool's ``/scale`` subresource) takes it to 4, then to 1 (the surplus NodeClaims deleted, their
 instances terminated); a Node deleted out of band (``kubectl delete node``) takes its NodeClaim with it, and a new
-node replaces it. Karpenter's NodeClaim counters match the NodeClaims left at the end (created − terminated = live).
+node replaces it; a template change drifts the node, and static drift replaces it (replacement first). Karpenter's
+NodeClaim counters match the NodeClaims left at the end (created − terminated = live).
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def static_pool(count: int) -> dict[str, Any]:
     )
 
 
-async def test_static_nodepool_keeps_scales_and_replaces_its_nodes(local_cluster: Any, env: Env) -> None:
+async def test_static_nodepool_keeps_scales_replaces_and_drifts_its_nodes(local_cluster: Any, env: Env) -> None:
     await apply(env.client, [ec2nodeclass(POOL, local_cluster.cluster_name), static_pool(2)])
     two = await wait_for(lambda: env.settled(2), timeout=180, what="2 static nodes Ready", interval=1)
     assert await env.pods_on(two) == [], "no pod asked for these nodes"
@@ -146,6 +147,22 @@ async def test_static_nodepool_keeps_scales_and_replaces_its_nodes(local_cluster
 
     (new,) = await wait_for(replaced, timeout=180, what="the deleted node replaced", interval=1)
     assert new != one
+
+    # The template changes: the node drifts and static drift replaces it, the replacement first (Karpenter
+    # staticdrift.go); static provisioning adds nothing meanwhile (the candidate is pending disruption).
+    await env.client.merge_patch(r.NODEPOOLS, POOL, {"spec": {"template": {"metadata": {"labels": {"rev": "2"}}}}})
+
+    async def drifted_away() -> list[str] | None:
+        names = await env.settled(1)
+        return names if names and names != [new] else None
+
+    (latest,) = await wait_for(drifted_away, timeout=180, what="the drifted node replaced", interval=1)
+    (claim,) = await env.claims()
+    assert claim["metadata"]["labels"].get("rev") == "2"
+    done = [line["command"] for line in env.karpy.logs() if line.get("message") == "disruption command done"]
+    assert [(c["method"], c["reason"], c["decision"]) for c in done] == [("static-drift", "Drifted", "replace")]
+    assert latest != new
+
     ups = [line["provision_count"] for line in env.karpy.logs() if line.get("message") == PROVISIONING]
     downs = [line["deprovision_count"] for line in env.karpy.logs() if line.get("message") == DEPROVISIONING]
     assert ups[:2] == [2, 2] and ups[-1] == 1, ups  # 2 from nothing, 2 more, 1 for the lost node
