@@ -43,6 +43,10 @@ from karpy.controllers.nodeclaim_tagging import NodeClaimTagging
 from karpy.controllers.nodeclass_status import NodeClassResolver, NodeClassStatusReconciler
 from karpy.controllers.nodepool_status import NodePoolStatusReconciler
 from karpy.controllers.provisioner import RECHECK_SECONDS, Provisioner
+from karpy.controllers.static_capacity import GATE as STATIC_CAPACITY
+from karpy.controllers.static_capacity import is_static
+from karpy.controllers.static_deprovisioning import StaticDeprovisioning
+from karpy.controllers.static_provisioning import StaticProvisioning
 from karpy.controllers.status_conditions import StatusConditions
 from karpy.controllers.terminator import NodeTermination, Terminator
 from karpy.health import listen, start_server
@@ -143,8 +147,12 @@ class Operator:
         self.node_termination = Controller(
             NodeTermination(client, self.state), workers=settings.workers(2), key_name="node"
         )
+        # Karpenter registers the static controllers only with FEATURE_GATES StaticCapacity=true (default off).
+        self.static_capacity = bool(settings.feature_gates.get(STATIC_CAPACITY, False))
         self.nodepool_status = Controller(
-            NodePoolStatusReconciler(client, self.state, self.events, cloud=cloud),
+            NodePoolStatusReconciler(
+                client, self.state, self.events, cloud=cloud, static_capacity=self.static_capacity
+            ),
             workers=settings.workers(2),
             key_name="nodepool",
         )
@@ -192,6 +200,26 @@ class Operator:
                 ),
                 workers=settings.workers(2),
                 key_name="node",
+            )
+        self.static_provisioning: Controller | None = None
+        self.static_deprovisioning: Controller | None = None
+        if self.static_capacity:
+            in_flight = self.disruption.queue.in_flight  # candidates of commands in flight: pending disruption
+            self.static_provisioning = Controller(
+                StaticProvisioning(
+                    client,
+                    self.state,
+                    in_flight=in_flight,
+                    reservations=self.disruption.methods.static_reservations,
+                    ca_bundle=ca_bundle,
+                ),
+                workers=settings.workers(2),
+                key_name="nodepool",
+            )
+            self.static_deprovisioning = Controller(
+                StaticDeprovisioning(client, self.state, in_flight=in_flight),
+                workers=settings.workers(2),
+                key_name="nodepool",
             )
         # One worker, as Karpenter's tagging controller (CreateTags is rate limited to one call per second).
         self.nodeclaim_tagging = Controller(
@@ -286,6 +314,7 @@ class Operator:
             pool = (obj["metadata"].get("labels") or {}).get(wk.LABEL_NODEPOOL)
             if pool:
                 self.nodepool_status.enqueue(pool)
+                self._route_static(pool)
             if event == "DELETED":
                 self.provisioner.trigger()  # pods planned onto it need a new home
             elif (
@@ -296,6 +325,7 @@ class Operator:
                 self.provisioner.trigger()  # its pods are about to be displaced: request capacity now
         elif kind == "NodePool":
             self.nodepool_status.enqueue(key)
+            self._route_static(key)
             if _nodepool_changed_for_provisioning(old, new):
                 self.provisioner.trigger()
         elif kind in VOLUME_KINDS and self.state.pod_volumes:
@@ -305,6 +335,15 @@ class Operator:
             for name, pool in self.state.nodepool_views.items():
                 if pool.template.node_class_ref.name == key:
                     self.nodepool_status.enqueue(name)
+
+    def _route_static(self, pool: str) -> None:
+        """A static NodePool or one of its NodeClaims changed (``kubectl scale``, a NodeClaim created, lost or
+        deleted): its node count may be off. Every change, not only Karpenter's predicates: both count from state."""
+        if self.static_provisioning is None or self.static_deprovisioning is None:
+            return
+        if is_static(self.state.nodepool_view(pool)):
+            self.static_provisioning.enqueue(pool)
+            self.static_deprovisioning.enqueue(pool)
 
     def _route_pod(self, info: PodInfo | None) -> None:
         if info is None:
@@ -357,6 +396,9 @@ class Operator:
             ("nodeclaim.tagging", self._after_sync(self.nodeclaim_tagging.run)),
             ("garbagecollection", self.garbage_collection_loop.run),
         ]
+        if self.static_provisioning is not None and self.static_deprovisioning is not None:
+            tasks.append(("static.provisioning", self._after_sync(self.static_provisioning.run)))
+            tasks.append(("static.deprovisioning", self._after_sync(self.static_deprovisioning.run)))
         if self.interruption_loop is not None:
             tasks.append(("interruption", self.interruption_loop.run))
         if self.node_repair is not None:

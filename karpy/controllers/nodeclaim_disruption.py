@@ -43,6 +43,7 @@ from karpy.controllers.disruption import controls
 from karpy.controllers.disruption import drift as dr
 from karpy.controllers.disruption.emptiness import consolidatable, consolidate_after
 from karpy.controllers.disruption.helpers import Clock, consolidatable_at, patch_conditions
+from karpy.controllers.static_capacity import is_static
 from karpy.kube.client import KubeClient
 from karpy.runtime.controller import Result
 from karpy.state.cluster import ClusterState
@@ -94,7 +95,8 @@ class NodeClaimDisruption:
             return Result()
         now = self.clock()
         want_consolidatable: bool | None = None
-        if consolidate_after(pool) is not None and claim.is_true(wk.COND_INITIALIZED):
+        # A static NodePool's NodeClaims are never Consolidatable (core nodeclaim/disruption/controller.go).
+        if consolidate_after(pool) is not None and not is_static(pool) and claim.is_true(wk.COND_INITIALIZED):
             node = self.state.node_for_nodeclaim(claim)
             last = self.state.last_pod_event.get(node.name, self.state.started_at) if node else now
             want_consolidatable = consolidatable(claim, pool, last, now)

@@ -87,14 +87,18 @@ class Unsupported(NamedTuple):
     blocking: bool
 
 
-def unsupported_features(nodepool: NodePool, nodeclass_raw: Mapping[str, Any] | None) -> list[Unsupported]:
+def unsupported_features(
+    nodepool: NodePool, nodeclass_raw: Mapping[str, Any] | None, *, static_capacity: bool = False
+) -> list[Unsupported]:
     """The Karpenter v1.15 capabilities ``nodepool`` (with its EC2NodeClass's JSON, if found) uses that karpy does
     not implement yet, in field order. Per capability (gates from core ``pkg/operator/options/options.go``):
 
-    * ``spec.replicas`` (static NodePool; gate ``StaticCapacity``, default off). Karpenter never provisions for pods
+    * ``spec.replicas`` (static NodePool; gate ``StaticCapacity``, default off; ``static_capacity`` is the gate).
+      Implemented (:mod:`karpy.controllers.static_capacity`). Whatever the gate, Karpenter never provisions for pods
       from a static NodePool nor consolidates its nodes (core ``provisioner.go`` ``NewScheduler``,
-      ``disruption/types.go`` ``OwnedByStaticNodePool``); it keeps ``replicas`` nodes only with the gate on.
-      karpy keeps no node count: blocking (not Ready, no provisioning), and its nodes are not disrupted.
+      ``disruption/types.go`` ``OwnedByStaticNodePool``); it keeps ``replicas`` nodes only with the gate on, and the
+      NodePool is Ready either way. karpy does the same; with the gate off it also says so here (not blocking), so
+      a NodePool that never gets its nodes is not a silent mystery.
     * ``spec.disruption.consolidationPolicy: Balanced`` (not gated in v1.15; core ``disruption/balanced.go``):
       Balanced deletes empty nodes like every policy and moves underutilized ones only when the savings score
       approves. karpy deletes only empty nodes (as under ``WhenEmpty``), a subset of what Balanced disrupts: not
@@ -112,14 +116,16 @@ def unsupported_features(nodepool: NodePool, nodeclass_raw: Mapping[str, Any] | 
     out: list[Unsupported] = []
     replicas = spec.get("replicas")
     if replicas is not None:
-        out.append(
-            Unsupported(
-                "spec.replicas",
-                f"spec.replicas ({replicas}, a static NodePool) is not implemented by karpy yet: karpy neither "
-                "provisions nodes from this NodePool nor disrupts its nodes",
-                True,
+        if not static_capacity:
+            out.append(
+                Unsupported(
+                    "spec.replicas",
+                    f"spec.replicas ({replicas}, a static NodePool) needs the StaticCapacity feature gate, which is "
+                    "off (FEATURE_GATES, Karpenter's default): as Karpenter, karpy keeps no nodes for this NodePool "
+                    "and provisions none from it for pods",
+                    False,
+                )
             )
-        )
     elif nodepool.disruption.consolidation_policy == BALANCED:
         out.append(
             Unsupported(
@@ -227,17 +233,25 @@ class NodePoolStatusReconciler:
     Args:
         cloud: the instance types of each EC2NodeClass, for the ``NoCompatibleInstanceTypes`` warning (None: no
             such check, as in tests that only look at conditions).
+        static_capacity: the ``StaticCapacity`` feature gate (see :func:`unsupported_features`).
     """
 
     name = "nodepool.status"
 
     def __init__(
-        self, client: KubeClient, state: ClusterState, events: EventRecorder, *, cloud: CloudProvider | None = None
+        self,
+        client: KubeClient,
+        state: ClusterState,
+        events: EventRecorder,
+        *,
+        cloud: CloudProvider | None = None,
+        static_capacity: bool = False,
     ) -> None:
         self.client = client
         self.state = state
         self.events = events
         self.cloud = cloud
+        self.static_capacity = static_capacity  # the StaticCapacity feature gate
         self._incompatible: set[str] = set()  # NodePools last found with no compatible type (log on change)
 
     async def reconcile(self, key: str) -> Result:
@@ -249,7 +263,9 @@ class NodePoolStatusReconciler:
         generation = nodepool.meta.generation
         stored = conditions_json(nodepool.raw)
         nodeclass = self.state.nodeclass_view(nodepool.template.node_class_ref.name)
-        unsupported = unsupported_features(nodepool, nodeclass.raw if nodeclass is not None else None)
+        unsupported = unsupported_features(
+            nodepool, nodeclass.raw if nodeclass is not None else None, static_capacity=self.static_capacity
+        )
         validation = ("True", "ValidationSucceeded", "")
         if invalid := validate(nodepool):
             validation = ("False", "ValidationFailed", invalid)

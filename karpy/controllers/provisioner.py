@@ -43,6 +43,7 @@ from karpy.apis.taints import taints_json
 from karpy.cloudprovider.types import CloudProvider, CloudProviderError, InstanceType
 from karpy.controllers import events as ev
 from karpy.controllers.launch_backoff import LaunchBackoff, explain_incompatible
+from karpy.controllers.static_capacity import is_static
 from karpy.controllers.terminator import drainable
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
@@ -338,13 +339,15 @@ class Provisioner:
         return pools, objs, self._existing_capacity()
 
     async def _nodepools(self) -> tuple[list[model.NodePool], dict[str, NodePool]]:
-        """The Ready NodePools that are not being deleted and whose EC2NodeClass exists, in the scheduling
+        """The Ready, dynamic NodePools that are not being deleted and whose EC2NodeClass exists, in the scheduling
         model (with their instance types and current usage), and their views by name."""
         pools: list[model.NodePool] = []
         views: dict[str, NodePool] = {}
         types_by_class: dict[str, list[InstanceType]] = {}
         for name, nodepool in self.state.nodepool_views.items():
-            if nodepool.deleting or not nodepool.is_true(wk.COND_READY):
+            # A static NodePool (spec.replicas) keeps its own node count: never planned for pods, nor a
+            # consolidation replacement (Karpenter provisioner.go NewScheduler skips IsStatic, whatever the gate).
+            if nodepool.deleting or not nodepool.is_true(wk.COND_READY) or is_static(nodepool):
                 continue
             class_name = nodepool.template.node_class_ref.name
             nodeclass = self.state.nodeclass_view(class_name)

@@ -151,7 +151,7 @@ def usable_nodeclass(nodepool: Mapping[str, Any], nodeclasses: Mapping[str, JSON
         return "NodePool is being deleted"
     if (nodepool.get("spec") or {}).get("replicas") is not None:
         # Karpenter never provisions for pods from a static NodePool (core provisioner.go NewScheduler).
-        return "a static NodePool (spec.replicas): not provisioned for pods; karpy does not implement it yet"
+        return "a static NodePool (spec.replicas): not provisioned for pods (it keeps its own node count)"
     ref = (((nodepool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
     kind, group = ref.get("kind", "EC2NodeClass"), ref.get("group", wk.AWS_GROUP)
     if kind != "EC2NodeClass" or group != wk.AWS_GROUP:

@@ -1,9 +1,10 @@
 """Karpenter v1.15 capabilities karpy does not implement yet, on the real apiserver (v1.15 CRDs): a NodePool using
 ``consolidationPolicy: Balanced`` or ``spec.replicas`` is accepted, gets ``FeaturesSupported=False`` (reason
 ``UnsupportedFeature``) and a Warning Event ``UnsupportedFeature`` naming the field, and loses both once the field
-is gone. Balanced keeps the NodePool Ready (karpy consolidates only its empty nodes); a static NodePool is not Ready
-(``ValidationSucceeded=False``), so karpy does not provision from it. The CRD forbids turning a static NodePool
-dynamic (Karpenter's CEL rule), so ``replicas`` goes by recreating the NodePool without it."""
+is gone. Balanced keeps the NodePool Ready (karpy consolidates only its empty nodes); so does a static NodePool
+with the ``StaticCapacity`` gate off (Karpenter's default: it keeps no nodes for it, as Karpenter). The CRD forbids
+turning a static NodePool dynamic (Karpenter's CEL rule), so ``replicas`` goes by recreating the NodePool without
+it."""
 
 from __future__ import annotations
 
@@ -81,12 +82,13 @@ async def test_balanced_and_static_nodepools_are_reported_then_cleared(kube: Kub
         (warning,) = await env.warnings(BALANCED)
         assert "spec.disruption.consolidationPolicy Balanced is not implemented by karpy yet" in warning
 
-        # Static: accepted, reported, not Ready.
+        # Static with the StaticCapacity gate off: accepted, reported, Ready (as Karpenter, no nodes kept).
         stored = await env.reconcile(STATIC)
         assert _status(stored, COND_FEATURES_SUPPORTED) == ("False", UNSUPPORTED_FEATURE)
-        assert _status(stored, wk.COND_VALIDATION_SUCCEEDED) == ("False", UNSUPPORTED_FEATURE)
-        assert _status(stored, wk.COND_READY) == ("False", UNSUPPORTED_FEATURE)
-        assert "spec.replicas (2, a static NodePool) is not implemented" in condition(stored, wk.COND_READY)["message"]
+        assert _status(stored, wk.COND_VALIDATION_SUCCEEDED) == ("True", "ValidationSucceeded")
+        assert _status(stored, wk.COND_READY) == ("True", "Ready")
+        message = condition(stored, COND_FEATURES_SUPPORTED)["message"]
+        assert "spec.replicas (2, a static NodePool) needs the StaticCapacity feature gate" in message
         assert [w for w in await env.warnings(STATIC) if "spec.replicas (2, a static NodePool)" in w]
 
         # The fields go: Balanced by an edit, replicas by recreating the NodePool (the CRD refuses the edit).

@@ -75,10 +75,11 @@ def req(key: str, op: str, *values: str) -> dict[str, Any]:
         (nodepool(policy="WhenEmpty"), nodeclass(), []),
         (nodepool(policy="WhenEmptyOrUnderutilized"), nodeclass(), []),
         (nodepool(policy="Balanced"), nodeclass(), [("spec.disruption.consolidationPolicy", False)]),
-        (nodepool(replicas=3), nodeclass(), [("spec.replicas", True)]),
-        (nodepool(replicas=0), nodeclass(), [("spec.replicas", True)]),
+        # Static NodePools with the StaticCapacity gate off (Karpenter's default): Ready, a notice only.
+        (nodepool(replicas=3), nodeclass(), [("spec.replicas", False)]),
+        (nodepool(replicas=0), nodeclass(), [("spec.replicas", False)]),
         # Karpenter ignores consolidationPolicy on a static NodePool.
-        (nodepool(policy="Balanced", replicas=2), nodeclass(), [("spec.replicas", True)]),
+        (nodepool(policy="Balanced", replicas=2), nodeclass(), [("spec.replicas", False)]),
         # Reserved only: karpy can never launch for it.
         (nodepool(req(CT, "In", "reserved")), nodeclass(), [(f"requirement {CT}", True)]),
         (
@@ -105,16 +106,22 @@ def test_unsupported_features(
     assert fields(pool, nc) == expected
 
 
+def test_static_nodepool_with_the_gate_on_is_supported() -> None:
+    """StaticCapacity=true: spec.replicas is implemented, nothing to report (Balanced is still ignored on it)."""
+    for pool in (nodepool(replicas=3), nodepool(policy="Balanced", replicas=2)):
+        assert unsupported_features(NodePool.from_json(pool), nodeclass(), static_capacity=True) == []
+
+
 class Harness:
     """One NodePool ``np`` over a FakeKube; reconciles and reads back the stored object and the events."""
 
-    def __init__(self, pool: dict[str, Any], nc: dict[str, Any]) -> None:
+    def __init__(self, pool: dict[str, Any], nc: dict[str, Any], *, static_capacity: bool = False) -> None:
         self.state = ClusterState()
         self.state.apply("EC2NodeClass", "ADDED", nc)
         self.state.apply("NodePool", "ADDED", pool)
         self.kube = FakeKube([pool])
         self.events = EventRecorder(self.kube)
-        self.rec = NodePoolStatusReconciler(self.kube, self.state, self.events)
+        self.rec = NodePoolStatusReconciler(self.kube, self.state, self.events, static_capacity=static_capacity)
 
     async def reconcile(self) -> dict[str, Any]:
         await self.rec.reconcile("np")
@@ -160,22 +167,23 @@ async def test_balanced_keeps_the_nodepool_ready_with_a_condition_and_an_event_t
     assert len(h.warnings()) == 1
 
 
-async def test_static_nodepool_is_not_ready_with_an_event_then_ready_when_replicas_go() -> None:
+async def test_static_nodepool_with_the_gate_off_is_ready_with_a_notice_and_an_event() -> None:
+    """As Karpenter with StaticCapacity off: the NodePool is Ready (and keeps no nodes); karpy says why."""
     h = Harness(nodepool(replicas=2), nodeclass())
     stored = await h.reconcile()
     assert status(stored, COND_FEATURES_SUPPORTED) == ("False", UNSUPPORTED_FEATURE)
-    assert status(stored, wk.COND_VALIDATION_SUCCEEDED) == ("False", UNSUPPORTED_FEATURE)
-    assert status(stored, wk.COND_READY) == ("False", UNSUPPORTED_FEATURE)
-    assert (
-        "spec.replicas (2, a static NodePool) is not implemented by karpy yet"
-        in condition(stored, wk.COND_READY)["message"]
-    )
-    assert [m for m in h.warnings() if m.startswith("NodePool np: spec.replicas (2, a static NodePool)")]
-    await h.update_spec(nodepool())
-    stored = await h.reconcile()
-    assert condition(stored, COND_FEATURES_SUPPORTED) is None
+    assert "StaticCapacity feature gate, which is off" in condition(stored, COND_FEATURES_SUPPORTED)["message"]
     assert status(stored, wk.COND_VALIDATION_SUCCEEDED) == ("True", "ValidationSucceeded")
     assert status(stored, wk.COND_READY) == ("True", "Ready")
+    assert [m for m in h.warnings() if m.startswith("NodePool np: spec.replicas (2, a static NodePool)")]
+
+
+async def test_static_nodepool_with_the_gate_on_is_ready_without_a_condition() -> None:
+    h = Harness(nodepool(replicas=2), nodeclass(), static_capacity=True)
+    stored = await h.reconcile()
+    assert condition(stored, COND_FEATURES_SUPPORTED) is None
+    assert status(stored, wk.COND_READY) == ("True", "Ready")
+    assert h.warnings() == []
 
 
 async def test_a_changed_set_of_unsupported_features_is_reported_again() -> None:
@@ -190,21 +198,3 @@ async def test_a_changed_set_of_unsupported_features_is_reported_again() -> None
     stored = await h.reconcile()
     assert len(h.warnings()) == 2
     assert "capacityReservationSelectorTerms" not in condition(stored, COND_FEATURES_SUPPORTED)["message"]
-
-
-def test_static_nodepool_nodes_are_no_disruption_candidates() -> None:
-    """Karpenter never consolidates a static NodePool's nodes; karpy, which does not keep spec.replicas nodes
-    either, leaves them alone (no emptiness, consolidation or drift replacement)."""
-    from disruption_builders import loaded_state, node
-    from disruption_builders import nodeclaim as claim_of
-    from disruption_builders import nodepool as pool_of
-
-    from karpy.controllers.disruption.candidates import node_blocker
-
-    static, dynamic = pool_of("static"), pool_of("dynamic")
-    static["spec"]["replicas"] = 1
-    a, b = claim_of("a", static), claim_of("b", dynamic)
-    state = loaded_state([static, dynamic, a, b, node(a), node(b)])
-    blocker = node_blocker(state, state.nodeclaim_views["a"], set(), set())[0]
-    assert blocker == "its NodePool is static (spec.replicas), which karpy does not implement yet"
-    assert node_blocker(state, state.nodeclaim_views["b"], set(), set())[0] == ""

@@ -193,7 +193,7 @@ def node_blocker(
 ) -> tuple[str, NodeInfo | None, NodePool | None]:
     """Why a NodeClaim is not a candidate regardless of its pods ("" when it may be one), its Node and NodePool.
 
-    Karpenter ``NewCandidate``: managed by a known, not static NodePool, Initialized, has a Node, neither marked for
+    Karpenter ``NewCandidate``: managed by a known NodePool, Initialized, has a Node, neither marked for
     deletion, not nominated for pending pods (a NodeClaim the provisioner planned pods onto, or a node its
     last decision placed pods on), not already part of a disruption command.
     """
@@ -203,10 +203,6 @@ def node_blocker(
     reason = ""
     if nodepool is None:
         reason = "not managed by a known NodePool"
-    elif (nodepool.raw.get("spec") or {}).get("replicas") is not None:
-        # Karpenter never consolidates a static NodePool's nodes (OwnedByStaticNodePool) and replaces drifted ones
-        # to keep spec.replicas, which karpy does not implement yet (its NodePool status says so): left alone.
-        reason = "its NodePool is static (spec.replicas), which karpy does not implement yet"
     elif claim.deleting:
         reason = "nodeclaim is being deleted"
     elif not claim.is_true(wk.COND_INITIALIZED):

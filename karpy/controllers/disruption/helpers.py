@@ -22,6 +22,7 @@ from karpy.controllers.disruption import consolidation as cons
 from karpy.controllers.disruption import controls
 from karpy.controllers.disruption.emptiness import consolidate_after
 from karpy.controllers.disruption.types import Candidate
+from karpy.controllers.static_capacity import is_static
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.events import EventRecorder
@@ -180,11 +181,11 @@ def consolidatable_at(state: ClusterState, claim: NodeClaim) -> float | None:
     """When an initialized NodeClaim is (or was) Consolidatable: its node's last pod event (or the NodeClaim's
     initialization, whichever is later) plus its NodePool's ``consolidateAfter``, seconds since the epoch (Karpenter
     core ``pkg/controllers/nodeclaim/disruption/consolidation.go``). None when it never will: not initialized,
-    being deleted, no Node or NodePool, or ``consolidateAfter: Never``."""
+    being deleted, no Node or NodePool, ``consolidateAfter: Never``, or a static NodePool (never consolidated)."""
     if claim.deleting or not claim.is_true(wk.COND_INITIALIZED):
         return None
     pool = state.nodepool_view(claim.nodepool)
-    after = consolidate_after(pool) if pool is not None else None
+    after = consolidate_after(pool) if pool is not None and not is_static(pool) else None
     node = state.node_for_nodeclaim(claim)
     if after is None or node is None:
         return None

@@ -31,7 +31,16 @@ from karpy.controllers.disruption.emptiness import (
 )
 from karpy.controllers.disruption.helpers import Context, created, transition, workload
 from karpy.controllers.disruption.queue import Queue
+from karpy.controllers.disruption.staticdrift import AT_LIMIT, static_candidates, static_drift_command
 from karpy.controllers.disruption.types import DRIFTED, EMPTY, UNDERUTILIZED, Candidate, Command
+from karpy.controllers.static_capacity import (
+    Reservations,
+    drift_headroom,
+    is_static,
+    node_counts,
+    node_limit,
+    replicas,
+)
 from karpy.state.cluster import ClusterState
 
 # Karpenter's consolidation short-cut: once consolidation found nothing (and no budget held it back), it is not
@@ -48,6 +57,8 @@ class Methods:
         self.settings = settings
         self.state_version = 0
         self._consolidated: tuple[int, float] | None = None
+        # limits.nodes slots of static drift replacements, shared with static provisioning (the operator wires it).
+        self.static_reservations = Reservations()
 
     def on_change(self, kind: str, event: str, key: str, old: Any, new: Any) -> None:
         """A cluster state listener: count changes that can change a consolidation decision (not Node
@@ -69,7 +80,7 @@ class Methods:
             command = self.emptiness(ctx)
         if command is None:
             with metrics.DISRUPTION_EVALUATION_DURATION.labels(reason="drifted", consolidation_type="").time():
-                command = self.drift(ctx)
+                command = self.static_drift(ctx) or self.drift(ctx)
         return command or self.consolidation(ctx)
 
     def allowed(self, pool: str, reason: str) -> int:
@@ -97,7 +108,12 @@ class Methods:
     def emptiness(self, ctx: Context) -> Command | None:
         """Empty Consolidatable candidates within each pool's ``Empty`` budget, deleted together."""
         eligible = [
-            c for c in ctx.candidates if not c.pods and c.name not in ctx.eventual_only and self.consolidatable(ctx, c)
+            c
+            for c in ctx.candidates
+            if not c.pods
+            and c.name not in ctx.eventual_only
+            and not is_static(c.nodepool)  # Karpenter emptiness.go: OwnedByStaticNodePool
+            and self.consolidatable(ctx, c)
         ]
         metrics.DISRUPTION_ELIGIBLE.labels(reason=metrics.disruption_reason(EMPTY)).set(len(eligible))
         allowed = {pool: self.allowed(pool, EMPTY) for pool in {c.pool for c in eligible}}
@@ -105,7 +121,8 @@ class Methods:
 
     def drift(self, ctx: Context) -> Command | None:
         """One drifted candidate (empty ones first, oldest drift first) whose pods all fit, within ``Drifted``."""
-        drifted = [c for c in ctx.candidates if c.claim.is_true(wk.COND_DRIFTED)]
+        # A static NodePool's drifted nodes are static drift's (Karpenter drift.go ShouldDisrupt).
+        drifted = [c for c in ctx.candidates if c.claim.is_true(wk.COND_DRIFTED) and not is_static(c.nodepool)]
         metrics.DISRUPTION_ELIGIBLE.labels(reason=metrics.disruption_reason(DRIFTED)).set(len(drifted))
         by_name = {c.name: c for c in drifted}
         order = dr.drift_order([(transition(c.claim, wk.COND_DRIFTED), len(c.pods), c.name) for c in drifted])
@@ -132,6 +149,35 @@ class Methods:
             return Command("drift", DRIFTED, (candidate,), replacements, validate=False)
         return None
 
+    def static_drift(self, ctx: Context) -> Command | None:
+        """Drifted nodes of static NodePools, each replaced by one from the NodePool's template, within the
+        ``Drifted`` budget and ``limits.nodes`` (:mod:`.staticdrift`); karpy's drift circuit breaker holds them too."""
+        in_flight = self.queue.in_flight
+        pools = {
+            pool: cands
+            for pool, cands in static_candidates(ctx.candidates).items()
+            if not self.drift_halt(cands[0].nodepool)
+        }
+
+        def headroom(pool: str, wanted: int) -> int:
+            view = self.state.nodepool_view(pool)
+            want = replicas(view) if view is not None else None
+            if view is None or want is None:
+                return -1
+            counts = node_counts(self.state.nodeclaim_views_of(pool), in_flight)
+            if counts.active + counts.pending_disruption > want:
+                return -1  # the scale-down goes first
+            reserved = self.static_reservations.reserved(pool, in_flight)
+            return drift_headroom(want, counts, node_limit(view), reserved, wanted)
+
+        command, blocked = static_drift_command(pools, lambda pool: self.allowed(pool, DRIFTED), headroom)
+        for c in blocked:
+            ctx.blocked[c.name] = AT_LIMIT
+            self.queue.events.record(*ev.blocked(c.node, c.claim, AT_LIMIT))  # Karpenter: as is
+        if command is not None:
+            self.static_reservations.hold_drift(command.candidates[0].pool, (c.name for c in command.candidates))
+        return command
+
     def drift_halt(self, nodepool: NodePool) -> str:
         """Why drift is halted for ``nodepool`` ("" when it may proceed): see :mod:`.controls`."""
         nodeclass = self.state.nodeclass_view(nodepool.template.node_class_ref.name)
@@ -148,7 +194,7 @@ class Methods:
         of karpy's cooldown (the cooled-down ones go to ``ctx.blocked``)."""
         out = []
         for c in ctx.candidates:
-            if c.name in ctx.eventual_only:
+            if c.name in ctx.eventual_only or is_static(c.nodepool):  # consolidation.go: OwnedByStaticNodePool
                 continue
             if consolidate_after(c.nodepool) is None:  # Karpenter disruption/consolidation.go ShouldDisrupt
                 message = f'NodePool "{c.pool}" has consolidation disabled'
