@@ -72,7 +72,6 @@ def validate(nodepool: NodePool) -> str:
 
 COND_FEATURES_SUPPORTED: Final = "FeaturesSupported"
 UNSUPPORTED_FEATURE: Final = "UnsupportedFeature"
-BALANCED: Final = "Balanced"
 
 
 class Unsupported(NamedTuple):
@@ -95,10 +94,6 @@ def unsupported_features(nodepool: NodePool, nodeclass_raw: Mapping[str, Any] | 
       from a static NodePool nor consolidates its nodes (core ``provisioner.go`` ``NewScheduler``,
       ``disruption/types.go`` ``OwnedByStaticNodePool``); it keeps ``replicas`` nodes only with the gate on.
       karpy keeps no node count: blocking (not Ready, no provisioning), and its nodes are not disrupted.
-    * ``spec.disruption.consolidationPolicy: Balanced`` (not gated in v1.15; core ``disruption/balanced.go``):
-      Balanced deletes empty nodes like every policy and moves underutilized ones only when the savings score
-      approves. karpy deletes only empty nodes (as under ``WhenEmpty``), a subset of what Balanced disrupts: not
-      blocking, provisioning is unaffected. Ignored on a static NodePool, as Karpenter ignores it there.
     * Capacity reservations (gate ``ReservedCapacity``, default on): karpy launches no ``reserved`` capacity. A
       NodePool allowing only ``karpenter.sh/capacity-type`` ``reserved`` can never launch: blocking. One that also
       allows on-demand or spot, whose EC2NodeClass selects reservations (``capacityReservationSelectorTerms``),
@@ -118,15 +113,6 @@ def unsupported_features(nodepool: NodePool, nodeclass_raw: Mapping[str, Any] | 
                 f"spec.replicas ({replicas}, a static NodePool) is not implemented by karpy yet: karpy neither "
                 "provisions nodes from this NodePool nor disrupts its nodes",
                 True,
-            )
-        )
-    elif nodepool.disruption.consolidation_policy == BALANCED:
-        out.append(
-            Unsupported(
-                "spec.disruption.consolidationPolicy",
-                "spec.disruption.consolidationPolicy Balanced is not implemented by karpy yet: karpy consolidates "
-                "only empty nodes of this NodePool (as WhenEmpty), never underutilized ones",
-                False,
             )
         )
     out.extend(_reserved_capacity(nodepool, nodeclass_raw))
