@@ -239,6 +239,14 @@ def consolidation_move(
     return Move(method, tuple(candidates), (replacement,), current - cheaper[0][0]), ""
 
 
+def savings_pay(savings: float, removed_price: float, min_per_hour: float, min_ratio: float) -> bool:
+    """karpy's savings threshold (not Karpenter's; :mod:`karpy.controllers.disruption.controls`): the move saves at
+    least ``min_per_hour`` USD/hour and ``min_ratio`` of the price of what it removes (``removed_price``)."""
+    if savings <= 0 or removed_price <= 0:
+        return False
+    return savings + 1e-12 >= min_per_hour and savings / removed_price + 1e-12 >= min_ratio
+
+
 def sort_for_single(candidates: Sequence[C]) -> list[C]:
     """Karpenter single-node order: highest savings per unit of disruption first (price ÷ disruption cost)."""
 
