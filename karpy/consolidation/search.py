@@ -14,7 +14,9 @@ somewhere (``AllNonPendingPodsScheduled``); pending pods that fail were failing 
   launch list capped at 15 (Karpenter ``computeSpotToSpotConsolidation``).
 * **Multi-node**: binary search over the candidates (in the caller's order) for a prefix that a delete or a single
   cheaper replacement can absorb (Karpenter ``firstNConsolidationOption``).
-* **Single-node**: the first candidate (highest savings per unit of disruption first) that can be moved.
+* **Single-node**: the first candidate that can be moved.
+* **Order** (both): highest savings per unit of disruption first, price ÷ reschedule disruption cost (Karpenter
+  v1.15 ``sortCandidates``, ``SavingsRatio``).
 
 :func:`multi_node_pass` and :func:`single_node_pass` add the gates a move must pass: the caller's (karpy's savings
 threshold) and then :mod:`.balanced` scoring for Balanced NodePools, recording each scoring for the metrics.
@@ -57,8 +59,8 @@ class Movable(Protocol):
     """What the search reads of a candidate node.
 
     ``name`` identifies it (the NodeClaim; an existing node's ``nodeclaim`` or ``name``), ``node_name`` is its
-    Node; ``pods`` the pods that must move; ``price`` USD/hour of its offering (None unknown); ``disruption_cost``
-    the lifetime-scaled cost the multi-node order uses; ``reschedule_cost`` Balanced's (see :mod:`.balanced`).
+    Node; ``pods`` the pods that must move; ``price`` USD/hour of its offering (None unknown); ``reschedule_cost``
+    the disruption cost the order and Balanced scoring weigh (see :mod:`.balanced`).
     """
 
     @property
@@ -75,8 +77,6 @@ class Movable(Protocol):
     def price(self) -> float | None: ...
     @property
     def capacity_type(self) -> str: ...
-    @property
-    def disruption_cost(self) -> float: ...
     @property
     def reschedule_cost(self) -> float: ...
 
@@ -248,18 +248,15 @@ def savings_pay(savings: float, removed_price: float, min_per_hour: float, min_r
 
 
 def sort_for_single(candidates: Sequence[C]) -> list[C]:
-    """Karpenter single-node order: highest savings per unit of disruption first (price ÷ disruption cost)."""
-
-    def key(c: C) -> tuple[float, str]:
-        cost = max(c.disruption_cost, 1e-6)
-        return (-(c.price or 0.0) / cost, c.name)
-
-    return sorted(candidates, key=key)
+    """Karpenter v1.15 order (``consolidation.go`` ``sortCandidates``): highest savings per unit of disruption first
+    (price ÷ reschedule disruption cost, :func:`karpy.consolidation.balanced.savings_ratio`), then by name."""
+    return sorted(candidates, key=lambda c: (-balanced.savings_ratio(c.price, c.reschedule_cost), c.name))
 
 
 def sort_for_multi(candidates: Sequence[C]) -> list[C]:
-    """Karpenter multi-node order: cheapest to disrupt first."""
-    return sorted(candidates, key=lambda c: (c.disruption_cost, c.name))
+    """Karpenter v1.15 multi-node order: the same as :func:`sort_for_single` — the binary search's batches hold the
+    nodes worth packing first (v1.15 changed this from cheapest-to-disrupt first)."""
+    return sort_for_single(candidates)
 
 
 def multi_node(

@@ -76,7 +76,6 @@ class SimCandidate:
     price: float | None
     capacity_type: str
     instance_type: str
-    disruption_cost: float
     reschedule_cost: float
     min_savings: tuple[float, float] = (DEFAULT_MIN_SAVINGS_PER_HOUR, DEFAULT_MIN_SAVINGS_RATIO)
 
@@ -209,7 +208,6 @@ def _inputs(manifests: Manifests, catalogue: Catalogue, preference_policy: str) 
                 price=_price(it, labels.get(wk.LABEL_ZONE, ""), labels.get(wk.LABEL_CAPACITY_TYPE, "")),
                 capacity_type=labels.get(wk.LABEL_CAPACITY_TYPE, ""),
                 instance_type=it.name if it is not None else "",
-                disruption_cost=sum(balanced.eviction_cost(p.pod.priority) for p in pods),
                 reschedule_cost=balanced.reschedule_disruption_cost(p.pod.priority for p in pods),
                 min_savings=(
                     _float(notes_of.get(ANNOTATION_MIN_SAVINGS), DEFAULT_MIN_SAVINGS_PER_HOUR),

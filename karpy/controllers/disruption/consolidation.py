@@ -10,8 +10,9 @@ which reads the same rules for the Nodes of a manifest) and the Balanced scoring
 * **Delete**: nothing new is needed.
 * **Replace**: exactly one new NodeClaim, restricted to instance types whose cheapest allowed offering is
   cheaper than the candidates' summed price (spot-to-spot rules: see :mod:`karpy.consolidation.search`).
-* **Multi-node**: binary search over the candidates sorted by disruption cost for the largest prefix that a
-  delete or a single cheaper replacement can absorb (Karpenter ``multinodeconsolidation.go``).
+* **Multi-node**: binary search over the candidates, highest savings per unit of disruption first (Karpenter
+  v1.15 ``sortCandidates``), for the largest prefix that a delete or a single cheaper replacement can absorb
+  (Karpenter ``multinodeconsolidation.go``).
 """
 
 from __future__ import annotations
