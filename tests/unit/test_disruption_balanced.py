@@ -140,3 +140,14 @@ async def test_empty_balanced_nodes_go_through_emptiness_unscored() -> None:
     assert sample("karpenter_consolidation_score_count", decision="approved", nodepool="empty", policy=BALANCED) == (
         before
     )
+
+
+async def test_an_approved_balanced_move_survives_validation_and_runs() -> None:
+    """The whole pass (validation included, Karpenter does not re-score there): the replacement is launched."""
+    h = Harness(one_node(BALANCED, pool_name="full"))
+    h.cloud.instance_types = [itype("c.xlarge", 4, 8, 0.20), itype("e.xlarge", 4, 8, 0.08)]
+    command = await h.evaluate()
+    assert command is not None and command.decision == "replace" and [c.name for c in command.candidates] == ["a"]
+    await h.clock.settle()
+    assert len(h.replacements()) == 1
+    await h.close()
