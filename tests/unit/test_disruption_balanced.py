@@ -151,3 +151,26 @@ async def test_an_approved_balanced_move_survives_validation_and_runs() -> None:
     await h.clock.settle()
     assert len(h.replacements()) == 1
     await h.close()
+
+
+async def test_a_multi_node_balanced_move_is_approved_on_the_nodepool() -> None:
+    """Three half-idle c.xlarge ($0.60/h together, one pod each) → one c.large ($0.10/h): saves 83 % of the NodePool
+    for all of its disruption, score 0.83; counted once for the NodePool, ConsolidationApproved on the NodePool."""
+    pool = nodepool("multi", policy=BALANCED, budgets=[{"nodes": "100%"}])
+    objs: list[dict[str, Any]] = [nodeclass(), pool]
+    for name in ("a", "b", "c"):
+        claim = nodeclaim(name, pool, instance_type="c.xlarge")
+        objs += [claim, node(claim), pod(f"{name}-0", f"node-{name}", owner=f"rs-{name}")]
+    labels = {"decision": "approved", "nodepool": "multi", "policy": BALANCED}
+    before = sample("karpenter_consolidation_moves_total", **labels)
+    h = Harness(objs)
+    ctx = await h.disruption.context(T0)
+    assert ctx is not None
+    command = h.disruption.decide(ctx)
+    await h.events.flush()
+    assert command is not None and command.method == "multi-node" and len(command.candidates) == 3
+    assert command.decision == "replace" and command.savings == pytest.approx(0.50)
+    assert sample("karpenter_consolidation_moves_total", **labels) == before + 1
+    (event,) = h.kube.events("ConsolidationApproved", name="multi")
+    assert event["message"] == "score 0.83 >= threshold 0.50 (k: 2, savings 83.3%, disruption 100.0%)"
+    assert event["involvedObject"]["kind"] == "NodePool"
