@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from e2e import metrics_check
 from e2e.helpers import (
     KarpyProcess,
     apply,
@@ -170,4 +171,5 @@ async def test_balanced_replaces_an_oversized_node(local_cluster: Any, env: Env)
         >= 1
     )
     assert _sum(after, "karpenter_consolidation_score_count", **labels) >= 1
+    assert metrics_check.label_mismatches(after) == []  # every sample, these two included, labelled as Karpenter's
     await assert_nodeclaim_counters(env.client, env.karpy, [POOL])
