@@ -294,6 +294,18 @@ DISRUPTION_CONSOLIDATION_TIMEOUTS = Counter(
 # Pre-initialised at 0 for the two timed methods, as Karpenter's ``init()`` does.
 for _kind in ("multi", "single"):
     DISRUPTION_CONSOLIDATION_TIMEOUTS.labels(consolidation_type=_kind)
+# consolidationPolicy: Balanced (Karpenter core disruption/metrics.go, observed by disruption/balanced.go).
+CONSOLIDATION_SCORE = Histogram(
+    "karpenter_consolidation_score",
+    "Score of balanced consolidation moves. Labeled by decision, NodePool, and policy.",
+    ["decision", "nodepool", "policy"],
+    buckets=(0.1, 0.25, 0.33, 0.5, 1.0, 2.0, 5.0, 10.0),
+)
+CONSOLIDATION_MOVES = Counter(
+    "karpenter_consolidation_moves",
+    "Number of balanced consolidation moves. Labeled by decision, NodePool, and policy.",
+    ["decision", "nodepool", "policy"],
+)
 DISRUPTION_QUEUE_FAILURES = Counter(
     "karpenter_voluntary_disruption_queue_failures_total",
     "The number of times that an enqueued disruption decision failed. Labeled by disruption method.",

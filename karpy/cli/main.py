@@ -58,6 +58,11 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     p.add_argument("--vm-memory-overhead-percent", type=float, default=0.075, help="as the controller setting")
     p.add_argument("--reserved-enis", type=int, default=0, help="as the controller setting")
+    p.add_argument(
+        "--consolidate",
+        action="store_true",
+        help="also show what consolidation would do to the manifests' Nodes under each NodePool's policy",
+    )
 
 
 def _scale(items: list[str]) -> dict[str, int]:
@@ -92,10 +97,20 @@ def simulate_command(args: argparse.Namespace) -> int:
         print(f"karpy simulate: {err}", file=sys.stderr)
         return 2
     plan = simulate(manifests, catalogue, preference_policy=args.preference_policy)
+    view = None
+    if args.consolidate:
+        from karpy.simulate import consolidate
+
+        view = consolidate.consolidate(manifests, catalogue, preference_policy=args.preference_policy)
     if args.output == "json":
-        print(json.dumps(plan_to_json(plan), indent=2))
+        document = plan_to_json(plan)
+        if view is not None:
+            document["consolidation"] = consolidate.view_to_json(view)
+        print(json.dumps(document, indent=2))
     else:
         sys.stdout.write(render_text(plan))
+        if view is not None:
+            sys.stdout.write(consolidate.render_text(view))
     return 0
 
 

@@ -195,6 +195,23 @@ def nodepool_blocked_for_disruption_reason(nodepool: NodePool | Mapping[str, Any
     )
 
 
+def consolidation_approved(node: NodeInfo | None, claim: NodeClaim, message: str) -> list[Event]:
+    """``ConsolidationApproved``: a Balanced NodePool's score let this node's single-node move through (core
+    ``disruption/events/events.go`` ``ConsolidationApproved``; ``message`` is the score sentence)."""
+    out = []
+    if node is not None:
+        out.append(Event(node_ref(node), NORMAL, "ConsolidationApproved", message, (node.uid,)))
+    out.append(Event(nodeclaim_ref(claim), NORMAL, "ConsolidationApproved", message, (claim.meta.uid,)))
+    return out
+
+
+def consolidation_approved_nodepool(nodepool: NodePool | Mapping[str, Any], message: str) -> Event:
+    """``ConsolidationApproved`` on the NodePool: its score let a multi-node move through (core
+    ``disruption/events/events.go`` ``ConsolidationApprovedMultiNode``)."""
+    ref = nodepool_ref(nodepool)
+    return Event(ref, NORMAL, "ConsolidationApproved", message, (ref["metadata"]["uid"],))
+
+
 def consolidation_rejected(
     node: NodeInfo | None, claim: NodeClaim, command: str, reason: str, savings: float
 ) -> list[Event]:

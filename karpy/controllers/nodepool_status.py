@@ -72,7 +72,6 @@ def validate(nodepool: NodePool) -> str:
 
 COND_FEATURES_SUPPORTED: Final = "FeaturesSupported"
 UNSUPPORTED_FEATURE: Final = "UnsupportedFeature"
-BALANCED: Final = "Balanced"
 
 
 class Unsupported(NamedTuple):
@@ -99,15 +98,13 @@ def unsupported_features(
       ``disruption/types.go`` ``OwnedByStaticNodePool``); it keeps ``replicas`` nodes only with the gate on, and the
       NodePool is Ready either way. karpy does the same; with the gate off it also says so here (not blocking), so
       a NodePool that never gets its nodes is not a silent mystery.
-    * ``spec.disruption.consolidationPolicy: Balanced`` (not gated in v1.15; core ``disruption/balanced.go``):
-      Balanced deletes empty nodes like every policy and moves underutilized ones only when the savings score
-      approves. karpy deletes only empty nodes (as under ``WhenEmpty``), a subset of what Balanced disrupts: not
-      blocking, provisioning is unaffected. Ignored on a static NodePool, as Karpenter ignores it there.
     * Capacity reservations (gate ``ReservedCapacity``, default on): karpy launches no ``reserved`` capacity. A
       NodePool allowing only ``karpenter.sh/capacity-type`` ``reserved`` can never launch: blocking. One that also
       allows on-demand or spot, whose EC2NodeClass selects reservations (``capacityReservationSelectorTerms``),
       launches those instead: not blocking. Allowing ``reserved`` with no reservations selected is what Karpenter
       does too (no reserved offering exists): nothing to report.
+
+    ``spec.disruption.consolidationPolicy: Balanced`` is implemented (:mod:`karpy.consolidation.balanced`).
 
     NodeOverlay and node repair are no NodePool fields: with Karpenter's defaults (gates ``NodeOverlay`` and
     ``NodeRepair`` off) Karpenter ignores NodeOverlays and repairs no node, as karpy does.
@@ -115,23 +112,13 @@ def unsupported_features(
     spec = nodepool.raw.get("spec") or {}
     out: list[Unsupported] = []
     replicas = spec.get("replicas")
-    if replicas is not None:
-        if not static_capacity:
-            out.append(
-                Unsupported(
-                    "spec.replicas",
-                    f"spec.replicas ({replicas}, a static NodePool) needs the StaticCapacity feature gate, which is "
-                    "off (FEATURE_GATES, Karpenter's default): as Karpenter, karpy keeps no nodes for this NodePool "
-                    "and provisions none from it for pods",
-                    False,
-                )
-            )
-    elif nodepool.disruption.consolidation_policy == BALANCED:
+    if replicas is not None and not static_capacity:
         out.append(
             Unsupported(
-                "spec.disruption.consolidationPolicy",
-                "spec.disruption.consolidationPolicy Balanced is not implemented by karpy yet: karpy consolidates "
-                "only empty nodes of this NodePool (as WhenEmpty), never underutilized ones",
+                "spec.replicas",
+                f"spec.replicas ({replicas}, a static NodePool) needs the StaticCapacity feature gate, which is "
+                "off (FEATURE_GATES, Karpenter's default): as Karpenter, karpy keeps no nodes for this NodePool "
+                "and provisions none from it for pods",
                 False,
             )
         )

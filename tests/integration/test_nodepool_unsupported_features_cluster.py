@@ -1,8 +1,7 @@
-"""Karpenter v1.15 capabilities karpy does not implement yet, on the real apiserver (v1.15 CRDs): a NodePool using
-``consolidationPolicy: Balanced`` or ``spec.replicas`` is accepted, gets ``FeaturesSupported=False`` (reason
-``UnsupportedFeature``) and a Warning Event ``UnsupportedFeature`` naming the field, and loses both once the field
-is gone. Balanced keeps the NodePool Ready (karpy consolidates only its empty nodes); so does a static NodePool
-with the ``StaticCapacity`` gate off (Karpenter's default: it keeps no nodes for it, as Karpenter). The CRD forbids
+"""Karpenter v1.15 capabilities on the real apiserver (v1.15 CRDs): a NodePool using ``spec.replicas`` with the
+``StaticCapacity`` gate off (Karpenter's default) is accepted, gets ``FeaturesSupported=False`` (reason
+``UnsupportedFeature``) and a Warning Event ``UnsupportedFeature`` naming the field, and stays Ready (it keeps no
+nodes, as Karpenter); ``consolidationPolicy: Balanced`` is implemented (no condition, no event). The CRD forbids
 turning a static NodePool dynamic (Karpenter's CEL rule), so ``replicas`` goes by recreating the NodePool without
 it."""
 
@@ -71,16 +70,11 @@ async def test_balanced_and_static_nodepools_are_reported_then_cleared(kube: Kub
         await kube.create(r.NODEPOOLS, balanced)
         await kube.create(r.NODEPOOLS, static)
 
-        # Balanced: accepted, reported, still Ready.
+        # Balanced: implemented, Ready, nothing reported.
         stored = await env.reconcile(BALANCED)
-        assert _status(stored, COND_FEATURES_SUPPORTED) == ("False", UNSUPPORTED_FEATURE)
-        assert (
-            "consolidationPolicy Balanced is not implemented by karpy yet"
-            in condition(stored, COND_FEATURES_SUPPORTED)["message"]
-        )
+        assert condition(stored, COND_FEATURES_SUPPORTED) is None
         assert _status(stored, wk.COND_READY) == ("True", "Ready")
-        (warning,) = await env.warnings(BALANCED)
-        assert "spec.disruption.consolidationPolicy Balanced is not implemented by karpy yet" in warning
+        assert await env.warnings(BALANCED) == []
 
         # Static with the StaticCapacity gate off: accepted, reported, Ready (as Karpenter, no nodes kept).
         stored = await env.reconcile(STATIC)
@@ -91,14 +85,7 @@ async def test_balanced_and_static_nodepools_are_reported_then_cleared(kube: Kub
         assert "spec.replicas (2, a static NodePool) needs the StaticCapacity feature gate" in message
         assert [w for w in await env.warnings(STATIC) if "spec.replicas (2, a static NodePool)" in w]
 
-        # The fields go: Balanced by an edit, replicas by recreating the NodePool (the CRD refuses the edit).
-        edit = {"spec": {"disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized"}}}
-        await kube.merge_patch(r.NODEPOOLS, BALANCED, edit)
-        stored = await env.reconcile(BALANCED)
-        assert condition(stored, COND_FEATURES_SUPPORTED) is None
-        assert _status(stored, wk.COND_READY) == ("True", "Ready")
-        assert len(await env.warnings(BALANCED)) == 1
-
+        # replicas goes by recreating the NodePool (the CRD refuses the edit).
         with pytest.raises(ApiError) as refused:
             await kube.merge_patch(r.NODEPOOLS, STATIC, {"spec": {"replicas": None}})
         assert "Cannot transition NodePool between static" in str(refused.value)

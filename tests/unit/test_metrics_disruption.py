@@ -244,7 +244,7 @@ def _no_simulation(_: Any) -> Any:
 
 
 def _candidates() -> list[Any]:
-    return [SimpleNamespace(name=n, disruption_cost=1.0, pods=(), price=0.1) for n in ("x", "y")]
+    return [SimpleNamespace(name=n, disruption_cost=1.0, reschedule_cost=1.0, pods=(), price=0.1) for n in ("x", "y")]
 
 
 async def test_candidates_that_gained_pods_before_the_command_acted_are_failed_validations_not_decisions() -> None:

@@ -55,13 +55,6 @@ _AWS_SDK = (
     "through karpenter_cloudprovider_duration_seconds/errors_total instead"
 )
 EXCEPTIONS: dict[str, str] = {
-    "karpenter_consolidation_score": (
-        "scores of consolidationPolicy: Balanced moves; karpy does not implement Balanced yet (issue 11): a Balanced "
-        "NodePool consolidates only empty nodes, which Karpenter does not score"
-    ),
-    "karpenter_consolidation_moves_total": (
-        "Balanced-policy moves (see karpenter_consolidation_score): none without Balanced"
-    ),
     "karpenter_interruption_instance_status_unhealthy_total": (
         "counts EC2 DescribeInstanceStatus health checks, which karpy does not poll (it handles the interruption "
         "queue's EventBridge messages only)"
@@ -349,3 +342,29 @@ def test_cloud_provider_calls_are_counted(scenario: Scenario) -> None:
         "karpenter_cloudprovider_errors_total", method="Delete", error="NodeClaimNotFoundError", provider="fake"
     )
     assert 0 < not_found <= deletes
+
+
+async def test_balanced_consolidation_metrics_are_observed_with_karpenters_labels() -> None:
+    """karpenter_consolidation_score and karpenter_consolidation_moves_total: a Balanced NodePool's refused and
+    approved moves are observed, labelled decision/nodepool/policy as Karpenter's (disruption/balanced.go)."""
+    from tests.unit.test_disruption_balanced import decide, one_node
+
+    before = samples()
+    refused = await decide(one_node("Balanced", pool_name="ref-bal"), 0.15)  # saves 25 %: refused
+    approved = await decide(one_node("Balanced", pool_name="ref-bal"), 0.08)  # saves 60 %: approved
+    assert refused.command is None and approved.command is not None
+    after = samples()
+
+    def delta(metric: str, **labels: str) -> float:
+        def total(snapshot: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> float:
+            return sum(v for (n, lab), v in snapshot.items() if n == metric and set(labels.items()) <= lab)
+
+        return total(after) - total(before)
+
+    for decision in ("approved", "rejected"):
+        labels = {"decision": decision, "nodepool": "ref-bal", "policy": "Balanced"}
+        assert delta("karpenter_consolidation_moves_total", **labels) == 1, decision
+        assert delta("karpenter_consolidation_score_count", **labels) == 1, decision
+    families = served()
+    for name in ("karpenter_consolidation_score", "karpenter_consolidation_moves_total"):
+        assert families[name].samples and label_problem(name, families[name]) == ""

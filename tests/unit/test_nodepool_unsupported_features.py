@@ -74,7 +74,7 @@ def req(key: str, op: str, *values: str) -> dict[str, Any]:
         (nodepool(), nodeclass(), []),
         (nodepool(policy="WhenEmpty"), nodeclass(), []),
         (nodepool(policy="WhenEmptyOrUnderutilized"), nodeclass(), []),
-        (nodepool(policy="Balanced"), nodeclass(), [("spec.disruption.consolidationPolicy", False)]),
+        (nodepool(policy="Balanced"), nodeclass(), []),  # implemented (karpy.consolidation.balanced)
         # Static NodePools with the StaticCapacity gate off (Karpenter's default): Ready, a notice only.
         (nodepool(replicas=3), nodeclass(), [("spec.replicas", False)]),
         (nodepool(replicas=0), nodeclass(), [("spec.replicas", False)]),
@@ -145,26 +145,12 @@ def status(stored: dict[str, Any], type_: str) -> tuple[str, str] | None:
     return None if c is None else (c["status"], c["reason"])
 
 
-async def test_balanced_keeps_the_nodepool_ready_with_a_condition_and_an_event_then_clears() -> None:
+async def test_balanced_is_supported_no_condition_no_event() -> None:
     h = Harness(nodepool(policy="Balanced"), nodeclass())
-    stored = await h.reconcile()
-    assert status(stored, COND_FEATURES_SUPPORTED) == ("False", UNSUPPORTED_FEATURE)
-    assert (
-        "consolidationPolicy Balanced is not implemented by karpy yet"
-        in condition(stored, COND_FEATURES_SUPPORTED)["message"]
-    )
-    assert status(stored, wk.COND_VALIDATION_SUCCEEDED) == ("True", "ValidationSucceeded")
-    assert status(stored, wk.COND_READY) == ("True", "Ready")
-    (warning,) = h.warnings()
-    assert warning.startswith("NodePool np: spec.disruption.consolidationPolicy Balanced is not implemented")
-    # Unchanged: no second event.
-    await h.reconcile()
-    assert len(h.warnings()) == 1
-    await h.update_spec(nodepool(policy="WhenEmptyOrUnderutilized"))
     stored = await h.reconcile()
     assert condition(stored, COND_FEATURES_SUPPORTED) is None
     assert status(stored, wk.COND_READY) == ("True", "Ready")
-    assert len(h.warnings()) == 1
+    assert h.warnings() == []
 
 
 async def test_static_nodepool_with_the_gate_off_is_ready_with_a_notice_and_an_event() -> None:
@@ -188,13 +174,13 @@ async def test_static_nodepool_with_the_gate_on_is_ready_without_a_condition() -
 
 async def test_a_changed_set_of_unsupported_features_is_reported_again() -> None:
     terms = nodeclass(capacityReservationSelectorTerms=TERMS)
-    h = Harness(nodepool(policy="Balanced", generation=1), terms)
+    h = Harness(nodepool(req(CT, "In", "reserved", "on-demand"), generation=1), terms)
     await h.reconcile()
     assert len(h.warnings()) == 1
-    await h.update_spec(nodepool(policy="Balanced", generation=2))
+    await h.update_spec(nodepool(req(CT, "In", "reserved", "on-demand"), generation=2))
     await h.reconcile()
     assert len(h.warnings()) == 1, "same features: no new event"
-    await h.update_spec(nodepool(req(CT, "In", "spot"), policy="Balanced"))
+    await h.update_spec(nodepool(req(CT, "In", "reserved")))
     stored = await h.reconcile()
-    assert len(h.warnings()) == 2
+    assert len(h.warnings()) > 1, "a new set of features: reported again"
     assert "capacityReservationSelectorTerms" not in condition(stored, COND_FEATURES_SUPPORTED)["message"]

@@ -15,6 +15,7 @@ from karpy.apis import labels as wk
 from karpy.apis.nodeclaim import NodeClaim
 from karpy.apis.nodepool import NodePool
 from karpy.cloudprovider.types import InstanceType
+from karpy.consolidation import balanced
 from karpy.controllers.disruption.types import Candidate
 from karpy.controllers.terminator import drainable
 from karpy.settings import parse_duration
@@ -290,7 +291,31 @@ def build_candidate(
         zone=labels.get(wk.LABEL_ZONE, ""),
         price=offering_price(labels, instance_types),
         disruption_cost=disruption_cost(claim, pods, now),
+        reschedule_cost=reschedule_cost(pods),
     )
+
+
+def reschedule_cost(pods: Iterable[PodInfo]) -> float:
+    """Karpenter ``ComputeRescheduleDisruptionCost`` of a node whose reschedulable pods are ``pods`` (priority
+    only: see :mod:`karpy.consolidation.balanced`)."""
+    return balanced.reschedule_disruption_cost(p.pod.priority for p in pods)
+
+
+def nodepool_totals(
+    state: ClusterState, instance_types: Mapping[str, Mapping[str, InstanceType]]
+) -> dict[str, balanced.PoolTotals]:
+    """Balanced scoring's denominators per NodePool, over all its NodeClaims (Karpenter ``computeNodePoolTotals``
+    with ``ClusterCost``): the summed price of their offerings (``instance_types`` by NodePool name; unknown: 0)
+    and the summed reschedule disruption cost of their nodes (1.0 for a NodeClaim without a Node yet)."""
+    nodes = []
+    for claim in state.nodeclaim_views.values():
+        if not claim.nodepool:
+            continue
+        node = state.node_for_nodeclaim(claim)
+        pods = reschedulable_pods(state, node.name) if node is not None else ()
+        price = offering_price(claim.meta.labels, instance_types.get(claim.nodepool, {}))
+        nodes.append(balanced.PoolNode(claim.nodepool, price, reschedule_cost(pods)))
+    return balanced.pool_totals(nodes)
 
 
 def budget_counts(state: ClusterState, pool: str, in_flight: Collection[str]) -> tuple[int, int]:

@@ -40,6 +40,7 @@ from karpy.controllers.disruption.candidates import (
     guarded_pods,
     node_annotations,
     node_blocker,
+    nodepool_totals,
     nominated_claims,
     pdb_blocker,
     reschedulable_pods,
@@ -188,6 +189,7 @@ class Disruption:
             namespace_labels=self.state.namespace_labels(),
         )
         ctx = Context(now, pools, objs, existing, [], [], pdbs, [], {}, options=options)
+        ctx.totals = nodepool_totals(self.state, types)
         self._candidates(ctx, types)
         # As the provisioner schedules them: with their volumes' node affinity (a pod on a zonal PV moves only
         # within its zone).

@@ -30,6 +30,9 @@ from typing import Final
 import attrs
 
 from karpy.apis.nodepool import NodePool
+
+# The threshold's rule lives in the consolidation core, shared with ``karpy simulate --consolidate``.
+from karpy.consolidation.search import savings_pay as savings_pay
 from karpy.settings import Settings, parse_duration
 
 ANNOTATION_MIN_SAVINGS: Final = "karpy.sh/consolidation-min-savings-per-hour"
@@ -101,13 +104,6 @@ def min_savings(nodepool: NodePool, settings: DisruptionSettings) -> tuple[float
         _float(notes.get(ANNOTATION_MIN_SAVINGS), settings.min_savings_per_hour),
         _float(notes.get(ANNOTATION_MIN_SAVINGS_RATIO), settings.min_savings_ratio),
     )
-
-
-def savings_pay(savings: float, removed_price: float, min_per_hour: float, min_ratio: float) -> bool:
-    """The move saves at least ``min_per_hour`` USD/hour and ``min_ratio`` of what it removes."""
-    if savings <= 0 or removed_price <= 0:
-        return False
-    return savings + 1e-12 >= min_per_hour and savings / removed_price + 1e-12 >= min_ratio
 
 
 def cooldown(nodepool: NodePool, settings: DisruptionSettings) -> float:

@@ -17,6 +17,7 @@ from karpy.apis import labels as wk
 from karpy.apis.meta import JSON
 from karpy.apis.nodeclaim import NodeClaim
 from karpy.apis.nodepool import NodePool
+from karpy.consolidation.balanced import PoolTotals
 from karpy.controllers import events as ev
 from karpy.controllers.disruption import consolidation as cons
 from karpy.controllers.disruption import controls
@@ -52,6 +53,7 @@ class Context:
             ``terminationGracePeriod``).
         options: the provisioner's scheduling options (preference and minValues policies, namespace labels),
             which every simulation of this evaluation applies as the provisioner would.
+        totals: Balanced scoring's denominators by NodePool (all its nodes, not only the candidates).
     """
 
     now: float
@@ -65,6 +67,7 @@ class Context:
     blocked: dict[str, str]
     eventual_only: set[str] = attrs.field(factory=set)
     options: cons.SolveOptions = attrs.field(factory=cons.SolveOptions)
+    totals: dict[str, PoolTotals] = attrs.field(factory=dict)
 
     def simulator(self) -> cons.Simulator:
         """The simulation over this context (candidates removed, their pods plus pending rescheduled)."""

@@ -16,6 +16,8 @@ from karpy import metrics
 from karpy.apis import labels as wk
 from karpy.apis.hashing import legacy_nodeclass_hash, legacy_nodepool_hash, nodeclass_hash, nodepool_hash
 from karpy.apis.nodepool import NodePool
+from karpy.consolidation import search
+from karpy.consolidation.balanced import BALANCED
 from karpy.controllers import events as ev
 from karpy.controllers.budgets import allowed_disruptions
 from karpy.controllers.disruption import consolidation as cons
@@ -23,7 +25,7 @@ from karpy.controllers.disruption import controls
 from karpy.controllers.disruption import drift as dr
 from karpy.controllers.disruption.candidates import budget_counts
 from karpy.controllers.disruption.emptiness import (
-    WHEN_EMPTY_OR_UNDERUTILIZED,
+    WHEN_EMPTY,
     consolidatable,
     consolidate_after,
     consolidation_policy,
@@ -190,8 +192,10 @@ class Methods:
         return halted or controls.drift_halted(nodepool, *legacy)
 
     def underutilized(self, ctx: Context) -> list[Candidate]:
-        """Candidates consolidation may move: policy ``WhenEmptyOrUnderutilized``, priced, Consolidatable and out
-        of karpy's cooldown (the cooled-down ones go to ``ctx.blocked``)."""
+        """Candidates consolidation may move: policy ``WhenEmptyOrUnderutilized`` or ``Balanced`` (a Balanced
+        node with pods: an empty one is emptiness's, never scored — Karpenter ``consolidation.go`` ``ShouldDisrupt``
+        ``IsEmpty``), priced, Consolidatable and out of karpy's cooldown (the cooled-down ones go to
+        ``ctx.blocked``)."""
         out = []
         for c in ctx.candidates:
             if c.name in ctx.eventual_only or is_static(c.nodepool):  # consolidation.go: OwnedByStaticNodePool
@@ -200,11 +204,12 @@ class Methods:
                 message = f'NodePool "{c.pool}" has consolidation disabled'
                 self.queue.events.record(*ev.unconsolidatable(c.node, c.claim, message))
                 continue
-            when_empty = consolidation_policy(c.nodepool) != WHEN_EMPTY_OR_UNDERUTILIZED
+            policy = consolidation_policy(c.nodepool)
+            when_empty = policy == WHEN_EMPTY
             if when_empty and c.pods:
                 message = f'NodePool "{c.pool}" has consolidation policy WhenEmpty, but node is not empty'
                 self.queue.events.record(*ev.unconsolidatable(c.node, c.claim, message))
-            if when_empty or c.price is None:
+            if when_empty or c.price is None or (policy == BALANCED and not c.pods):
                 continue
             if not self.consolidatable(ctx, c):
                 continue
@@ -238,8 +243,22 @@ class Methods:
                 return False
         return True
 
+    def gate(self, move: search.Move[Candidate]) -> str:
+        """:meth:`accept` for the consolidation core: why the move saves too little ("" when it saves enough).
+
+        karpy's savings threshold is tested before Balanced scoring, and both must pass: the threshold is a floor
+        on the saving relative to the nodes removed, the Balanced score weighs the saving against the pods
+        disrupted relative to the whole NodePool — a lightly loaded node in a busy NodePool can pass Balanced
+        with a like-for-like saving the floor refuses. The Balanced metrics therefore observe only moves that
+        cleared the floor (``approved`` means karpy would take the move); thresholds at 0 give Karpenter's
+        Balanced exactly."""
+        if self.accept(cons.command(move)):
+            return ""
+        return f"saving ${move.savings:.4f}/h does not pay for the disruption"
+
     def consolidation(self, ctx: Context) -> Command | None:
-        """Multi-node, then single-node consolidation within each pool's ``Underutilized`` budget."""
+        """Multi-node, then single-node consolidation within each pool's ``Underutilized`` budget; Balanced
+        NodePools score every move (:mod:`karpy.consolidation.balanced`)."""
         eligible = self.underutilized(ctx)
         if not eligible:
             return None
@@ -258,19 +277,50 @@ class Methods:
                 within.append(c)
         spot = self.settings.spot_to_spot
         with metrics.DISRUPTION_EVALUATION_DURATION.labels(reason="underutilized", consolidation_type="multi").time():
-            command = cons.multi_node(within, ctx.simulator(), spot_to_spot=spot, accept=self.accept)
-        if command is not None:
-            return command
+            multi = search.multi_node_pass(
+                within, ctx.simulator(), spot_to_spot=spot, gate=self.gate, totals=ctx.totals
+            )
+        self.record_scorings(ctx, multi.scorings)
+        if multi.move is not None:
+            return cons.command(multi.move)
         # Single-node needs one disruption per pool: every candidate of a pool with budget left is tried.
         open_pools = [c for c in eligible if budget.get(c.pool, 0) > 0]
         with metrics.DISRUPTION_EVALUATION_DURATION.labels(reason="underutilized", consolidation_type="single").time():
-            command, why = cons.single_node(open_pools, ctx.simulator(), spot_to_spot=spot, accept=self.accept)
-        ctx.blocked.update(why)
+            single = search.single_node_pass(
+                open_pools, ctx.simulator(), spot_to_spot=spot, gate=self.gate, totals=ctx.totals
+            )
+        self.record_scorings(ctx, single.scorings)
+        ctx.blocked.update(single.why)
         for c in open_pools:  # Karpenter disruption/consolidation.go computeConsolidation (single node)
-            if c.name in why and not why[c.name].startswith("not evaluated"):
-                self.queue.events.record(
-                    *ev.unconsolidatable(c.node, c.claim, ev.unconsolidatable_message(why[c.name]))
-                )
-        if command is None and len(open_pools) == len(eligible):
+            why = single.why.get(c.name)
+            # Balanced refusals publish no event (Karpenter: their volume would bury the approvals).
+            if why is not None and not why.startswith("not evaluated") and c.name not in single.quiet:
+                self.queue.events.record(*ev.unconsolidatable(c.node, c.claim, ev.unconsolidatable_message(why)))
+        if single.move is None and len(open_pools) == len(eligible):
             self._consolidated = (self.state_version, ctx.now)  # a budget-blocked pass is not "consolidated"
-        return command
+        return cons.command(single.move) if single.move is not None else None
+
+    def record_scorings(self, ctx: Context, scorings: tuple[search.Scoring, ...]) -> None:
+        """Karpenter ``balancedEvaluator`` ``ApproveCommand``/``EmitMultiNodeEvents``: count each scored move in
+        ``karpenter_consolidation_moves_total`` per NodePool (every policy), observe the Balanced NodePools' scores
+        in ``karpenter_consolidation_score``, and publish ``ConsolidationApproved`` for an approved Balanced score
+        (on the Node and NodeClaim of a single-node move, on the NodePool of a multi-node one)."""
+        by_name = {c.name: c for c in ctx.candidates}
+        for scored in scorings:
+            for pool, policy in scored.pools:
+                labels = {"nodepool": pool, "policy": policy}
+                metrics.CONSOLIDATION_MOVES.labels(decision=scored.counter_decision(pool), **labels).inc()
+                score = scored.scores.get(pool)
+                if score is None:
+                    continue
+                metrics.CONSOLIDATION_SCORE.labels(decision=scored.score_decision(pool), **labels).observe(score.score)
+                if not score.approved:
+                    continue
+                if scored.method == search.SINGLE:
+                    c = by_name.get(scored.candidates[0])
+                    if c is not None:
+                        self.queue.events.record(*ev.consolidation_approved(c.node, c.claim, score.message()))
+                else:
+                    view = self.state.nodepool_view(pool)
+                    if view is not None:
+                        self.queue.events.record(ev.consolidation_approved_nodepool(view, score.message()))

@@ -41,6 +41,8 @@ class Candidate:
         instance_type / capacity_type / zone: from the NodeClaim labels.
         price: USD/hour of the NodeClaim's offering (instance type × zone × capacity type); None if unknown.
         disruption_cost: Karpenter's disruption cost (Σ per-pod cost × remaining lifetime fraction).
+        reschedule_cost: Karpenter's reschedule disruption cost, which Balanced scoring weighs (1.0 + Σ positive
+            per-pod eviction cost; :mod:`karpy.consolidation.balanced`).
     """
 
     claim: NodeClaim
@@ -52,11 +54,22 @@ class Candidate:
     zone: str
     price: float | None
     disruption_cost: float
+    reschedule_cost: float = 1.0
 
     @property
     def name(self) -> str:
         """The NodeClaim name."""
         return self.claim.name
+
+    @property
+    def node_name(self) -> str:
+        """The Node name."""
+        return self.node.name
+
+    @property
+    def policy(self) -> str:
+        """The NodePool's ``spec.disruption.consolidationPolicy``."""
+        return self.nodepool.disruption.consolidation_policy
 
     @property
     def pool(self) -> str:
