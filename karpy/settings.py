@@ -98,7 +98,6 @@ UNSUPPORTED_GATES: Final[Mapping[str, str]] = {
     "NodeRepair": "node repair",
     "NodeOverlay": "NodeOverlay price and capacity adjustments",
     "StaticCapacity": "static NodePools (spec.replicas)",
-    "CapacityBuffer": "CapacityBuffers",
     "TerminateFirstDrift": "terminate-first drift replacement",
     "TerminateFirstRepair": "terminate-first repair",
     "PodDeletionCostManagement": "pod-deletion-cost management",
@@ -209,7 +208,7 @@ KARPENTER_SETTINGS: Final[tuple[KarpenterSetting, ...]] = (
         _gates_text(DEFAULT_FEATURE_GATES),
         "core",
         "rejected",
-        "SpotToSpotConsolidation honoured; "
+        "SpotToSpotConsolidation and CapacityBuffer honoured; "
         "ReservedCapacity accepted; any other gate set to true is rejected; unknown names are ignored with a "
         "warning, as Karpenter ignores them",
     ),

@@ -307,8 +307,8 @@ def test_values_karpy_cannot_honour_are_rejected_in_one_line(name: str, value: s
 
 
 def test_every_unimplemented_gate_is_rejected() -> None:
-    """Each core gate but SpotToSpotConsolidation and ReservedCapacity, and every AWS gate."""
-    core = set(DEFAULT_FEATURE_GATES) - {"SpotToSpotConsolidation", "ReservedCapacity"}
+    """Each core gate but SpotToSpotConsolidation, ReservedCapacity and CapacityBuffer, and every AWS gate."""
+    core = set(DEFAULT_FEATURE_GATES) - {"SpotToSpotConsolidation", "ReservedCapacity", "CapacityBuffer"}
     assert set(UNSUPPORTED_GATES) == core | set(DEFAULT_AWS_FEATURE_GATES)
 
 
