@@ -1,6 +1,8 @@
 """ClusterState: the one in-memory view of Pods, Nodes, NodeClaims, NodePools, EC2NodeClasses and DaemonSets.
 Namespaces, PersistentVolumes, PersistentVolumeClaims and StorageClasses are kept as slim views
 (:mod:`karpy.state.storage`) for the scheduling simulation's namespaceSelector and volume topology.
+With the ``CapacityBuffer`` gate, CapacityBuffers (JSON) and the PodTemplates, Deployments, StatefulSets and
+ReplicaSets they reference (slim views, :mod:`karpy.state.buffers`) are kept too, and must be listed as well.
 NodeClaims, NodePools and EC2NodeClasses are kept as their JSON (``nodeclaims``, ``nodepools``, ``nodeclasses``)
 and, beside it, as typed views (:mod:`karpy.apis.nodeclaim`, :mod:`karpy.apis.nodepool`,
 :mod:`karpy.apis.ec2nodeclass`; ``nodeclaim_view(name)`` …) built once when the object is stored and dropped

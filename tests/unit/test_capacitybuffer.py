@@ -437,3 +437,33 @@ async def test_a_node_holding_headroom_is_neither_empty_nor_consolidated() -> No
         assert command is not None and command.method == "emptiness"
     finally:
         await h.close()
+
+
+def test_the_operator_routes_buffer_template_and_workload_changes() -> None:
+    cloud = FakeCloudProvider(CATALOGUE)
+    settings = from_environment({"CLUSTER_NAME": "c", "FEATURE_GATES": "CapacityBuffer=true"})
+    op = Operator(settings, FakeKube(), cloud, nodeclasses=cloud)  # type: ignore[arg-type]
+    op.wire()
+    queue = op.capacity_buffers
+    assert queue is not None
+    queued = queue.queue._queued
+    op.state.apply("CapacityBuffer", "ADDED", buffer("a", **PT, replicas=1))
+    op.state.apply("CapacityBuffer", "ADDED", buffer("b", **DEPLOY, replicas=1))
+    assert queued == {"default/a", "default/b"}
+    queued.clear()
+    queue.queue._queue.clear()
+    op.state.apply("PodTemplate", "ADDED", pod_template())
+    assert queued == {"default/a"}
+    op.state.apply("Deployment", "ADDED", deployment())
+    assert queued == {"default/a", "default/b"}
+    queued.clear()
+    queue.queue._queue.clear()
+    status_only = deployment()
+    status_only["metadata"]["resourceVersion"] = "60"
+    op.state.apply("Deployment", "MODIFIED", status_only)
+    assert queued == set(), "a status-only workload update changes no buffer"
+    scaled = deployment(replicas=20)
+    scaled["metadata"].update(resourceVersion="61", generation=2)
+    op.state.apply("Deployment", "MODIFIED", scaled)
+    assert queued == {"default/b"}
+    assert op.provisioner.virtual_pods() == [], "no buffer is ready yet"
