@@ -467,3 +467,21 @@ def test_the_operator_routes_buffer_template_and_workload_changes() -> None:
     op.state.apply("Deployment", "MODIFIED", scaled)
     assert queued == {"default/b"}
     assert op.provisioner.virtual_pods() == [], "no buffer is ready yet"
+
+
+def test_headroom_planned_with_backing_off_pods_waits_with_them() -> None:
+    from karpy.controllers.launch_backoff import LaunchBackoff
+    from karpy.scheduling.model import NewNodeClaim
+    from karpy.scheduling.translate import scheduling_pod
+
+    real = scheduling_pod({"metadata": {"name": "app", "namespace": "default", "uid": "u"}, "spec": {}})
+    virtual = cb.virtual_pods(ready(buffer(**PT), 1), template())
+    backoff = LaunchBackoff(clock=lambda: 100.0)
+    backoff.failed(["default/app"])
+
+    def plan(*pods: Any) -> NewNodeClaim:
+        return NewNodeClaim("np", (), (), tuple(pods), {}, {})
+
+    created, wait = backoff.hold([plan(real, *virtual), plan(*virtual)])
+    assert [len(p.pods) for p in created] == [1], "only the headroom-only plan goes now"
+    assert wait == 5.0
