@@ -25,7 +25,7 @@ from karpy.scheduling import buffers as cb
 from karpy.settings import from_environment
 from karpy.state.buffers import BUFFER_KINDS, virtual_pods
 from karpy.state.cluster import KINDS, ClusterState
-from tests.unit.disruption_builders import following_plans
+from tests.unit.disruption_builders import T0, following_plans
 from tests.unit.test_provisioner_scheduling_inputs import CATALOGUE, nodeclass, nodepool
 
 JSON = dict[str, Any]
@@ -485,3 +485,19 @@ def test_headroom_planned_with_backing_off_pods_waits_with_them() -> None:
     created, wait = backoff.hold([plan(real, *virtual), plan(*virtual)])
     assert [len(p.pods) for p in created] == [1], "only the headroom-only plan goes now"
     assert wait == 5.0
+
+
+async def test_a_node_that_takes_headroom_during_validation_leaves_the_emptiness_command() -> None:
+    from tests.unit.test_disruption_orchestrator import Harness, two_nodes
+
+    h = Harness(two_nodes())
+    try:
+        ctx = await h.disruption.context(T0)
+        assert ctx is not None
+        command = h.disruption.decide(ctx)
+        assert command is not None and command.method == "emptiness"
+        h.provisioner.buffer_hosts = {"node-a": 1}  # a provisioning pass placed headroom there meanwhile
+        fresh = h.disruption.validation._revalidate_empty(ctx, command, None)
+        assert fresh is None
+    finally:
+        await h.close()
