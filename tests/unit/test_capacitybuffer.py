@@ -501,3 +501,18 @@ async def test_a_node_that_takes_headroom_during_validation_leaves_the_emptiness
         assert fresh is None
     finally:
         await h.close()
+
+
+async def test_a_status_conflict_retries_in_a_second_and_other_errors_raise() -> None:
+    from karpy.kube.errors import ApiError
+
+    obj = buffer(**PT, replicas=2)
+    state = loaded(pod_template(), obj)
+    kube = FakeKube([obj], sink=state)
+    controller = CapacityBufferController(kube, state, EventRecorder(kube))
+    kube.fail("patch", ApiError(409, "Conflict", "the object has been modified"), resource=CAPACITYBUFFERS)
+    assert (await controller.reconcile("default/headroom")).requeue_after == 1.0
+    kube.fail("patch", ApiError(500, "InternalError", "boom"), resource=CAPACITYBUFFERS)
+    with pytest.raises(ApiError):
+        await controller.reconcile("default/headroom")
+    assert (await controller.reconcile("default/headroom")).requeue_after == 30.0
