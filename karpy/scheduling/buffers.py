@@ -258,26 +258,27 @@ def virtual_pods(buffer: Mapping[str, Any], template: Mapping[str, Any]) -> tupl
     name, namespace, uid = str(meta.get("name", "")), str(meta.get("namespace", "")), str(meta.get("uid", ""))
     labels = dict((template.get("metadata") or {}).get("labels") or {})
     spec = _sanitized(template.get("spec") or {})
-    out = []
-    for i in range(1, int(buffer["status"]["replicas"]) + 1):
-        obj = {
-            "metadata": {
-                "name": f"capacity-buffer-{name}-{i}",
-                "namespace": namespace,
-                "uid": f"{uid}-{i}",
-                "labels": labels,
-                "annotations": {
-                    FAKE_POD_ANNOTATION: "true",
-                    BUFFER_NAME_ANNOTATION: name,
-                    BUFFER_NAMESPACE_ANNOTATION: namespace,
-                },
-                "ownerReferences": [
-                    {"apiVersion": API_VERSION, "kind": KIND, "name": name, "uid": uid, "controller": True}
-                ],
+    obj = {
+        "metadata": {
+            "name": f"capacity-buffer-{name}-1",
+            "namespace": namespace,
+            "uid": f"{uid}-1",
+            "labels": labels,
+            "annotations": {
+                FAKE_POD_ANNOTATION: "true",
+                BUFFER_NAME_ANNOTATION: name,
+                BUFFER_NAMESPACE_ANNOTATION: namespace,
             },
-            "spec": spec,
-        }
-        out.append(scheduling_pod(obj))
+            "ownerReferences": [
+                {"apiVersion": API_VERSION, "kind": KIND, "name": name, "uid": uid, "controller": True}
+            ],
+        },
+        "spec": spec,
+    }
+    first = scheduling_pod(obj)  # translated once: the replicas differ only in name and uid
+    out = [first]
+    for i in range(2, int(buffer["status"]["replicas"]) + 1):
+        out.append(attrs.evolve(first, name=f"capacity-buffer-{name}-{i}", uid=f"{uid}-{i}"))
     return tuple(out)
 
 
