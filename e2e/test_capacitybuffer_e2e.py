@@ -153,7 +153,8 @@ def _planned(claim: dict[str, Any]) -> list[str]:
 
 async def test_pods_start_on_the_headroom_and_the_buffer_refills(env: Env, local_cluster: Any) -> None:
     client = env.client
-    await apply(client, [ec2nodeclass(POOL, local_cluster.cluster_name), nodepool(), deployment(), capacity_buffer()])
+    await apply(client, [ec2nodeclass(POOL, local_cluster.cluster_name), nodepool(), deployment()])
+    await client.create(r.CAPACITYBUFFERS, capacity_buffer(), "default")
 
     # 1. headroom alone gets a node, which stays although empty.
     async def one_ready_node() -> dict[str, Any] | None:

@@ -97,8 +97,9 @@ def _condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
 async def test_a_buffer_provisions_headroom_without_real_pods(
     operator: Operator, kube: KubeClient, local_cluster: Any
 ) -> None:
-    await apply(kube, [ec2nodeclass(POOL, local_cluster.cluster_name), pool(), pod_template("cbuf-slot")])
-    await apply(kube, [buffer("cbuf-headroom", "cbuf-slot", 2)])
+    await apply(kube, [ec2nodeclass(POOL, local_cluster.cluster_name), pool()])
+    await kube.create(r.PODTEMPLATES, pod_template("cbuf-slot"), "default")
+    await kube.create(r.CAPACITYBUFFERS, buffer("cbuf-headroom", "cbuf-slot", 2), "default")
 
     async def resolved() -> dict[str, Any] | None:
         obj = await kube.get(r.CAPACITYBUFFERS, "cbuf-headroom", "default")
@@ -134,7 +135,7 @@ async def test_a_buffer_provisions_headroom_without_real_pods(
 
 
 async def test_a_buffer_naming_a_missing_template_is_not_ready(operator: Operator, kube: KubeClient) -> None:
-    await apply(kube, [buffer("cbuf-lost", "cbuf-missing", 1)])
+    await kube.create(r.CAPACITYBUFFERS, buffer("cbuf-lost", "cbuf-missing", 1), "default")
 
     async def not_found() -> dict[str, Any] | None:
         obj = await kube.get(r.CAPACITYBUFFERS, "cbuf-lost", "default")
