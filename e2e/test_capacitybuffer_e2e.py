@@ -10,7 +10,8 @@ A buffer keeps room for 2 pods of Deployment ``cbuf``'s template (``scalableRef`
 2. the Deployment is scaled to 2: kube-scheduler binds both pods to that existing node, and no NodeClaim is
    created before they are bound (the pods never waited for a launch);
 3. the buffer then re-provisions its headroom: a second NodeClaim, again with no real pod planned, created after
-   the pods were bound, and the buffer is back to ``FitsExistingCapacity``.
+   the pods were bound, for the buffer pods the first node cannot hold any more (its spare room may still take
+   one), and the buffer is back to ``FitsExistingCapacity``.
 """
 
 from __future__ import annotations
@@ -220,10 +221,9 @@ async def test_pods_start_on_the_headroom_and_the_buffer_refills(env: Env, local
 
     second = await wait_for(refilled, timeout=120, what="a new NodeClaim for the headroom", interval=1)
     assert parse_time(second["metadata"]["creationTimestamp"]) >= bound_at
-    assert (
-        _planned(second) == []
-        and json.loads(second["metadata"]["annotations"][wk.ANNOTATION_DECISION])["bufferPods"] == 2
-    )
+    assert _planned(second) == [], "no real pod planned onto the new headroom node"
+    # What the first node can no longer hold (its spare room after the two pods may still take one buffer pod).
+    assert json.loads(second["metadata"]["annotations"][wk.ANNOTATION_DECISION])["bufferPods"] in (1, 2)
     await wait_for(fits, timeout=120, what="the buffer fits existing capacity again", interval=1)
     assert len(await env.claims()) == 2
     await assert_nodeclaim_counters(client, env.karpy, pools=[POOL])
