@@ -29,6 +29,7 @@ from karpy.aws.sqs import SQSInterruptionQueue
 from karpy.cloudprovider.metrics import MeteredCloudProvider
 from karpy.cloudprovider.types import CloudProvider, CloudProviderError, InterruptionQueue
 from karpy.controllers.binder import Binder
+from karpy.controllers.capacitybuffer import CapacityBufferController, buffers_referencing
 from karpy.controllers.disruption.controller import Disruption
 from karpy.controllers.disruption.controls import from_settings as disruption_settings
 from karpy.controllers.garbagecollection import FAST_INTERVAL as GC_FAST_INTERVAL
@@ -70,6 +71,7 @@ from karpy.settings import (
     StartupError,
     leader_election_namespace,
 )
+from karpy.state.buffers import BUFFER_KINDS, SCALABLE_KINDS, virtual_pods
 from karpy.state.cluster import ClusterState
 from karpy.state.plans import Plans
 from karpy.state.views import NodeInfo, PodInfo
@@ -79,6 +81,9 @@ WATCHED: tuple[r.Resource, ...] = (r.PODS, r.NODES, r.NODECLAIMS, r.NODEPOOLS, r
 # Scheduling inputs kept as slim views: namespaceSelector labels and volume topology (issue 3).
 WATCHED += (r.NAMESPACES, r.PERSISTENTVOLUMES, r.PERSISTENTVOLUMECLAIMS, r.STORAGECLASSES)
 VOLUME_KINDS = frozenset({"PersistentVolume", "PersistentVolumeClaim", "StorageClass"})
+# With the CapacityBuffer gate: buffers and what they reference (karpy.state.buffers).
+BUFFER_WATCHED: tuple[r.Resource, ...] = (r.CAPACITYBUFFERS, r.PODTEMPLATES)
+BUFFER_WATCHED += (r.DEPLOYMENTS, r.STATEFULSETS, r.REPLICASETS)
 
 
 class Operator:
@@ -111,10 +116,12 @@ class Operator:
         self.settings = settings
         self.client = client
         self.cloud = cloud
-        self.state = ClusterState()
+        self.buffers_enabled = bool(settings.feature_gates.get("CapacityBuffer", False))
+        self.state = ClusterState(extra_kinds=BUFFER_KINDS if self.buffers_enabled else ())
         self.plans = Plans(self.state)
         self.events = EventRecorder(client)
-        self.informers = [Informer(client, res, self.state) for res in WATCHED]
+        watched = WATCHED + (BUFFER_WATCHED if self.buffers_enabled else ())
+        self.informers = [Informer(client, res, self.state) for res in watched]
         self.provisioner = Provisioner(
             client,
             self.state,
@@ -169,6 +176,16 @@ class Operator:
             workers=settings.workers(2),
             key_name="ec2nodeclass",
         )
+        # CapacityBuffer gate (Karpenter core controllers.go registers the controller only with it).
+        self.capacity_buffer: CapacityBufferController | None = None
+        self.capacity_buffers: Controller | None = None
+        if self.buffers_enabled:
+            self.capacity_buffer = CapacityBufferController(
+                client, self.state, self.events, trigger=self.provisioner.trigger
+            )
+            self.capacity_buffers = Controller(
+                self.capacity_buffer, workers=settings.workers(2), key_name="capacitybuffer"
+            )
         knobs = attrs.evolve(disruption_settings(settings), ca_bundle=ca_bundle)
         self.disruption = Disruption(client, self.state, self.provisioner, self.events, knobs)
         # A failed pass is retried no later than the next poll, as before the loop became a singleton.
@@ -274,6 +291,13 @@ class Operator:
         self.state.subscribe(self._route)
         self.plans.subscribe(self._route_plan)
         self.provisioner.wake = self.provisioning.trigger
+        if self.capacity_buffer is not None and self.capacity_buffers is not None:
+            controller, buffers, state = self.capacity_buffer, self.capacity_buffers, self.state
+            self.provisioner.virtual_pods = lambda: virtual_pods(
+                state.capacity_buffers, state.pod_templates, state.workloads
+            )
+            self.provisioner.on_pass = controller.observe_pass
+            controller.enqueue = buffers.enqueue
         if self.observability:  # Karpenter's pod metrics controller: off with DISABLE_CLUSTER_STATE_OBSERVABILITY
             self.provisioner.latencies.active = self.leading  # only the leader observes, as Karpenter's
             self.state.subscribe(self.provisioner.latencies.on_change)  # karpenter_pods_*_duration_seconds
@@ -328,6 +352,12 @@ class Operator:
             self._route_static(key)
             if _nodepool_changed_for_provisioning(old, new):
                 self.provisioner.trigger()
+        elif kind == "CapacityBuffer" and self.capacity_buffers is not None:
+            self.capacity_buffers.enqueue(key)
+        elif kind == "PodTemplate" or (kind in SCALABLE_KINDS and _generation_changed(old, new)):
+            if self.capacity_buffers is not None:
+                for buffer in buffers_referencing(self.state, kind, key):
+                    self.capacity_buffers.enqueue(buffer)
         elif kind in VOLUME_KINDS and self.state.pod_volumes:
             self.provisioner.trigger()  # a pod waiting for its volumes may be schedulable now
         elif kind == "EC2NodeClass":
@@ -403,6 +433,8 @@ class Operator:
             tasks.append(("interruption", self.interruption_loop.run))
         if self.node_repair is not None:
             tasks.append(("node.health", self._after_sync(self.node_repair.run)))
+        if self.capacity_buffers is not None:
+            tasks.append(("capacitybuffer", self._after_sync(self.capacity_buffers.run)))
         if self.observability:
             tasks.append(("status.conditions", self.status_conditions.run))  # publishes events: a writer
         return tasks
@@ -452,6 +484,14 @@ class Operator:
                     planned=len(self.plans),
                 )
             await asyncio.sleep(5)
+
+
+def _generation_changed(old: Any, new: Any) -> bool:
+    """Added, deleted, or its spec edited (Karpenter's ``GenerationChangedPredicate`` on the workloads a
+    CapacityBuffer's ``scalableRef`` names: status-only updates change no buffer)."""
+    if old is None or new is None:
+        return True
+    return bool(old["metadata"].get("generation") != new["metadata"].get("generation"))
 
 
 def _nodepool_changed_for_provisioning(old: Any, new: Any) -> bool:

@@ -36,6 +36,7 @@ from karpy.controllers import events as ev
 from karpy.kube.events import WARNING, EventRecorder
 from karpy.metrics import NODECLAIMS_LAUNCH_FAILED
 from karpy.scheduling import model
+from karpy.scheduling.buffers import is_virtual
 from karpy.scheduling.scheduler import solve
 from karpy.state.cluster import ClusterState
 from karpy.state.plans import planned_pods
@@ -108,12 +109,13 @@ class LaunchBackoff:
     def hold(self, plans: Sequence[model.NewNodeClaim]) -> tuple[list[model.NewNodeClaim], float]:
         """The plans to create now, and the seconds until the first held plan may be retried (0: none held).
 
-        A plan is held while every one of its pods is backing off.
+        A plan is held while every one of its pods is backing off (CapacityBuffer virtual pods never back off and
+        do not count: headroom planned with backing-off pods waits with them).
         """
         create: list[model.NewNodeClaim] = []
         wait = 0.0
         for plan in plans:
-            waits = [self.remaining(p.key) for p in plan.pods]
+            waits = [self.remaining(p.key) for p in plan.pods if not is_virtual(p)]
             if waits and min(waits) > 0:
                 shortest = min(waits)
                 wait = shortest if wait == 0 else min(wait, shortest)

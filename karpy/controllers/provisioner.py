@@ -18,6 +18,13 @@ batch.
 
 After a failed launch its pods back off before a new NodeClaim is planned for them, and pods that only instance
 types without a compatible AMI would fit are told so (:mod:`karpy.controllers.launch_backoff`).
+
+With the ``CapacityBuffer`` gate, every pass also plans the virtual pods of the ready CapacityBuffers
+(:attr:`Provisioner.virtual_pods`, :mod:`karpy.scheduling.buffers`; Karpenter ``provisioner.go`` appends them to
+``GetPendingPods``): a NodeClaim may be created for them alone, but they are never recorded in a plan (so never
+bound), never given an event and never counted in the pod metrics; the nodes hosting them are kept in
+:attr:`Provisioner.buffer_hosts` for emptiness, and the pass is handed to :attr:`Provisioner.on_pass` (the buffers'
+``Provisioning`` condition).
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from karpy.kube.resources import NODECLAIMS
 from karpy.runtime.batcher import Batcher
 from karpy.runtime.clock import Clock, LoopClock, Timer
 from karpy.runtime.controller import Result
+from karpy.scheduling import buffers as cb
 from karpy.scheduling import model
 from karpy.scheduling.daemons import with_live_pods
 from karpy.scheduling.scheduler import solve
@@ -132,6 +140,11 @@ class Provisioner:
         self._retry_at = 0.0
         # Wakes the loop that runs :meth:`reconcile` (set by the operator's wiring; a no-op otherwise).
         self.wake: Callable[[], None] = lambda: None
+        # CapacityBuffer gate (set by the operator when on): the virtual pods to plan in every pass, what each pass
+        # did with them, and the existing nodes (engine names) hosting virtual pods after the last pass.
+        self.virtual_pods: Callable[[], list[model.Pod]] = list
+        self.on_pass: Callable[[model.SchedulingResult, Sequence[model.Pod]], None] | None = None
+        self.buffer_hosts: dict[str, int] = {}
 
     def trigger(self) -> None:
         """A pod may need capacity: open or extend the batch window, and wake the provisioning loop."""
@@ -173,7 +186,9 @@ class Provisioner:
     async def provision_once(self) -> list[JSON]:
         """One scheduling decision over every pending pod; returns the NodeClaims created."""
         pending = self.pending_pods() + self.displaced_pods()
-        if not pending:
+        virtual = self.virtual_pods()
+        if not pending and not virtual:
+            self._buffers_planned(model.SchedulingResult((), {}, {}), virtual)
             return []
         nodepools, pool_views = await self._nodepools()
         existing = self._existing_capacity()
@@ -182,7 +197,7 @@ class Provisioner:
         metrics.pending_pods_by_zone(metrics.PROVISIONER, [p for p in pods if not p.node_name])
         with metrics.scheduling(metrics.PROVISIONER, len(pods)) as run:
             result = solve(
-                pods,
+                pods + virtual,
                 nodepools,
                 existing,
                 self.daemonsets(),
@@ -190,6 +205,13 @@ class Provisioner:
                 namespace_labels=self.state.namespace_labels(),
                 min_values_policy=self.min_values_policy,
             )
+            if virtual:  # virtual pods are planned, never bound, never told, never counted
+                self._buffers_planned(result, virtual)
+                result = attrs.evolve(
+                    result,
+                    existing={k: real for k, v in result.existing.items() if (real := tuple(cb.real(v)))},
+                    errors={k: v for k, v in result.errors.items() if k not in {p.key for p in virtual}},
+                )
             run.left = len(result.errors)
         now = self.state.clock()
         self._observe_decisions([p.pod for p in pending], now, {**volume_errors, **result.errors})
@@ -210,11 +232,18 @@ class Provisioner:
         log.info(
             "provisioned",
             pods=len(pending),
+            buffer_pods=len(virtual),
             nodeclaims=len(made),
             planned_existing=sum(len(v) for v in result.existing.values()),
             unschedulable=len(errors),
         )
         return made
+
+    def _buffers_planned(self, result: model.SchedulingResult, virtual: Sequence[model.Pod]) -> None:
+        """Remember the nodes hosting virtual pods (Karpenter ``UpdateBufferPodCounts``) and hand the pass over."""
+        self.buffer_hosts = cb.buffer_hosts(result)
+        if self.on_pass is not None:
+            self.on_pass(result, virtual)
 
     def _observe_decisions(self, pods: Sequence[model.Pod], now: float, unplaced: Mapping[str, str]) -> None:
         """``karpenter_pods_scheduling_decision_duration_seconds``: once per pod, from when karpy first saw it
@@ -517,7 +546,7 @@ class Provisioner:
             cheapest=plan.cheapest_price,
             requests=format_resource_list(dict(plan.requests)),
         )
-        for pod in plan.pods:
+        for pod in cb.real(plan.pods):
             self.events.record(ev.nominate_pod(pod, claim_name=name))
         return created
 
@@ -532,7 +561,9 @@ class Provisioner:
 
 
 def plan_annotations(pods: Sequence[model.Pod], batch: str = "") -> dict[str, str]:
-    """``karpy.sh/plan`` and ``karpy.sh/planned-pods`` for a new NodeClaim planned for ``pods``."""
+    """``karpy.sh/plan`` and ``karpy.sh/planned-pods`` for a new NodeClaim planned for ``pods`` (CapacityBuffer
+    virtual pods left out: they are never bound)."""
+    pods = cb.real(pods)
     plan: JSON = {"batch": batch} if batch else {}
     plan["pods"] = dict(sorted((p.uid, p.key) for p in pods))
     return {
@@ -624,14 +655,17 @@ def nodeclaim_from_plan(
         wk.LABEL_NODEPOOL: plan.nodepool,
         wk.LABEL_EC2NODECLASS: str(ref.get("name", "")),
     }
-    decision = {
+    pods = cb.real(plan.pods)
+    decision: JSON = {
         "nodepool": plan.nodepool,
-        "pods": len(plan.pods),
-        "podKeys": [p.key for p in plan.pods[:20]],
+        "pods": len(pods),
+        "podKeys": [p.key for p in pods[:20]],
         "instanceTypes": [it.name for it in plan.instance_types[:10]],
         "instanceTypeCount": len(plan.instance_types),
         "cheapestPrice": plan.cheapest_price,
     }
+    if len(pods) < len(plan.pods):  # CapacityBuffer headroom (virtual pods) this NodeClaim was also sized for
+        decision["bufferPods"] = len(plan.pods) - len(pods)
     annotations = {
         **(tmeta.get("annotations") or {}),
         wk.ANNOTATION_NODEPOOL_HASH: nodepool_hash(nodepool),

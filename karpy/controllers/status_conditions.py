@@ -155,6 +155,11 @@ SPECS: Final[dict[str, KindSpec]] = {
                 # capacity): karpy implements neither, never writes them, so they are not read as Unknown forever.
             ),
         ),
+        # CapacityBuffer gate: Karpenter's GenericObjectController (core controllers.go), deprecated families too;
+        # observed conditions only (the upstream type has no operatorpkg condition set).
+        KindSpec(
+            "CapacityBuffer", "autoscaling.x-k8s.io/v1beta1", "autoscaling.x-k8s.io", (), True, EXPONENTIAL_BUCKETS, ()
+        ),
     )
 }
 

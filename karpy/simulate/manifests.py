@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from karpy.apis.meta import JSON
+from karpy.simulate.buffers import check_capacity_buffer
 from karpy.simulate.defaulting import (
     default_metadata,
     default_priority,
@@ -50,6 +51,9 @@ KINDS: Mapping[tuple[str, str], str] = {
     ("apps", "StatefulSet"): "workloads",
     ("batch", "Job"): "workloads",
     ("apps", "DaemonSet"): "daemonsets",
+    # CapacityBuffers and the PodTemplates they may reference (karpy.simulate.buffers).
+    ("autoscaling.x-k8s.io", "CapacityBuffer"): "capacity_buffers",
+    ("", "PodTemplate"): "pod_templates",
 }
 CLUSTER_SCOPED = frozenset(
     {"NodePool", "EC2NodeClass", "Node", "PersistentVolume", "StorageClass", "PriorityClass", "Namespace"}
@@ -72,6 +76,11 @@ class Manifests:
     namespaces: list[JSON] = attrs.Factory(list)
     workloads: list[Workload] = attrs.Factory(list)
     ignored: dict[str, int] = attrs.Factory(dict)
+    capacity_buffers: list[JSON] = attrs.Factory(list)
+    pod_templates: list[JSON] = attrs.Factory(list)
+    # Deployments, StatefulSets and ReplicaSets a CapacityBuffer's scalableRef may name: kind → namespace/name →
+    # {"spec": {"template", "replicas"}} (replicas after --scale).
+    scalables: dict[str, dict[str, JSON]] = attrs.Factory(dict)
 
 
 def collect(docs: Iterable[Document], scale: Mapping[str, int] | None = None) -> Manifests:
@@ -111,6 +120,11 @@ def collect(docs: Iterable[Document], scale: Mapping[str, int] | None = None) ->
     for doc in workloads:
         count = _scaled_count(doc, scale, used)
         out.workloads.append(Workload(doc.kind, doc.namespace, doc.name, count))
+        if doc.kind != "Job":
+            template = (doc.obj.get("spec") or {}).get("template") or {}
+            out.scalables.setdefault(doc.kind, {})[f"{doc.namespace}/{doc.name}"] = {
+                "spec": {"template": template, "replicas": count}
+            }
         for pod, new_claims in expand(doc, count, storage_class):
             admit_pod(pod, priority_values, f"{doc.origin} ({doc.kind} {doc.ref})")
             out.pods.append(pod)
@@ -174,3 +188,5 @@ def _validate(doc: Document) -> None:
         check_nodeclass(doc.obj, doc.origin)
     elif doc.kind in WORKLOAD_KINDS:
         pod_count(doc)
+    elif doc.kind == "CapacityBuffer":
+        check_capacity_buffer(doc.obj, doc.origin)

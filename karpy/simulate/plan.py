@@ -26,6 +26,7 @@ from karpy.apis.quantity import format_resource_list
 from karpy.apis.resources import add
 from karpy.apis.taints import taints
 from karpy.aws.instancefilters import choose_capacity_type, launch_candidates
+from karpy.scheduling import buffers as cb
 from karpy.scheduling import model
 from karpy.scheduling.daemons import with_live_pods
 from karpy.scheduling.instancetypes import pod_matches_labels
@@ -42,6 +43,7 @@ from karpy.scheduling.translate import (
     scheduling_pod,
 )
 from karpy.scheduling.volumes import volume_topology
+from karpy.simulate.buffers import GATE_NOTE, BufferPlan, buffer_pods
 from karpy.simulate.catalogue import Catalogue
 from karpy.simulate.manifests import Manifests
 
@@ -83,6 +85,7 @@ class PlannedNode:
     requests: Mapping[str, int]
     launch_error: str = ""
     instance_types: tuple[str, ...] = ()
+    buffer_pods: tuple[str, ...] = ()  # CapacityBuffer virtual pods (headroom) planned here, not in ``pods``
 
 
 @attrs.frozen
@@ -99,6 +102,10 @@ class Plan:
     unschedulable: Mapping[str, str]
     unusable_nodepools: Mapping[str, str]
     notes: tuple[str, ...] = ()
+    # CapacityBuffers: how each resolved, the virtual pods on existing nodes (by node) and those placed nowhere.
+    buffers: tuple[BufferPlan, ...] = ()
+    existing_buffer_pods: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
+    unschedulable_buffer_pods: Mapping[str, str] = attrs.field(factory=dict)
 
     @property
     def total_price(self) -> float:
@@ -362,9 +369,12 @@ def simulate(manifests: Manifests, catalogue: Catalogue, *, preference_policy: s
     pending, volume_errors = with_volume_topology(manifests, pending)
     startup = {p.name: p.startup_taints for p in pools}
     existing, ds_notes = existing_nodes(manifests, bound, daemonsets, startup)
+    virtual, buffers = buffer_pods(manifests.capacity_buffers, manifests.pod_templates, manifests.scalables)
+    if buffers:
+        notes.append(GATE_NOTE)
     started = time.perf_counter()
     result = solve(
-        pending,
+        pending + virtual,
         pools,
         existing,
         daemonsets,
@@ -385,13 +395,15 @@ def simulate(manifests: Manifests, catalogue: Catalogue, *, preference_policy: s
                 zone=zone,
                 capacity_type=ct,
                 price=price,
-                pods=tuple(p.key for p in claim.pods),
+                pods=tuple(p.key for p in claim.pods if not cb.is_virtual(p)),
                 candidates=len(claim.instance_types),
                 requests=dict(claim.requests),
                 launch_error=error,
                 instance_types=tuple(t.name for t in claim.instance_types),
+                buffer_pods=tuple(p.key for p in claim.pods if cb.is_virtual(p)),
             )
         )
+    virtual_keys = {p.key for p in virtual}
     return Plan(
         catalogue=catalogue.description,
         spot_note=catalogue.spot_note,
@@ -399,12 +411,24 @@ def simulate(manifests: Manifests, catalogue: Catalogue, *, preference_policy: s
         solve_seconds=elapsed,
         pods=len(pending) + len(volume_errors),
         nodes=tuple(nodes),
-        existing={k: tuple(p.key for p in v) for k, v in sorted(result.existing.items())},
+        existing={k: real for k, v in sorted(result.existing.items()) if (real := tuple(p.key for p in cb.real(v)))},
         unschedulable=dict(
-            sorted({**volume_errors, **{k: _reason(v, unusable) for k, v in result.errors.items()}}.items())
+            sorted(
+                {
+                    **volume_errors,
+                    **{k: _reason(v, unusable) for k, v in result.errors.items() if k not in virtual_keys},
+                }.items()
+            )
         ),
         unusable_nodepools=unusable,
         notes=tuple(notes + ds_notes),
+        buffers=tuple(buffers),
+        existing_buffer_pods={
+            k: held for k, v in sorted(result.existing.items()) if (held := tuple(p.key for p in v if cb.is_virtual(p)))
+        },
+        unschedulable_buffer_pods={
+            k: _reason(v, unusable) for k, v in sorted(result.errors.items()) if k in virtual_keys
+        },
     )
 
 
@@ -442,6 +466,7 @@ def plan_to_json(plan: Plan) -> JSON:
             "podsOnExistingNodes": sum(len(p) for p in plan.existing.values()),
             "unschedulablePods": len(plan.unschedulable),
             "pricePerHour": plan.total_price,
+            **_buffer_summary(plan),
         },
         "nodePools": by_pool,
         "newNodes": [
@@ -455,14 +480,52 @@ def plan_to_json(plan: Plan) -> JSON:
                 "instanceTypeCandidates": n.candidates,
                 "requests": format_resource_list(dict(n.requests)),
                 "pods": list(n.pods),
+                **({"bufferPods": list(n.buffer_pods)} if n.buffer_pods else {}),
                 **({"launchError": n.launch_error} if n.launch_error else {}),
             }
             for n in plan.nodes
         ],
-        "existingNodes": [{"name": k, "pods": list(v)} for k, v in plan.existing.items()],
+        "existingNodes": [
+            {
+                "name": k,
+                "pods": list(plan.existing.get(k, ())),
+                **({"bufferPods": list(plan.existing_buffer_pods[k])} if k in plan.existing_buffer_pods else {}),
+            }
+            for k in sorted({*plan.existing, *plan.existing_buffer_pods})
+        ],
         "unschedulable": [{"pod": k, "reason": v} for k, v in plan.unschedulable.items()],
         "unusableNodePools": [{"nodePool": k, "reason": v} for k, v in sorted(plan.unusable_nodepools.items())],
         "notes": list(plan.notes),
+        **_buffers_json(plan),
+    }
+
+
+def _buffer_summary(plan: Plan) -> JSON:
+    """The CapacityBuffer counts of the JSON summary (none without buffers)."""
+    if not plan.buffers:
+        return {}
+    return {
+        "bufferPods": sum(b.replicas for b in plan.buffers),
+        "bufferPodsOnNewNodes": sum(len(n.buffer_pods) for n in plan.nodes),
+        "bufferPodsOnExistingNodes": sum(len(v) for v in plan.existing_buffer_pods.values()),
+        "unschedulableBufferPods": len(plan.unschedulable_buffer_pods),
+    }
+
+
+def _buffers_json(plan: Plan) -> JSON:
+    """``capacityBuffers`` (how each resolved) and ``unschedulableBufferPods`` (none without buffers)."""
+    if not plan.buffers:
+        return {}
+    return {
+        "capacityBuffers": [
+            {
+                "buffer": b.key,
+                "replicas": b.replicas,
+                **({"reason": b.reason, "message": b.message} if b.reason else {}),
+            }
+            for b in plan.buffers
+        ],
+        "unschedulableBufferPods": [{"pod": k, "reason": v} for k, v in plan.unschedulable_buffer_pods.items()],
     }
 
 
@@ -474,6 +537,17 @@ def _pod_list(keys: Sequence[str], limit: int = 4) -> str:
     names = [k.split("/", 1)[-1] for k in keys]
     shown = ", ".join(names[:limit])
     return shown + (f", … (+{len(names) - limit})" if len(names) > limit else "")
+
+
+def _pods_cell(pods: Sequence[str], buffer_pods: Sequence[str]) -> str:
+    """``N: names`` of a node's pods, then its CapacityBuffer virtual pods as ``+ N buffer (names)``."""
+    cell = f"{len(pods)}: {_pod_list(pods)}" if pods or not buffer_pods else "0"
+    return cell + _buffer_list(buffer_pods)
+
+
+def _buffer_list(keys: Sequence[str]) -> str:
+    """`` + N buffer (names)``: the CapacityBuffer virtual pods of a node, "" when none."""
+    return f" + {len(keys)} buffer ({_pod_list(keys, 2)})" if keys else ""
 
 
 def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
@@ -492,6 +566,13 @@ def render_text(plan: Plan) -> str:
         f"solved in {plan.solve_seconds:.3f} s",
         f"catalogue: {plan.catalogue}; {plan.spot_note}; preferences: {plan.preference_policy}",
     ]
+    if plan.buffers:
+        on_new = sum(len(n.buffer_pods) for n in plan.nodes)
+        on_old = sum(len(v) for v in plan.existing_buffer_pods.values())
+        lines.append(
+            f"CapacityBuffer headroom: {_count(sum(b.replicas for b in plan.buffers), 'buffer pod')}: {on_new} on new "
+            f"nodes, {on_old} on existing nodes, {len(plan.unschedulable_buffer_pods)} unschedulable"
+        )
     for pool in sorted({n.nodepool for n in plan.nodes}):
         nodes = [n for n in plan.nodes if n.nodepool == pool]
         price = sum(n.price or 0.0 for n in nodes)
@@ -506,13 +587,17 @@ def render_text(plan: Plan) -> str:
                     n.capacity_type or "-",
                     f"{n.price:.4f}" if n.price is not None else "-",
                     str(n.candidates),
-                    f"{len(n.pods)}: {_pod_list(n.pods)}",
+                    _pods_cell(n.pods, n.buffer_pods),
                 ]
             )
         lines += _table(rows)
-    if plan.existing:
+    if plan.existing or plan.existing_buffer_pods:
         lines += ["", "Existing nodes:"]
-        lines += _table([["NODE", "PODS"]] + [[k, f"{len(v)}: {_pod_list(v)}"] for k, v in plan.existing.items()])
+        rows = [["NODE", "PODS"]]
+        for k in sorted({*plan.existing, *plan.existing_buffer_pods}):
+            pods = plan.existing.get(k, ())
+            rows.append([k, _pods_cell(pods, plan.existing_buffer_pods.get(k, ()))])
+        lines += _table(rows)
     if plan.unschedulable:
         lines += ["", f"Unschedulable pods ({len(plan.unschedulable)}):"]
         by_reason: dict[str, list[str]] = {}
@@ -523,6 +608,15 @@ def render_text(plan: Plan) -> str:
                 lines.append(f"  {keys[0]}: {reason}")
             else:
                 lines.append(f"  {len(keys)} pods ({_pod_list(keys, 3)}): {reason}")
+    if plan.buffers:
+        lines += ["", "CapacityBuffers:"]
+        for b in plan.buffers:
+            state = (
+                f"{_count(b.replicas, 'buffer pod')}" if not b.reason else f"0 buffer pods ({b.reason}: {b.message})"
+            )
+            lines.append(f"  {b.key}: {state}")
+        for key, reason in plan.unschedulable_buffer_pods.items():
+            lines.append(f"  {key} (buffer) unschedulable: {reason}")
     if plan.unusable_nodepools:
         lines += ["", "NodePools not usable:"]
         lines += [f"  {k}: {v}" for k, v in sorted(plan.unusable_nodepools.items())]

@@ -1,6 +1,8 @@
 """ClusterState: the one in-memory view of Pods, Nodes, NodeClaims, NodePools, EC2NodeClasses and DaemonSets.
 Namespaces, PersistentVolumes, PersistentVolumeClaims and StorageClasses are kept as slim views
 (:mod:`karpy.state.storage`) for the scheduling simulation's namespaceSelector and volume topology.
+With the ``CapacityBuffer`` gate, CapacityBuffers (JSON) and the PodTemplates, Deployments, StatefulSets and
+ReplicaSets they reference (slim views, :mod:`karpy.state.buffers`) are kept too, and must be listed as well.
 NodeClaims, NodePools and EC2NodeClasses are kept as their JSON (``nodeclaims``, ``nodepools``, ``nodeclasses``)
 and, beside it, as typed views (:mod:`karpy.apis.nodeclaim`, :mod:`karpy.apis.nodepool`,
 :mod:`karpy.apis.ec2nodeclass`; ``nodeclaim_view(name)`` …) built once when the object is stored and dropped
@@ -50,6 +52,7 @@ from karpy.apis.nodeclaim import NodeClaim
 from karpy.apis.nodepool import NodePool
 from karpy.scheduling.model import DaemonSet
 from karpy.scheduling.translate import daemonset_view
+from karpy.state.buffers import pod_template_view, workload_view
 from karpy.state.storage import (
     namespace_view,
     persistent_volume_view,
@@ -92,6 +95,11 @@ SLIM_VIEWS: dict[str, Callable[[Mapping[str, Any]], JSON]] = {
     "PersistentVolume": persistent_volume_view,
     "PersistentVolumeClaim": pvc_view,
     "StorageClass": storage_class_view,
+    # CapacityBuffer gate (karpy.state.buffers): what buffers reference, slim.
+    "PodTemplate": pod_template_view,
+    "Deployment": workload_view,
+    "StatefulSet": workload_view,
+    "ReplicaSet": workload_view,
 }
 
 
@@ -138,8 +146,11 @@ def _older(new_rv: str, old_rv: str) -> bool:
 class ClusterState:
     """See the module docstring. ``clock`` returns seconds (monotonic or wall; only differences matter)."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, *, extra_kinds: Iterable[str] = ()) -> None:
         self.clock = clock
+        # Every kind that must be listed before :attr:`listed` holds: KINDS and the gated ones whose informers run
+        # (``extra_kinds``, e.g. karpy.state.buffers.BUFFER_KINDS with the CapacityBuffer gate).
+        self.kinds = (*KINDS, *extra_kinds)
         self.pods: dict[str, PodInfo] = {}
         self.nodes: dict[str, NodeInfo] = {}
         self.nodeclaims: dict[str, JSON] = {}
@@ -155,6 +166,10 @@ class ClusterState:
         self.persistent_volumes: dict[str, JSON] = {}
         self.pvcs: dict[str, JSON] = {}
         self.storage_classes: dict[str, JSON] = {}
+        # CapacityBuffers by namespace/name (whole JSON), and the slim objects they reference (karpy.state.buffers).
+        self.capacity_buffers: dict[str, JSON] = {}
+        self.pod_templates: dict[str, JSON] = {}
+        self.workloads: dict[str, dict[str, JSON]] = {"Deployment": {}, "StatefulSet": {}, "ReplicaSet": {}}
         # Pod key → minimal pod JSON with its PVC-backed volumes, only for pods that have some.
         self.pod_volumes: dict[str, JSON] = {}
         self.pods_by_node: dict[str, set[str]] = defaultdict(set)
@@ -178,7 +193,7 @@ class ClusterState:
     @property
     def listed(self) -> bool:
         """Every kind listed at least once."""
-        return self._synced_kinds.issuperset(KINDS)
+        return self._synced_kinds.issuperset(self.kinds)
 
     @property
     def synced(self) -> bool:
@@ -294,6 +309,9 @@ class ClusterState:
             "PersistentVolume": self.persistent_volumes,
             "PersistentVolumeClaim": self.pvcs,
             "StorageClass": self.storage_classes,
+            "CapacityBuffer": self.capacity_buffers,
+            "PodTemplate": self.pod_templates,
+            **self.workloads,
         }
         return stores[kind]
 

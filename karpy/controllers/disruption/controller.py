@@ -104,6 +104,7 @@ class Disruption:
         self.evaluations = 0
         self.queue = Queue(client, state, events, self.settings, clock=clock, sleep=sleep)
         self.methods = Methods(state, self.queue, self.settings)
+        self.methods.buffer_hosts = lambda: provisioner.buffer_hosts
         self.validation = Validation(state, self.methods, self.context, events, self.settings, clock=clock, sleep=sleep)
 
     def on_change(self, kind: str, event: str, key: str, old: Any, new: Any) -> None:
@@ -196,6 +197,9 @@ class Disruption:
         ctx.pending, _ = self.provisioner.scheduling_pods(
             self.provisioner.pending_pods() + self.provisioner.displaced_pods()
         )
+        # CapacityBuffer headroom must fit too (Karpenter's SimulateScheduling takes GetPendingPods, virtual pods
+        # included): a node holding a buffer is consolidated only with room for the buffer elsewhere.
+        ctx.pending += self.provisioner.virtual_pods()
         self._remove_in_flight(ctx)
         ctx.daemonsets = self.provisioner.daemonsets()
         return ctx

@@ -8,6 +8,7 @@ circuit breaker; see :mod:`.controls`). The rules themselves are the pure functi
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -61,6 +62,9 @@ class Methods:
         self._consolidated: tuple[int, float] | None = None
         # limits.nodes slots of static drift replacements, shared with static provisioning (the operator wires it).
         self.static_reservations = Reservations()
+        # CapacityBuffer: the existing nodes (engine names: Node name, ``nodeclaim/<name>``) the provisioner's last
+        # pass placed virtual pods on (set by the disruption controller; Karpenter ``Cluster.HasBufferPods``).
+        self.buffer_hosts: Callable[[], Mapping[str, int]] = dict
 
     def on_change(self, kind: str, event: str, key: str, old: Any, new: Any) -> None:
         """A cluster state listener: count changes that can change a consolidation decision (not Node
@@ -108,7 +112,8 @@ class Methods:
         return consolidatable(c.claim, c.nodepool, last, ctx.now)
 
     def emptiness(self, ctx: Context) -> Command | None:
-        """Empty Consolidatable candidates within each pool's ``Empty`` budget, deleted together."""
+        """Empty Consolidatable candidates within each pool's ``Empty`` budget, deleted together. A node hosting
+        CapacityBuffer headroom is not empty (Karpenter ``emptiness.go``: ``Node "x" has buffer pods``)."""
         eligible = [
             c
             for c in ctx.candidates
@@ -116,10 +121,19 @@ class Methods:
             and c.name not in ctx.eventual_only
             and not is_static(c.nodepool)  # Karpenter emptiness.go: OwnedByStaticNodePool
             and self.consolidatable(ctx, c)
+            and not self.holds_buffer(c)
         ]
         metrics.DISRUPTION_ELIGIBLE.labels(reason=metrics.disruption_reason(EMPTY)).set(len(eligible))
         allowed = {pool: self.allowed(pool, EMPTY) for pool in {c.pool for c in eligible}}
         return empty_command(eligible, allowed)
+
+    def holds_buffer(self, c: Candidate) -> bool:
+        """The candidate hosts CapacityBuffer virtual pods (an ``Unconsolidatable`` event says so)."""
+        hosts = self.buffer_hosts()
+        if not hosts or (c.node.name not in hosts and f"nodeclaim/{c.name}" not in hosts):
+            return False
+        self.queue.events.record(*ev.unconsolidatable(c.node, c.claim, f'Node "{c.node.name}" has buffer pods'))
+        return True
 
     def drift(self, ctx: Context) -> Command | None:
         """One drifted candidate (empty ones first, oldest drift first) whose pods all fit, within ``Drifted``."""

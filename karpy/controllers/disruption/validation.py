@@ -139,4 +139,6 @@ class Validation:
                 and self.state.last_pod_event.get(c.node.name, self.state.started_at) <= decided
             ]
         allowed = {pool: self.methods.allowed(pool, EMPTY) for pool in {c.pool for c in still}}
-        return empty_command([c for c in still if self.methods.consolidatable(ctx, c)], allowed)
+        # A node that holds CapacityBuffer headroom now is not empty (nor one taken in).
+        eligible = [c for c in still if self.methods.consolidatable(ctx, c) and not self.methods.holds_buffer(c)]
+        return empty_command(eligible, allowed)
