@@ -162,19 +162,23 @@ class AWSCloudProvider:
     async def _network_compatible(self, nodeclass: Mapping[str, Any], types: list[InstanceType]) -> list[InstanceType]:
         """``types`` without those that cannot hold ``spec.networkInterfaces`` or join the placement group's
         strategy (Karpenter ``compatibility.go``), each advertising ``vpc.amazonaws.com/efa`` = the number of
-        ``efa-only`` interfaces when there are any (Karpenter ``efas``). A new list: the cached one stays as is."""
+        ``efa-only`` interfaces when there are any (Karpenter ``efas``) and labelled with the placement group's
+        id (Karpenter puts it in every offering's requirements, so pods and NodePools may select it). A new list:
+        the cached one stays as is."""
         spec = nodeclass.get("spec") or {}
         group = (await self.placement_groups.lookup(nodeclass)).group
         if group is None and not spec.get("networkInterfaces"):
             return types
         infos = {str(i["InstanceType"]): i for i in await self.instance_types.infos()}
         efas = efa_only_count(spec)
+        labels = {wk.LABEL_PLACEMENT_GROUP_ID: group.id} if group is not None else {}
         out = []
         for it in types:
             info = infos.get(it.name) or {}
             if not (interfaces_fit(info, spec) and supports_strategy(info, group)):
                 continue
-            out.append(attrs.evolve(it, capacity={**it.capacity, wk.RESOURCE_EFA: efas}) if efas else it)
+            capacity = {**it.capacity, wk.RESOURCE_EFA: efas} if efas else it.capacity
+            out.append(attrs.evolve(it, labels={**it.labels, **labels}, capacity=capacity))
         return out
 
     async def incompatible_instance_types(self, nodeclass: Mapping[str, Any]) -> IncompatibleInstanceTypes:
