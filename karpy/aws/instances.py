@@ -16,8 +16,10 @@ which is what :class:`karpy.runtime.singleton.Backoff` is for.
 
 moto notes (checked in moto 5.2's ``ec2/models/fleets.py``): instant fleets honour the fleet's instance
 TagSpecifications, the launch template's UserData and the override's SubnetId; they ignore the launch
-template's SecurityGroupIds and IamInstanceProfile and the fleet's volume tags, and pick the first override
-(karpy orders overrides cheapest first, so that is the cheapest). Nothing here works around those gaps.
+template's security groups (template-level or on its NetworkInterfaces), its Placement and IamInstanceProfile and
+the fleet's volume tags, and pick the first override (karpy orders overrides cheapest first, so that is the
+cheapest). Nothing here works around those gaps: the test environment does (``e2e/cluster/aws.py``,
+``e2e/cluster/placementgroups.py``).
 """
 
 from __future__ import annotations

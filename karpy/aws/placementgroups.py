@@ -239,6 +239,10 @@ class PlacementGroupProvider:
         self._answers = ttl_cache(PLACEMENT_GROUPS, clock)
         self._available = ttl_cache(PLACEMENT_GROUPS_AVAILABLE, clock)
 
+    def forget(self) -> None:
+        """Drop the 1-minute answers (the next lookup asks EC2; the day-long last groups stay)."""
+        self._answers.clear()
+
     async def lookup(self, nodeclass: Mapping[str, Any]) -> Lookup:
         """The EC2NodeClass's (JSON) placement group; never raises for an AWS failure (see :class:`Lookup`)."""
         selector = selector_of(nodeclass)

@@ -352,3 +352,57 @@ async def test_placement_group_drift_after_the_instance_checks() -> None:
     h2.cloud.placement_groups["nc"] = None  # cannot be read: not judged
     await h2.mark_conditions()
     assert drifted_reason(h2, "inside") is None
+
+
+# --- EC2NodeClass status ---------------------------------------------------------------------------------------
+
+
+async def test_placement_group_not_found_makes_the_nodeclass_not_ready_with_an_event() -> None:
+    """Karpenter's Ready includes PlacementGroupReady: a selector matching nothing is Ready=False
+    (PlacementGroupNotFound) with a Warning event, never a crash."""
+    from karpy.apis.conditions import condition
+    from karpy.aws.nodeclass import NodeClassResolution
+    from tests.unit.test_nodeclass_status import AMIS, GROUPS, SUBNETS, ok, ready_nodeclass, reconciler
+
+    missing = pg.placement_group_condition(pg.Selector(name="hpc"), None)
+    resolution = NodeClassResolution(
+        status={"subnets": SUBNETS, "securityGroups": GROUPS, "amis": AMIS, "instanceProfile": "p"},
+        conditions=[
+            ok(wk.COND_SUBNETS_READY),
+            ok(wk.COND_SECURITY_GROUPS_READY),
+            ok(wk.COND_AMIS_READY),
+            ok(wk.COND_INSTANCE_PROFILE_READY),
+            missing,
+        ],
+    )
+    rec, state, kube = reconciler(ready_nodeclass(), resolution)
+    await rec.reconcile("default")
+    await rec.events.flush()
+    stored = state.nodeclasses["default"]
+    ready = condition(stored, wk.COND_READY) or {}
+    assert (ready.get("status"), ready.get("reason")) == ("False", "PlacementGroupNotFound")
+    assert (condition(stored, wk.COND_PLACEMENT_GROUP_READY) or {}).get("status") == "False"
+    events = [r.body for r in kube.requests_to("POST") if r.path.endswith("/events")]
+    assert [e["reason"] for e in events] == ["PlacementGroupNotFound"]
+
+
+async def test_resolve_reports_a_failed_placement_group_read_as_failed() -> None:
+    """resolve(): a refused DescribePlacementGroups is a failed read (the last known condition stands), not
+    "not found"."""
+    from karpy.aws import nodeclass as resolution_mod
+    from tests.unit.test_nodeclass_status import Empty, Refusing, ready_nodeclass
+
+    class EmptyEC2(Empty):
+        describe_placement_groups = Refusing().describe_placement_groups
+
+    obj = ready_nodeclass()
+    obj["spec"] = {
+        "role": "r",
+        "amiSelectorTerms": [{"alias": "al2023@latest"}],
+        "placementGroupSelector": {"name": "x"},
+    }
+    kwargs = {"cluster_name": "c", "region": "us-east-1", "k8s_version": "1.34"}
+    out = await resolution_mod.resolve(EmptyEC2(), Empty(), Refusing(), obj, **kwargs)
+    assert wk.COND_PLACEMENT_GROUP_READY in out.failed
+    cond = next(c for c in out.conditions if c["type"] == wk.COND_PLACEMENT_GROUP_READY)
+    assert cond["reason"] == "PlacementGroupResolutionFailed"
