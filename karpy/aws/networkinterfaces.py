@@ -120,6 +120,16 @@ def efa_only_count(spec: Mapping[str, Any]) -> int:
     )
 
 
+def efa_only_on_card_zero(spec: Mapping[str, Any]) -> int:
+    """The ``efa-only`` interfaces on network card 0: ENIs the VPC CNI cannot use, taken off the ENI-limited max
+    pods (Karpenter ``ENILimitedPods``)."""
+    return sum(
+        1
+        for ni in spec.get("networkInterfaces") or []
+        if isinstance(ni, Mapping) and ni.get("interfaceType") == EFA_ONLY and int(ni.get("networkCardIndex") or 0) == 0
+    )
+
+
 def interfaces_fit(info: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
     """Whether an instance type (a DescribeInstanceTypes entry) can hold ``spec.networkInterfaces`` (Karpenter
     ``compatibility.go`` ``networkInterfaceCheck``; always True when the field is unset): it has network cards and
@@ -166,6 +176,7 @@ __all__ = [
     "INTERFACE",
     "connection_tracking",
     "efa_only_count",
+    "efa_only_on_card_zero",
     "interfaces_fit",
     "network_interfaces",
     "validation_error",

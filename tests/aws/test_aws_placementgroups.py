@@ -5,7 +5,9 @@ is in it), NodeClaim labels, instance-type compatibility and PlacementGroupDrift
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -19,6 +21,30 @@ from tests.aws.conftest import new_provider
 
 ON_DEMAND = {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]}
 TYPES = {"key": wk.LABEL_INSTANCE_TYPE, "operator": "In", "values": ["m5.large", "t3.large", "c5n.18xlarge"]}
+
+
+LAUNCHED: list[str] = []
+
+
+async def cleanup(cloud: AWSCloudProvider) -> None:
+    """Delete the templates ``cloud`` ensured and terminate the instances launched here (other tests of the session
+    list the cluster's templates and instances)."""
+    for name in list(cloud.launch_templates.last_used):
+        with contextlib.suppress(Exception):
+            await cloud.clients.ec2.delete_launch_template(LaunchTemplateName=name)
+    if LAUNCHED:
+        await cloud.clients.ec2.terminate_instances(InstanceIds=list(LAUNCHED))
+        LAUNCHED.clear()
+
+
+@pytest.fixture
+async def fresh(clients: AWSClients) -> AsyncIterator[AWSCloudProvider]:
+    """A cloud provider with caches of its own, cleaned up after the test."""
+    cloud = new_provider(clients)
+    try:
+        yield cloud
+    finally:
+        await cleanup(cloud)
 
 
 def unique(prefix: str) -> str:
@@ -43,7 +69,9 @@ async def launch(cloud: AWSCloudProvider, nodeclass: dict[str, Any], name: str, 
         labels={wk.LABEL_NODEPOOL: "default"},
         taints=[],
     )
-    return await cloud.create(request)
+    result = await cloud.create(request)
+    LAUNCHED.append(result.instance_id)
+    return result
 
 
 async def templates_of(cloud: AWSCloudProvider, clients: AWSClients) -> list[dict[str, Any]]:
@@ -113,10 +141,10 @@ async def test_nodeclass_placement_group_ready_by_name_and_id_and_not_found(
 # Launch --------------------------------------------------------------------------------------------------------
 
 
-async def test_launch_into_a_cluster_group(clients: AWSClients, make_nodeclass: Any) -> None:
+async def test_launch_into_a_cluster_group(clients: AWSClients, make_nodeclass: Any, fresh: AWSCloudProvider) -> None:
     """The template has Placement.GroupId and the primary interface with the security groups; CreateFleet puts the
     instance into the group; the NodeClaim is labelled with the group id; types without cluster support are gone."""
-    cloud = new_provider(clients)
+    cloud = fresh
     name = unique("hpc")
     group = (await clients.ec2.create_placement_group(GroupName=name, Strategy="cluster"))["PlacementGroup"]
     nodeclass = await resolved(cloud, make_nodeclass(unique("nc"), placementGroupSelector={"name": name}))
@@ -140,10 +168,10 @@ async def test_launch_into_a_cluster_group(clients: AWSClients, make_nodeclass: 
     assert await cloud.placement_group_drift(nodeclass, {}) == "PlacementGroupDrift"
 
 
-async def test_launch_into_a_partition_group(clients: AWSClients, make_nodeclass: Any) -> None:
+async def test_launch_into_a_partition_group(clients: AWSClients, make_nodeclass: Any, fresh: AWSCloudProvider) -> None:
     """A required partition goes into the template (the lowest) and the label; without one EC2 picks and the
     label is read back from the instance."""
-    cloud = new_provider(clients)
+    cloud = fresh
     name = unique("kafka")
     group = (await clients.ec2.create_placement_group(GroupName=name, Strategy="partition", PartitionCount=3))[
         "PlacementGroup"
@@ -175,35 +203,48 @@ async def test_group_deleted_refuses_the_launch_and_drifts(clients: AWSClients, 
     )
     name = unique("gone")
     group = (await clients.ec2.create_placement_group(GroupName=name, Strategy="spread"))["PlacementGroup"]
-    nodeclass = await resolved(cloud, make_nodeclass(unique("nc"), placementGroupSelector={"name": name}))
-    labels = {wk.LABEL_PLACEMENT_GROUP_ID: group["GroupId"]}
-    assert await cloud.placement_group_drift(nodeclass, labels) == ""
-    await clients.ec2.delete_placement_group(GroupName=name)
-    now[0] += 61
-    assert await cloud.placement_group_drift(nodeclass, labels) == "PlacementGroupDrift"
-    with pytest.raises(NodeClassNotReadyError, match="placement group"):
-        await launch(cloud, nodeclass, unique("claim"))
+    try:
+        nodeclass = await resolved(cloud, make_nodeclass(unique("nc"), placementGroupSelector={"name": name}))
+        labels = {wk.LABEL_PLACEMENT_GROUP_ID: group["GroupId"]}
+        assert await cloud.placement_group_drift(nodeclass, labels) == ""
+        await clients.ec2.delete_placement_group(GroupName=name)
+        now[0] += 61
+        assert await cloud.placement_group_drift(nodeclass, labels) == "PlacementGroupDrift"
+        with pytest.raises(NodeClassNotReadyError, match="placement group"):
+            await launch(cloud, nodeclass, unique("claim"))
+    finally:
+        await cleanup(cloud)
 
 
-async def test_efa_only_interfaces(clients: AWSClients, make_nodeclass: Any) -> None:
+async def test_efa_only_interfaces(
+    clients: AWSClients,
+    make_nodeclass: Any,
+    cloud: AWSCloudProvider,
+    nodeclass: dict[str, Any],
+    fresh: AWSCloudProvider,
+) -> None:
     """spec.networkInterfaces with an efa-only interface: only types with a second card and an EFA remain, they
-    advertise vpc.amazonaws.com/efa, and the template lists both interfaces (the efa-only one without IP
-    settings)."""
-    cloud = new_provider(clients)
+    advertise vpc.amazonaws.com/efa, the efa-only ENI on card 0 lowers the ENI-limited max pods by one ENI's
+    addresses, and the template lists both interfaces (the efa-only one without IP settings)."""
+    plain = {t.name: t for t in await cloud.get_instance_types(nodeclass)}["c5n.18xlarge"]
+    cloud = fresh
     interfaces = [
         {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"},
         {"networkCardIndex": 0, "deviceIndex": 1, "interfaceType": "efa-only"},
     ]
-    nodeclass = await resolved(
+    efa_class = await resolved(
         cloud, make_nodeclass(unique("nc"), networkInterfaces=interfaces, associatePublicIPAddress=False)
     )
-    types = {t.name: t for t in await cloud.get_instance_types(nodeclass)}
+    types = {t.name: t for t in await cloud.get_instance_types(efa_class)}
     assert "m5.large" not in types and "c5n.18xlarge" in types
     assert types["c5n.18xlarge"].capacity[wk.RESOURCE_EFA] == 1
-    result = await launch(cloud, nodeclass, unique("claim"))
+    assert wk.RESOURCE_EFA not in plain.capacity
+    ips = 50  # c5n.18xlarge: 15 ENIs × 50 addresses
+    assert types["c5n.18xlarge"].capacity[wk.RESOURCE_PODS] == plain.capacity[wk.RESOURCE_PODS] - (ips - 1)
+    result = await launch(cloud, efa_class, unique("claim"))
     assert result.instance_type == "c5n.18xlarge"
     (data,) = await templates_of(cloud, clients)
-    groups = [g["id"] for g in nodeclass["status"]["securityGroups"]]
+    groups = [g["id"] for g in efa_class["status"]["securityGroups"]]
     assert data["NetworkInterfaces"] == [
         {
             "AssociatePublicIpAddress": False,
