@@ -215,7 +215,9 @@ class AWSCloudProvider:
         existing = await self.instances.find_by_nodeclaim(request.nodeclaim_name)
         if existing is not None:
             log.info("adopting instance", nodeclaim=request.nodeclaim_name, instance_id=existing.instance_id)
-            return await self._result(request, existing, await self._placement_group(request.nodeclass))
+            # adopted as it is: its group is the one the NodeClass resolves to now, if any (never refused)
+            group = (await self.placement_groups.lookup(request.nodeclass)).group
+            return await self._result(request, existing, group)
         status = request.nodeclass.get("status") or {}
         missing = [k for k in ("subnets", "securityGroups", "amis", "instanceProfile") if not status.get(k)]
         if missing:

@@ -23,11 +23,13 @@ The pure pieces used by the launch, the NodeClaim labels, the status condition a
 * :func:`placement_group_drift`: ``PlacementGroupDrift`` when the NodeClaim's placement-group-id label differs
   from the group the selector resolves to now (selector added, removed, or the group replaced).
 
-karpy differs from Karpenter in three documented places: a ``DescribePlacementGroups`` answered with
-``InvalidPlacementGroup.Unknown`` (EC2's answer for a name it does not know) is "not found", not a failed read;
+karpy differs from Karpenter in documented places (README): a ``DescribePlacementGroups`` answered with
+``InvalidPlacementGroup.Unknown`` (EC2's answer for a name it does not know) is "not found", not a failed read; a
+launch whose selector finds no group is refused (``NodeClassNotReadyError``) rather than made outside any group;
 a partition group's offerings are not expanded per partition (EC2 picks the partition unless the NodeClaim
-requires one); drift is not judged when the group cannot be read and nothing is known of it (Karpenter would
-compare against "no group" and drift every node of the NodeClass).
+requires one); insufficient-capacity marks are not scoped to the group; drift is not judged when the group cannot
+be read and nothing is known of it (Karpenter would compare against "no group" and drift every node of the
+NodeClass).
 """
 
 from __future__ import annotations
