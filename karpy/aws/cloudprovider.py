@@ -301,6 +301,8 @@ class AWSCloudProvider:
             and required_partition(request.requirements) is None
         ):
             partition = await instance_partition(self.clients.ec2, instance.instance_id)
+        for key in (wk.LABEL_PLACEMENT_GROUP_ID, wk.LABEL_PLACEMENT_GROUP_PARTITION):  # the group now, not the plan's
+            labels.pop(key, None)
         labels.update(nodeclaim_labels(group, request.requirements, partition))
         return LaunchResult(
             provider_id=instance.provider_id,
