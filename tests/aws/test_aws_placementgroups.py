@@ -110,6 +110,33 @@ async def test_extension_speaks_ec2s_placement_group_api(clients: AWSClients) ->
     assert (await clients.ec2.describe_placement_groups(GroupNames=[name], Filters=available))["PlacementGroups"] == []
 
 
+def test_extension_tags_and_filters() -> None:
+    """TagSpecification on create; ``tag:<key>``, ``tag-key``, ``strategy`` filters on describe."""
+    name = unique("tagged")
+    params = {
+        "GroupName": name,
+        "Strategy": "partition",
+        "PartitionCount": "5",
+        "TagSpecification.1.ResourceType": "placement-group",
+        "TagSpecification.1.Tag.1.Key": "team",
+        "TagSpecification.1.Tag.1.Value": "ml",
+    }
+    created = handle("CreatePlacementGroup", params, "us-east-1").decode()
+    assert "<partitionCount>5</partitionCount>" in created and "<key>team</key><value>ml</value>" in created
+    for filters in (
+        {"Filter.1.Name": "tag:team", "Filter.1.Value.1": "ml"},
+        {
+            "Filter.1.Name": "tag-key",
+            "Filter.1.Value.1": "team",
+            "Filter.2.Name": "strategy",
+            "Filter.2.Value.1": "partition",
+        },
+    ):
+        assert f"<groupName>{name}</groupName>" in handle("DescribePlacementGroups", filters, "us-east-1").decode()
+    other = handle("DescribePlacementGroups", {"Filter.1.Name": "tag:team", "Filter.1.Value.1": "web"}, "us-east-1")
+    assert name not in other.decode()
+
+
 def test_extension_rejects_a_bad_strategy_and_filters() -> None:
     with pytest.raises(EC2Error, match="strategy"):
         handle("CreatePlacementGroup", {"GroupName": unique("x"), "Strategy": "pack"}, "us-east-1")
