@@ -154,6 +154,7 @@ class PlacementGroupStore:
 
 
 STORE = PlacementGroupStore()
+_FLEET = threading.local()  # .backend: the EC2 backend of the fleet being built in this thread
 
 
 def _params(environ: dict[str, Any]) -> dict[str, str]:
@@ -323,7 +324,7 @@ def patch_moto_fleets(store: PlacementGroupStore = STORE) -> None:
 
     class LaunchSpec(base_spec):  # type: ignore[misc, valid-type]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            data = _template_data(kwargs.get("launch_template_spec") or {})
+            data = _template_data(_FLEET.backend, kwargs.get("launch_template_spec") or {})
             if not kwargs.get("group_set"):
                 primary = [ni for ni in data.get("NetworkInterfaces") or [] if int(ni.get("DeviceIndex") or 0) == 0]
                 if primary:
@@ -337,8 +338,13 @@ def patch_moto_fleets(store: PlacementGroupStore = STORE) -> None:
         def __init__(self, ec2_backend: Any, *args: Any) -> None:
             region = str(ec2_backend.region_name)
             for config in args[4] or []:  # launch_template_configs (FleetsBackend.create_fleet passes positionals)
-                _check_placement(store, region, _template_data(config.get("LaunchTemplateSpecification") or {}))
-            super().__init__(ec2_backend, *args)
+                data = _template_data(ec2_backend, config.get("LaunchTemplateSpecification") or {})
+                _check_placement(store, region, data)
+            _FLEET.backend = ec2_backend  # for the launch specs built in this thread (moto's server is threaded)
+            try:
+                super().__init__(ec2_backend, *args)
+            finally:
+                _FLEET.backend = None
             launched = [(i["instance"], i.get("launch_spec")) for i in self.on_demand_instances]
             launched += [(r.instance, r.launch_spec) for r in self.spot_requests]
             for instance, spec in launched:
@@ -348,28 +354,26 @@ def patch_moto_fleets(store: PlacementGroupStore = STORE) -> None:
     fleets.Fleet = Fleet  # FleetsBackend.create_fleet reads the module global
 
 
-def _template_data(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The LaunchTemplateData of a fleet's template spec (by id or name; ``$Latest``/``$Default``/number)."""
-    from moto.core import DEFAULT_ACCOUNT_ID
-    from moto.ec2.models import ec2_backends
-
-    for backend in ec2_backends[DEFAULT_ACCOUNT_ID].values():
-        try:
-            if spec.get("LaunchTemplateId"):
-                template = backend.get_launch_template(spec["LaunchTemplateId"])
-            elif spec.get("LaunchTemplateName"):
-                template = backend.get_launch_template_by_name(spec["LaunchTemplateName"])
-            else:
-                return {}
-        except Exception:  # not in this region
-            continue
-        version = str(spec.get("Version") or "$Default")
-        if version == "$Latest":
-            version = str(template.latest_version_number)
-        elif version == "$Default":
-            version = str(template.default_version_number)
-        return dict(template.get_version(version).data)
-    return {}
+def _template_data(backend: Any, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The LaunchTemplateData of a fleet's template spec (by id or name; ``$Latest``/``$Default``/number) in
+    ``backend`` (moto's EC2 backend of the fleet's region); {} when there is none."""
+    if backend is None:
+        return {}
+    try:
+        if spec.get("LaunchTemplateId"):
+            template = backend.get_launch_template(spec["LaunchTemplateId"])
+        elif spec.get("LaunchTemplateName"):
+            template = backend.get_launch_template_by_name(spec["LaunchTemplateName"])
+        else:
+            return {}
+    except Exception:  # moto raises its own NotFound: the fleet reports it
+        return {}
+    version = str(spec.get("Version") or "$Default")
+    if version == "$Latest":
+        version = str(template.latest_version_number)
+    elif version == "$Default":
+        version = str(template.default_version_number)
+    return dict(template.get_version(version).data)
 
 
 def _check_placement(store: PlacementGroupStore, region: str, data: Mapping[str, Any]) -> None:
