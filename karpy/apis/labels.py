@@ -101,11 +101,12 @@ WELL_KNOWN_LABELS: Final = frozenset(
         LABEL_INSTANCE_ACCELERATOR_MANUFACTURER,
         LABEL_INSTANCE_ACCELERATOR_COUNT,
         LABEL_INSTANCE_TENANCY,
+        LABEL_PLACEMENT_GROUP_ID,
     }
 )
 
 # Well-known labels of Karpenter v1.15 that karpy's instance types and offerings do not carry yet (capacity
-# reservations, placement groups and flex instances are not implemented): NodePools and NodeClaims may name them
+# reservations, placement-group partitions, flex instances): NodePools and NodeClaims may name them
 # (the CRDs' label-domain rules allow them, :func:`restricted_label_error` too), but the scheduler does not treat
 # them as well known, so a requirement on them is not silently unsatisfiable.
 NOT_YET_WELL_KNOWN_LABELS: Final = frozenset(
@@ -114,7 +115,6 @@ NOT_YET_WELL_KNOWN_LABELS: Final = frozenset(
         LABEL_CAPACITY_RESERVATION_ID,
         LABEL_CAPACITY_RESERVATION_TYPE,
         LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
-        LABEL_PLACEMENT_GROUP_ID,
         LABEL_PLACEMENT_GROUP_PARTITION,
     }
 )
@@ -224,6 +224,7 @@ COND_AMIS_READY: Final = "AMIsReady"
 COND_SUBNETS_READY: Final = "SubnetsReady"
 COND_SECURITY_GROUPS_READY: Final = "SecurityGroupsReady"
 COND_INSTANCE_PROFILE_READY: Final = "InstanceProfileReady"
+COND_PLACEMENT_GROUP_READY: Final = "PlacementGroupReady"
 
 # Resource names (Kubernetes core and well-known extended resources).
 RESOURCE_CPU: Final = "cpu"

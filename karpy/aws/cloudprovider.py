@@ -19,6 +19,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
+import attrs
 import structlog
 
 from karpy.apis import labels as wk
@@ -28,7 +29,20 @@ from karpy.aws.cache import AMIS, Timer, UnavailableOfferings
 from karpy.aws.instances import InstanceProvider, parse_provider_id
 from karpy.aws.instancetypes import InstanceTypeProvider
 from karpy.aws.launchtemplates import LaunchTemplateProvider, unused_templates
+from karpy.aws.networkinterfaces import efa_only_count, interfaces_fit
 from karpy.aws.nodeclass import NodeClassResolution
+from karpy.aws.placementgroups import (
+    STRATEGY_PARTITION,
+    PlacementGroup,
+    PlacementGroupProvider,
+    instance_partition,
+    launch_placement,
+    nodeclaim_labels,
+    placement_group_drift,
+    required_partition,
+    selector_of,
+    supports_strategy,
+)
 from karpy.aws.pricing import PricingProvider
 from karpy.aws.repairpolicies import LEGACY_REPAIR_POLICIES, REPAIR_POLICIES
 from karpy.aws.session import AWSClients
@@ -117,6 +131,7 @@ class AWSCloudProvider:
             clients.ec2, cluster_name, unavailable=self.unavailable, launch_templates=self.launch_templates
         )
         self.amis = AMIProvider(clients.ec2, clients.ssm, k8s_version, ttl=ami_refresh_interval, clock=clock)
+        self.placement_groups = PlacementGroupProvider(clients.ec2, clock)
 
     # NodeClass --------------------------------------------------------------------------------------------
 
@@ -131,6 +146,7 @@ class AWSCloudProvider:
             region=self.region,
             k8s_version=self.k8s_version,
             amis=self.amis,
+            placement_groups=self.placement_groups,
         )
 
     # Catalogue --------------------------------------------------------------------------------------------
@@ -143,11 +159,33 @@ class AWSCloudProvider:
             CloudProviderError: EC2 could not be read.
         """
         try:
-            return await self.instance_types.list(nodeclass)
+            return await self._network_compatible(nodeclass, await self.instance_types.list(nodeclass))
         except NodeClassNotReadyError:
             raise
         except Exception as err:
             raise CloudProviderError(f"listing instance types: {err}") from err
+
+    async def _network_compatible(self, nodeclass: Mapping[str, Any], types: list[InstanceType]) -> list[InstanceType]:
+        """``types`` without those that cannot hold ``spec.networkInterfaces`` or join the placement group's
+        strategy (Karpenter ``compatibility.go``), each advertising ``vpc.amazonaws.com/efa`` = the number of
+        ``efa-only`` interfaces when there are any (Karpenter ``efas``) and labelled with the placement group's
+        id (Karpenter puts it in every offering's requirements, so pods and NodePools may select it). A new list:
+        the cached one stays as is."""
+        spec = nodeclass.get("spec") or {}
+        group = (await self.placement_groups.lookup(nodeclass)).group
+        if group is None and not spec.get("networkInterfaces"):
+            return types
+        infos = {str(i["InstanceType"]): i for i in await self.instance_types.infos()}
+        efas = efa_only_count(spec)
+        labels = {wk.LABEL_PLACEMENT_GROUP_ID: group.id} if group is not None else {}
+        out = []
+        for it in types:
+            info = infos.get(it.name) or {}
+            if not (interfaces_fit(info, spec) and supports_strategy(info, group)):
+                continue
+            capacity = {**it.capacity, wk.RESOURCE_EFA: efas} if efas else it.capacity
+            out.append(attrs.evolve(it, labels={**it.labels, **labels}, capacity=capacity))
+        return out
 
     async def incompatible_instance_types(self, nodeclass: Mapping[str, Any]) -> IncompatibleInstanceTypes:
         """The types :meth:`get_instance_types` leaves out because no resolved AMI's requirements admit them,
@@ -183,14 +221,18 @@ class AWSCloudProvider:
         existing = await self.instances.find_by_nodeclaim(request.nodeclaim_name)
         if existing is not None:
             log.info("adopting instance", nodeclaim=request.nodeclaim_name, instance_id=existing.instance_id)
-            return await self._result(request, existing)
+            # adopted as it is: its group is the one the NodeClass resolves to now, if any (never refused)
+            group = (await self.placement_groups.lookup(request.nodeclass)).group
+            return await self._result(request, existing, group)
         status = request.nodeclass.get("status") or {}
         missing = [k for k in ("subnets", "securityGroups", "amis", "instanceProfile") if not status.get(k)]
         if missing:
             name = (request.nodeclass.get("metadata") or {}).get("name", "")
             raise NodeClassNotReadyError(f"EC2NodeClass {name!r} has no resolved {', '.join(missing)}")
+        group = await self._placement_group(request.nodeclass)
         try:
-            instance_id = await self.instances.launch(request, self._resource_tags(request))
+            placement = launch_placement(group, request.requirements)
+            instance_id = await self.instances.launch(request, self._resource_tags(request), placement)
         except CloudProviderError:
             raise
         except NotLeader:  # refused by the leader fence: nothing was sent, not an AWS failure
@@ -199,7 +241,7 @@ class AWSCloudProvider:
             raise CloudProviderError(f"launching {request.nodeclaim_name}: {err}") from err
         try:
             instance = await self.instances.describe_launched(instance_id)
-            return await self._result(request, instance)
+            return await self._result(request, instance, group)
         except BaseException as err:
             await self.instances.terminate_quietly(instance_id)  # never leak an instance the NodeClaim cannot record
             if isinstance(err, Exception) and not isinstance(err, CloudProviderError):
@@ -222,7 +264,24 @@ class AWSCloudProvider:
             wk.TAG_NODECLASS: str((request.nodeclass.get("metadata") or {}).get("name", "")),
         }
 
-    async def _result(self, request: LaunchRequest, instance: CloudInstance) -> LaunchResult:
+    async def _placement_group(self, nodeclass: Mapping[str, Any]) -> PlacementGroup | None:
+        """The EC2NodeClass's placement group (None without a selector). A failed read uses the last group found
+        (Karpenter launches with it too).
+
+        Raises:
+            NodeClassNotReadyError: the selector names no group karpy knows (Karpenter's NodeClass is not Ready
+                then: ``PlacementGroupReady=False``; karpy refuses rather than launch outside the group).
+        """
+        lookup = await self.placement_groups.lookup(nodeclass)
+        if lookup.group is None and (selector := selector_of(nodeclass)) is not None:
+            name = (nodeclass.get("metadata") or {}).get("name", "")
+            why = lookup.error or "not found"
+            raise NodeClassNotReadyError(f"EC2NodeClass {name!r}: placement group {selector.text!r}: {why}")
+        return lookup.group
+
+    async def _result(
+        self, request: LaunchRequest, instance: CloudInstance, group: PlacementGroup | None = None
+    ) -> LaunchResult:
         it = next((t for t in request.instance_types if t.name == instance.instance_type), None)
         if it is None:  # adopted: its type may be one the NodeClass's AMIs no longer admit
             catalogue = [  # a new list: the provider's cached one must not grow
@@ -241,6 +300,16 @@ class AWSCloudProvider:
         }
         if zone_id:
             labels[wk.LABEL_ZONE_ID] = zone_id
+        partition = None
+        if (
+            group is not None
+            and group.strategy == STRATEGY_PARTITION
+            and required_partition(request.requirements) is None
+        ):
+            partition = await instance_partition(self.clients.ec2, instance.instance_id)
+        for key in (wk.LABEL_PLACEMENT_GROUP_ID, wk.LABEL_PLACEMENT_GROUP_PARTITION):  # the group now, not the plan's
+            labels.pop(key, None)
+        labels.update(nodeclaim_labels(group, request.requirements, partition))
         return LaunchResult(
             provider_id=instance.provider_id,
             instance_id=instance.instance_id,
@@ -252,6 +321,15 @@ class AWSCloudProvider:
             allocatable={k: v for k, v in it.allocatable.items() if v},
             labels=labels,
         )
+
+    async def placement_group_drift(self, nodeclass: Mapping[str, Any], labels: Mapping[str, str]) -> str | None:
+        """``PlacementGroupDrift`` when the NodeClaim's ``karpenter.k8s.aws/placement-group-id`` label (in
+        ``labels``) is not the group ``nodeclass``'s selector resolves to now, "" when it is (AWS
+        ``isPlacementGroupDrifted``); None when the group cannot be read and none is known (not judged)."""
+        lookup = await self.placement_groups.lookup(nodeclass)
+        if lookup.error and lookup.group is None:
+            return None
+        return placement_group_drift(labels, lookup.group)
 
     # Read / delete ----------------------------------------------------------------------------------------
 

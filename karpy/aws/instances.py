@@ -16,8 +16,10 @@ which is what :class:`karpy.runtime.singleton.Backoff` is for.
 
 moto notes (checked in moto 5.2's ``ec2/models/fleets.py``): instant fleets honour the fleet's instance
 TagSpecifications, the launch template's UserData and the override's SubnetId; they ignore the launch
-template's SecurityGroupIds and IamInstanceProfile and the fleet's volume tags, and pick the first override
-(karpy orders overrides cheapest first, so that is the cheapest). Nothing here works around those gaps.
+template's security groups (template-level or on its NetworkInterfaces), its Placement and IamInstanceProfile and
+the fleet's volume tags, and pick the first override (karpy orders overrides cheapest first, so that is the
+cheapest). Nothing here works around those gaps: the test environment does (``e2e/cluster/aws.py``,
+``e2e/cluster/placementgroups.py``).
 """
 
 from __future__ import annotations
@@ -211,8 +213,11 @@ class InstanceProvider:
 
     # Launch -----------------------------------------------------------------------------------------------
 
-    async def launch(self, request: LaunchRequest, tags: Mapping[str, str]) -> str:
-        """Launch one instance for ``request`` (its NodeClass status resolved), tagged with ``tags``; returns its id.
+    async def launch(
+        self, request: LaunchRequest, tags: Mapping[str, str], placement: Mapping[str, Any] | None = None
+    ) -> str:
+        """Launch one instance for ``request`` (its NodeClass status resolved), tagged with ``tags``, into
+        ``placement`` (the launch templates' placement group fields); returns its id.
 
         Raises:
             InsufficientCapacityError: no type has a compatible AMI or available offering, or EC2 had no capacity.
@@ -238,7 +243,7 @@ class InstanceProvider:
                 f"no available offering for {len(request.instance_types)} instance types in zones {sorted(subnets)}"
             )
         candidates = launch_candidates(types, request.requirements, subnets, capacity_type)
-        configs = await self._launch_template_configs(request, candidates, subnets, capacity_type, tags)
+        configs = await self._launch_template_configs(request, candidates, subnets, capacity_type, tags, placement)
         response = await self.create_fleet(configs, capacity_type, tags)
         instance_ids = [i for entry in response.get("Instances") or [] for i in entry.get("InstanceIds") or []]
         errors = response.get("Errors") or []
@@ -260,6 +265,7 @@ class InstanceProvider:
         subnets: Mapping[str, str],
         capacity_type: str,
         tags: Mapping[str, str],
+        placement: Mapping[str, Any] | None = None,
     ) -> list[JSON]:
         """One LaunchTemplateConfig per (AMI, kubelet resources) group; overrides type × zone, cheapest first."""
         amis = list((request.nodeclass.get("status") or {}).get("amis") or [])
@@ -268,7 +274,9 @@ class InstanceProvider:
         for it, offerings in candidates:
             ami = ami_for(amis, it.labels)
             assert ami is not None  # filtered in launch
-            name = await self.launch_templates.ensure_for(request, it, str(ami["id"]), capacity_type, lt_tags)
+            name = await self.launch_templates.ensure_for(
+                request, it, str(ami["id"]), capacity_type, lt_tags, placement
+            )
             price = min(o.price for o in offerings)
             entry = groups.setdefault(name, (name, [], price))
             for offering in sorted(offerings, key=lambda o: (o.price, o.zone)):

@@ -41,6 +41,7 @@ from karpy.apis.kubelet import usable_kubelet
 from karpy.apis.quantity import QuantityError, format_canonical, parse_quantity, to_canonical
 from karpy.aws.amis import WINDOWS_BUILDS, ami_for
 from karpy.aws.cache import INSTANCE_TYPE_INFO, RESOLVED_INSTANCE_TYPES, Timer, UnavailableOfferings, ttl_cache
+from karpy.aws.networkinterfaces import efa_only_on_card_zero
 from karpy.aws.pricing import PricingProvider
 from karpy.cloudprovider.types import InstanceType, NodeClassNotReadyError, Offering
 
@@ -459,6 +460,7 @@ class InstanceTypeProvider:
                 family,
                 spec.get("kubelet"),
                 spec.get("blockDeviceMappings"),
+                spec.get("networkInterfaces"),
                 self.unavailable.seq,
                 self.pricing.version,
                 self.catalogue_version,
@@ -472,6 +474,7 @@ class InstanceTypeProvider:
             return cached[1], cached[2]
         kubelet = usable_kubelet(spec.get("kubelet"))  # free-form in the CRD: an invalid block is not read
         ephemeral = root_volume_bytes(nodeclass)
+        efa_only_enis = efa_only_on_card_zero(spec)  # consume ENIs the CNI cannot use (Karpenter ENILimitedPods)
         result: list[InstanceType] = []
         incompatible: list[InstanceType] = []
         for info in infos:
@@ -479,7 +482,7 @@ class InstanceTypeProvider:
             offered = sorted(zones.get(name, frozenset()) & zone_ids.keys())
             if not offered:
                 continue
-            it = self.build(info, kubelet, ephemeral, offered, zone_ids, on_demand, spot)
+            it = self.build(info, kubelet, ephemeral, offered, zone_ids, on_demand, spot, efa_only_enis)
             if family in WINDOWS_BUILDS:
                 # Karpenter's computeRequirements: under a Windows family an amd64 type runs Windows of the
                 # family's build; other architectures offer no OS at all, so no pod can use them.
@@ -502,8 +505,11 @@ class InstanceTypeProvider:
         zone_ids: Mapping[str, str],
         on_demand: Mapping[str, float],
         spot: Mapping[tuple[str, str], float],
+        extra_reserved_enis: int = 0,
     ) -> InstanceType:
-        """One :class:`InstanceType` with an offering per (zone, capacity type) (see :func:`build_instance_type`)."""
+        """One :class:`InstanceType` with an offering per (zone, capacity type) (see :func:`build_instance_type`);
+        ``extra_reserved_enis``: ENIs taken beside ``RESERVED_ENIS`` (the NodeClass's ``efa-only`` interfaces on
+        card 0)."""
         return build_instance_type(
             info,
             kubelet,
@@ -513,6 +519,6 @@ class InstanceTypeProvider:
             on_demand,
             spot,
             vm_memory_overhead_percent=self.vm_memory_overhead_percent,
-            reserved_enis=self.reserved_enis,
+            reserved_enis=self.reserved_enis + extra_reserved_enis,
             is_unavailable=self.unavailable.is_unavailable,
         )

@@ -1,15 +1,15 @@
 """Launch templates: one per (NodeClass, AMI, kubelet resources, capacity type) group (Karpenter AWS
 ``pkg/providers/launchtemplate``).
 
-Named ``karpenter.k8s.aws/<hash of the template data>``, so an identical request reuses the template and any
-change (AMI, user data, security groups, profile, block devices, tags) yields a new one. Each holds the AMI,
-the AMI family's user data (base64; :mod:`karpy.aws.amifamily`), the security groups, the instance profile,
-block device mappings (the family's defaults, e.g. ``/dev/xvda`` 20Gi gp3 encrypted for AL2023), IMDS options
-(Karpenter's defaults: tokens required, hop limit 1)
-and the cluster/NodeClass tags. :meth:`LaunchTemplateProvider.ensure_for` renders the user data of one instance
-type of a launch (its kubelet resources, the NodeClaim's labels and taints) and ensures its template. Names
-already ensured are remembered for :data:`karpy.aws.cache.LAUNCH_TEMPLATES` (1 minute, Karpenter's LT cache
-TTL).
+Named ``karpenter.k8s.aws/<hash of the template data>``, so an identical request reuses the template and any change
+(AMI, user data, security groups, profile, block devices, tags) yields a new one. Each holds the AMI, the AMI family's
+user data (base64; :mod:`karpy.aws.amifamily`), the security groups, the instance profile, block device mappings (the
+family's defaults, e.g. ``/dev/xvda`` 20Gi gp3 encrypted for AL2023), IMDS options (Karpenter's defaults: tokens
+required, hop limit 1), the network interfaces (:mod:`karpy.aws.networkinterfaces`), the placement (tenancy and the
+placement group, :mod:`karpy.aws.placementgroups`) and the cluster/NodeClass tags.
+:meth:`LaunchTemplateProvider.ensure_for` renders the user data of one instance type of a launch (its kubelet
+resources, the NodeClaim's labels and taints) and ensures its template. Names already ensured are remembered for
+:data:`karpy.aws.cache.LAUNCH_TEMPLATES` (1 minute, Karpenter's LT cache TTL).
 
 Garbage collection (Karpenter deletes a template when it leaves its cache and when its NodeClass is deleted):
 :func:`unused_templates` picks the cluster's templates whose EC2NodeClass no longer exists, or that no launch
@@ -38,6 +38,7 @@ from karpy.aws import amifamily
 from karpy.aws.cache import LAUNCH_TEMPLATE_UNUSED, LAUNCH_TEMPLATES, Timer, ttl_cache
 from karpy.aws.errors import is_already_exists, is_not_found
 from karpy.aws.instancetypes import KubeletResources, format_reserved, kubelet_resources
+from karpy.aws.networkinterfaces import network_interfaces
 from karpy.aws.userdata import DEFAULT_CLUSTER_DNS, DEFAULT_SERVICE_CIDR, NodeAdmInput, bootstrap_options
 from karpy.cloudprovider.types import InstanceType, LaunchRequest
 
@@ -106,16 +107,26 @@ def template_data(
     image_id: str,
     user_data: str,
     tags: Mapping[str, str],
+    placement: Mapping[str, Any] | None = None,
+    efa_count: int = 0,
+    ipv6: bool = False,
 ) -> JSON:
-    """``LaunchTemplateData`` for one group (``user_data`` is the plain text; it is base64-encoded here)."""
+    """``LaunchTemplateData`` for one group (``user_data`` is the plain text; it is base64-encoded here).
+
+    The security groups go on the network interfaces (:func:`karpy.aws.networkinterfaces.network_interfaces`,
+    Karpenter names no template-level ``SecurityGroupIds`` since it always describes the interfaces);
+    ``placement``: the placement group fields (:func:`karpy.aws.placementgroups.launch_placement`) beside
+    Karpenter's ``Tenancy: default``; ``efa_count`` / ``ipv6``: see ``network_interfaces``."""
     status = nodeclass.get("status") or {}
     spec = nodeclass.get("spec") or {}
     tag_list = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+    groups = [str(g["id"]) for g in status.get("securityGroups") or []]
     data: JSON = {
         "ImageId": image_id,
         "UserData": base64.b64encode(user_data.encode()).decode(),
         "IamInstanceProfile": {"Name": str(status.get("instanceProfile") or "")},
-        "SecurityGroupIds": [g["id"] for g in status.get("securityGroups") or []],
+        "NetworkInterfaces": network_interfaces(spec, groups, efa_count=efa_count, ipv6=ipv6),
+        "Placement": {"Tenancy": "default", **(placement or {})},
         "BlockDeviceMappings": block_device_mappings(nodeclass),
         "MetadataOptions": metadata_options(nodeclass),
         "Monitoring": {"Enabled": bool(spec.get("detailedMonitoring"))},
@@ -172,12 +183,19 @@ class LaunchTemplateProvider:
         self._ensured.pop(name, None)
 
     async def ensure_for(
-        self, request: LaunchRequest, it: InstanceType, image_id: str, capacity_type: str, tags: Mapping[str, str]
+        self,
+        request: LaunchRequest,
+        it: InstanceType,
+        image_id: str,
+        capacity_type: str,
+        tags: Mapping[str, str],
+        placement: Mapping[str, Any] | None = None,
     ) -> str:
         """The launch template for launching ``it`` with ``image_id`` for ``request``: the user data of the
         EC2NodeClass's AMI family (:mod:`karpy.aws.amifamily`) with the type's kubelet resources, the NodeClaim's
         labels (+ capacity type and do-not-sync-taints) and taints, the NodeClass's ``userData`` merged in as
-        Karpenter merges it; the family's block devices; created (tagged with ``tags``) when missing.
+        Karpenter merges it; the family's block devices; the NodeClass's network interfaces and ``placement``
+        (the placement group, :func:`template_data`); created (tagged with ``tags``) when missing.
 
         karpy passes the kubeReserved/systemReserved/evictionHard it predicted for the type (Karpenter passes
         only those the EC2NodeClass sets and lets the AMI compute its defaults), so the node's allocatable is
@@ -192,7 +210,14 @@ class LaunchTemplateProvider:
         family = amifamily.family_of(spec)
         reserved = kubelet_resources(it.capacity, request.kubelet)
         user_data = self.user_data(family, spec, request, capacity_type, reserved)
-        data = template_data(request.nodeclass, image_id=image_id, user_data=user_data, tags=tags)
+        data = template_data(
+            request.nodeclass,
+            image_id=image_id,
+            user_data=user_data,
+            tags=tags,
+            placement=placement,
+            ipv6=any(":" in ip for ip in self.cluster_dns[:1]),
+        )
         return await self.ensure(data, tags)
 
     def user_data(

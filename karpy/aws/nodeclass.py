@@ -1,14 +1,14 @@
 """EC2NodeClass resolution: subnets, security groups, AMIs and the instance profile together (Karpenter AWS
 ``pkg/controllers/nodeclass/{subnet,securitygroup,ami,instanceprofile}.go``).
 
-:func:`resolve` turns ``spec`` selector terms into the v1 ``status`` shape and one condition per part
-(SubnetsReady, SecurityGroupsReady, AMIsReady, InstanceProfileReady), asking one provider module per part
-(:mod:`karpy.aws.subnets`, :mod:`karpy.aws.securitygroups`, :mod:`karpy.aws.amis`,
-:mod:`karpy.aws.instanceprofiles`). AWS errors never raise out of :func:`resolve`: a selector that matched
-nothing is a False condition (``SubnetsNotFound``…), while a read that *failed* (connection refused,
-throttling, a 5xx, access denied) is reported in ``failed`` with its part's status left out, so the status
-controller keeps the last known value (Karpenter's reconcilers return the error and leave ``status`` as it was:
-a failed DescribeSubnets is never "no subnets matched").
+:func:`resolve` turns ``spec`` selector terms into the v1 ``status`` shape and one condition per part (SubnetsReady,
+SecurityGroupsReady, AMIsReady, InstanceProfileReady, PlacementGroupReady), asking one provider module per part
+(:mod:`karpy.aws.subnets`, :mod:`karpy.aws.securitygroups`, :mod:`karpy.aws.amis`, :mod:`karpy.aws.instanceprofiles`,
+:mod:`karpy.aws.placementgroups`). AWS errors never raise out of :func:`resolve`: a selector that matched nothing is a
+False condition (``SubnetsNotFound``…), while a read that *failed* (connection refused, throttling, a 5xx, access
+denied) is reported in ``failed`` with its part's status left out, so the status controller keeps the last known value
+(Karpenter's reconcilers return the error and leave ``status`` as it was: a failed DescribeSubnets is never "no
+subnets matched").
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from karpy.apis.meta import JSON
 from karpy.aws.amis import AMIProvider, resolve_amis
 from karpy.aws.errors import error_code, is_not_found
 from karpy.aws.instanceprofiles import resolve_instance_profile
+from karpy.aws.placementgroups import COND_PLACEMENT_GROUP_READY, PlacementGroupProvider, resolve_condition
 from karpy.aws.securitygroups import resolve_security_groups
 from karpy.aws.subnets import resolve_subnets
 from karpy.runtime.fence import NotLeader
@@ -59,10 +60,13 @@ async def resolve(
     region: str,
     k8s_version: str,
     amis: AMIProvider | None = None,
+    placement_groups: PlacementGroupProvider | None = None,
 ) -> NodeClassResolution:
     """Resolve every part of ``nodeclass`` (EC2NodeClass JSON); failures are conditions, not exceptions.
 
     ``amis`` caches the AMI part (the cloud provider passes its own); without it the AMIs are read every time.
+    ``placement_groups`` likewise for ``PlacementGroupReady`` (:mod:`karpy.aws.placementgroups`; no status
+    field, as Karpenter's: the group is resolved again where it is used).
     """
     spec = nodeclass.get("spec") or {}
     name = str((nodeclass.get("metadata") or {}).get("name", ""))
@@ -123,6 +127,11 @@ async def resolve(
         else:
             part = ("instanceProfile", wk.COND_INSTANCE_PROFILE_READY, "InstanceProfileCreationFailed")
             _failed(status, conditions, failed, part, err)
+
+    condition, error = await resolve_condition(placement_groups or PlacementGroupProvider(ec2), nodeclass)
+    conditions.append(condition)
+    if error:  # a failed read: the last known condition stands (as for the other parts)
+        failed[COND_PLACEMENT_GROUP_READY] = error
     return NodeClassResolution(status=status, conditions=conditions, failed=failed)
 
 

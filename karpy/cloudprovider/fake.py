@@ -135,6 +135,8 @@ class FakeCloudProvider:
         """Every ``mark_unavailable`` call, in order."""
         self.calls: list[Call] = []
         self.allowed_create_calls: int | None = None
+        self.placement_groups: dict[str, str | None] = {}
+        """EC2NodeClass name → the placement group id its selector resolves to (None: cannot be read)."""
         self.create_errors_for_nodepool: dict[str, Exception] = {}
         self.repair_policy: list[RepairPolicy] = list(FAKE_REPAIR_POLICIES)
         """What ``repair_policies`` returns (Karpenter's fake ``RepairPolicy``)."""
@@ -277,6 +279,15 @@ class FakeCloudProvider:
         """Every live instance except the ``unlisted`` ones, in launch order."""
         self._record("list")
         return [i for i in self.instances.values() if i.instance_id not in self.unlisted]
+
+    async def placement_group_drift(self, nodeclass: Mapping[str, Any], labels: Mapping[str, str]) -> str | None:
+        """``PlacementGroupDrift`` when ``labels``' placement-group-id is not ``placement_groups[<nodeclass
+        name>]`` ("" for an unknown name); None when that entry is None (cannot be judged)."""
+        name = str((nodeclass.get("metadata") or {}).get("name", ""))
+        group = self.placement_groups.get(name, "")
+        if group is None:
+            return None
+        return "PlacementGroupDrift" if labels.get("karpenter.k8s.aws/placement-group-id", "") != group else ""
 
     def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str) -> None:
         """Record the offering as unavailable (no expiry; see :meth:`clear_unavailable`)."""

@@ -129,6 +129,10 @@ class MeteredCloudProvider:
         """``cloud.list``, measured as ``List``."""
         return await self._measure("List", self.cloud.list)
 
+    async def placement_group_drift(self, nodeclass: Mapping[str, Any], labels: Mapping[str, str]) -> str | None:
+        """``cloud.placement_group_drift`` (part of Karpenter's ``IsDrifted``, measured there: unmeasured here)."""
+        return await self.cloud.placement_group_drift(nodeclass, labels)
+
     def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str) -> None:
         """``cloud.mark_unavailable`` (synchronous cache write: unmeasured)."""
         self.cloud.mark_unavailable(instance_type, zone, capacity_type)

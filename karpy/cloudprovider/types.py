@@ -270,6 +270,13 @@ class CloudProvider(Protocol):
         """Every non-terminated instance carrying this cluster's karpy ownership tags."""
         ...
 
+    async def placement_group_drift(self, nodeclass: Mapping[str, Any], labels: Mapping[str, str]) -> str | None:
+        """A NodeClaim's placement-group drift reason, judged from its ``labels`` and its NodeClass (JSON): ""
+        when none, None when it cannot be judged now (Karpenter AWS ``isPlacementGroupDrifted``:
+        ``PlacementGroupDrift`` when the NodeClaim's placement-group-id label is not the group the NodeClass's
+        selector resolves to)."""
+        ...
+
     def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str) -> None:
         """Keep the offering (``instance_type`` in ``zone`` as ``capacity_type``) out of launches for 3 minutes.
 

@@ -10,8 +10,9 @@ For a NodeClaim of a known NodePool that is not being deleted (key: the NodeClai
   ``drift.go``; a launched but uninitialized NodeClaim is still no disruption candidate): when the NodeClaim no
   longer matches its NodePool (hash, requirements), its instance type left the NodePool's instance types
   (checked an hour after creation, then every 30 minutes), it no longer matches its EC2NodeClass (hash, the AMI
-  mapped to its instance type), or its instance no longer matches the EC2NodeClass (security groups, subnet;
-  asked of the cloud provider at most once per ``drift_check_interval``), or it expired in a NodePool annotated
+  mapped to its instance type), or its instance no longer matches the EC2NodeClass (security groups, subnet,
+  then its placement-group-id label against the group the selector resolves to now; asked of the cloud provider
+  at most once per ``drift_check_interval``), or it expired in a NodePool annotated
   ``karpy.sh/expiration: Budgeted``; removed when none holds. When a reason cannot be judged (the catalogue
   cannot be read, the instance type or the AMIs are unknown) the condition stays as it is, as Karpenter's
   reconciler leaves it on an error.
@@ -171,6 +172,8 @@ class NodeClaimDisruption:
                 reason = dr.instance_drift(nodeclass, await self.cloud.get(pid))
             except CloudProviderError as err:
                 log.debug("instance drift not checked", nodeclaim=name, error=str(err))
+        if not reason:  # AWS drift.go: after security groups and subnets; None (not judged) counts as none
+            reason = await self.cloud.placement_group_drift(nodeclass.raw, claim.meta.labels) or ""
         self._instance_drift[name] = (now, reason)
         return reason
 

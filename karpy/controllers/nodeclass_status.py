@@ -1,9 +1,9 @@
 """EC2NodeClass status: resolved subnets, security groups, AMIs, instance profile and the Ready condition.
 
-Karpenter AWS ``pkg/controllers/nodeclass/controller.go`` (with ``subnet.go``, ``securitygroup.go``,
-``ami.go``, ``instanceprofile.go``, ``validation.go`` and ``hash/controller.go``): ``Ready`` = AMIsReady ∧
-SubnetsReady ∧ SecurityGroupsReady ∧ InstanceProfileReady ∧ ValidationSucceeded. Re-resolved every
-``SUBNET_REFRESH_INTERVAL`` so new subnets or AMIs are picked up. The resolution itself lives behind the cloud
+Karpenter AWS ``pkg/controllers/nodeclass/controller.go`` (with ``subnet.go``, ``securitygroup.go``, ``ami.go``,
+``instanceprofile.go``, ``validation.go``, ``placementgroup.go`` and ``hash/controller.go``): ``Ready`` = AMIsReady ∧
+SubnetsReady ∧ SecurityGroupsReady ∧ InstanceProfileReady ∧ ValidationSucceeded ∧ PlacementGroupReady. Re-resolved
+every ``SUBNET_REFRESH_INTERVAL`` so new subnets or AMIs are picked up. The resolution itself lives behind the cloud
 provider (``resolve_nodeclass``).
 
 A part whose AWS read *failed* (the resolution's ``failed``: connection refused, throttling, 5xx) keeps its last
@@ -41,6 +41,7 @@ SUB_CONDITIONS = (
     wk.COND_AMIS_READY,
     wk.COND_INSTANCE_PROFILE_READY,
     wk.COND_VALIDATION_SUCCEEDED,
+    wk.COND_PLACEMENT_GROUP_READY,
 )
 
 

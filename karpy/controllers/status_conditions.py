@@ -151,8 +151,9 @@ SPECS: Final[dict[str, KindSpec]] = {
                 wk.COND_SECURITY_GROUPS_READY,
                 wk.COND_INSTANCE_PROFILE_READY,
                 wk.COND_VALIDATION_SUCCEEDED,
-                # Karpenter's set also has PlacementGroupReady (and CapacityReservationsReady with reserved
-                # capacity): karpy implements neither, never writes them, so they are not read as Unknown forever.
+                wk.COND_PLACEMENT_GROUP_READY,
+                # Karpenter's set also has CapacityReservationsReady (with reserved capacity): karpy does not
+                # write it, so it is not read as Unknown forever.
             ),
         ),
         # CapacityBuffer gate: Karpenter's GenericObjectController (core controllers.go), deprecated families too;

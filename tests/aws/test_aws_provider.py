@@ -182,7 +182,11 @@ async def test_create_launches_one_tagged_instance_with_nodeadm_user_data(
         await clients.ec2.describe_launch_template_versions(LaunchTemplateName=templates[0]["LaunchTemplateName"])
     )["LaunchTemplateVersions"][0]["LaunchTemplateData"]
     assert version["ImageId"] == result.image_id
-    assert version["SecurityGroupIds"] == [g["id"] for g in nodeclass["status"]["securityGroups"]]
+    # Karpenter's shape: the groups on the primary interface, none at the template level
+    assert "SecurityGroupIds" not in version
+    groups = [g["id"] for g in nodeclass["status"]["securityGroups"]]
+    assert version["NetworkInterfaces"] == [{"DeviceIndex": 0, "Groups": groups}]
+    assert {g["GroupId"] for g in instance["SecurityGroups"]} == set(groups)
     assert version["IamInstanceProfile"]["Name"] == nodeclass["status"]["instanceProfile"]
     assert version["MetadataOptions"]["HttpTokens"] == "required"
 

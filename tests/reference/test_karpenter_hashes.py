@@ -245,6 +245,24 @@ MORE_NODECLASSES: list[dict[str, Any]] = [
     nodeclass("connection-tracking", connectionTracking={"tcpEstablishedTimeout": 300, "udpTimeout": 30}),
     nodeclass("cpu-options", cpuOptions={"nestedVirtualization": "enabled"}),
     nodeclass("placement-group", placementGroupSelector={"name": "my-pg"}),
+    nodeclass("placement-group-id", placementGroupSelector={"id": "pg-0123456789abcdef0"}),
+    nodeclass(
+        "network-interfaces-reordered",
+        networkInterfaces=[
+            {"networkCardIndex": 1, "deviceIndex": 1, "interfaceType": "efa-only"},
+            {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"},
+        ],
+    ),
+    nodeclass(
+        "network-interfaces-efa-cards",
+        networkInterfaces=[
+            {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"},
+            {"networkCardIndex": 0, "deviceIndex": 1, "interfaceType": "efa-only"},
+            {"networkCardIndex": 1, "deviceIndex": 0, "interfaceType": "efa-only"},
+            {"networkCardIndex": 2, "deviceIndex": 0, "interfaceType": "interface"},
+        ],
+        placementGroupSelector={"name": "training"},
+    ),
     nodeclass("context", context="arn:aws:ec2:us-west-2:123456789012:context"),
     nodeclass(
         "volume-1024Gi",

@@ -21,8 +21,11 @@ Drift reasons, checked in Karpenter's order (core ``nodeclaim/disruption/drift.g
 * ``SecurityGroupDrift`` / ``SubnetDrift``: the instance's security group set differs from
   ``status.securityGroups``, or its subnet is not in ``status.subnets`` (needs the cloud's view of the instance).
 
-AWS's ``CapacityReservationDrift`` and ``PlacementGroupDrift`` are not judged: karpy launches into no capacity
-reservation and no placement group.
+* ``PlacementGroupDrift``: the NodeClaim's ``karpenter.k8s.aws/placement-group-id`` label is not the placement
+  group the EC2NodeClass's selector resolves to now (asked of the cloud provider,
+  ``CloudProvider.placement_group_drift``, after the instance checks; AWS ``isPlacementGroupDrifted``).
+
+AWS's ``CapacityReservationDrift`` is not judged: karpy launches into no capacity reservation.
 
 The hashes are compared as Karpenter compares them (core ``areStaticFieldsDrifted``, AWS
 ``areStaticFieldsDrifted``): the NodeClaim's annotation against its owner's annotation, never against a hash
@@ -54,6 +57,7 @@ NODECLASS_DRIFTED = "NodeClassDrift"
 AMI_DRIFTED = "AMIDrift"
 SUBNET_DRIFTED = "SubnetDrift"
 SECURITY_GROUP_DRIFTED = "SecurityGroupDrift"
+PLACEMENT_GROUP_DRIFTED = "PlacementGroupDrift"
 EXPIRED = "Expired"
 
 
