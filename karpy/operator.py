@@ -40,6 +40,7 @@ from karpy.controllers.nodeclaim_expiration import NodeClaimExpiration
 from karpy.controllers.nodeclaim_lifecycle import NodeClaimLifecycle
 from karpy.controllers.nodeclaim_tagging import NodeClaimTagging
 from karpy.controllers.nodeclass_status import NodeClassResolver, NodeClassStatusReconciler
+from karpy.controllers.nodeoverlay_status import NodeOverlayStatus
 from karpy.controllers.nodepool_status import NodePoolStatusReconciler
 from karpy.controllers.provisioner import RECHECK_SECONDS, Provisioner
 from karpy.controllers.status_conditions import StatusConditions
@@ -57,6 +58,7 @@ from karpy.runtime.fence import Fence
 from karpy.runtime.leader import MASTER_STATUS, LeaderElectionLost, LeaderElector, LeaseConfig, new_identity
 from karpy.runtime.singleton import SingletonController
 from karpy.runtime.supervisor import supervise
+from karpy.scheduling.nodeoverlay import OverlayStore
 from karpy.settings import (
     EXIT_APISERVER_UNREACHABLE,
     EXIT_CREDENTIALS_REJECTED,
@@ -110,6 +112,12 @@ class Operator:
         self.plans = Plans(self.state)
         self.events = EventRecorder(client)
         self.informers = [Informer(client, res, self.state) for res in WATCHED]
+        # NodeOverlays only with the NodeOverlay gate (Karpenter's default: off, overlays ignored and not watched).
+        self.overlays: OverlayStore | None = None
+        if settings.feature_gates.get("NodeOverlay", False):
+            self.overlays = OverlayStore()
+            self.state.kinds = (*self.state.kinds, "NodeOverlay")
+            self.informers.append(Informer(client, r.NODEOVERLAYS, self.state))
         self.provisioner = Provisioner(
             client,
             self.state,
@@ -121,12 +129,19 @@ class Operator:
             min_values_policy=settings.min_values_policy,
             plans=self.plans,
             ca_bundle=ca_bundle,
+            overlays=self.overlays,
         )
         # The provisioner's error retry starts at its old 1 s and grows to the 10 s recheck cadence.
         self.provisioning = SingletonController(self.provisioner, base_delay=1.0, max_delay=RECHECK_SECONDS)
         self.lifecycle = Controller(
             NodeClaimLifecycle(
-                client, self.state, cloud, self.events, backoff=self.provisioner.launch_backoff, plans=self.plans
+                client,
+                self.state,
+                cloud,
+                self.events,
+                backoff=self.provisioner.launch_backoff,
+                plans=self.plans,
+                overlays=self.overlays,
             ),
             workers=settings.workers(8),
             key_name="nodeclaim",
@@ -164,6 +179,14 @@ class Operator:
         self.disruption = Disruption(client, self.state, self.provisioner, self.events, knobs)
         # A failed pass is retried no later than the next poll, as before the loop became a singleton.
         self.disruption_loop = SingletonController(self.disruption, max_delay=self.disruption.settings.poll)
+        self.nodeoverlay_loop: SingletonController | None = None
+        if self.overlays is not None:
+            self.nodeoverlay_loop = SingletonController(
+                NodeOverlayStatus(
+                    client, self.state, cloud, self.events, self.overlays, on_updated=self._overlays_evaluated
+                ),
+                max_delay=60.0,
+            )
         self.nodeclaim_disruption = Controller(
             NodeClaimDisruption(client, self.state, cloud, self.disruption.settings),
             workers=settings.workers(2),
@@ -211,6 +234,12 @@ class Operator:
         self.status_conditions = StatusConditions(self.events, leading=self.leading)
         self.state_metrics = StateMetrics(self.state, cloud=cloud, leading=self.leading)
         self._wired = False
+
+    def _overlays_evaluated(self) -> None:
+        """A new NodeOverlay evaluation is stored: plan again with it, and let consolidation look again (Karpenter
+        ``Cluster.MarkUnconsolidated``)."""
+        self.provisioner.trigger()
+        self.disruption.on_change("NodeOverlay", "EVALUATED", "", None, None)
 
     def leading(self) -> bool:
         """This process leads: always, unless leader election handed an ``elected`` event that is not set yet.
@@ -279,15 +308,25 @@ class Operator:
                 self.provisioner.trigger()  # its pods are about to be displaced: request capacity now
         elif kind == "NodePool":
             self.nodepool_status.enqueue(key)
+            self._reevaluate_overlays()
             if _nodepool_changed_for_provisioning(old, new):
                 self.provisioner.trigger()
         elif kind in VOLUME_KINDS and self.state.pod_volumes:
             self.provisioner.trigger()  # a pod waiting for its volumes may be schedulable now
+        elif kind == "NodeOverlay":
+            self._reevaluate_overlays()
         elif kind == "EC2NodeClass":
             self.nodeclass_status.enqueue(key)
+            self._reevaluate_overlays()
             for name, pool in self.state.nodepool_views.items():
                 if pool.template.node_class_ref.name == key:
                     self.nodepool_status.enqueue(name)
+
+    def _reevaluate_overlays(self) -> None:
+        """NodeOverlays, NodePools and EC2NodeClasses decide the overlay evaluation (Karpenter's controller watches
+        all three)."""
+        if self.nodeoverlay_loop is not None:
+            self.nodeoverlay_loop.trigger()
 
     def _route_pod(self, info: PodInfo | None) -> None:
         if info is None:
@@ -338,6 +377,8 @@ class Operator:
         ]
         if self.interruption_loop is not None:
             tasks.append(("interruption", self.interruption_loop.run))
+        if self.nodeoverlay_loop is not None:
+            tasks.append(("nodeoverlay.status", self.nodeoverlay_loop.run))
         if self.observability:
             tasks.append(("status.conditions", self.status_conditions.run))  # publishes events: a writer
         return tasks

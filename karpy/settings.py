@@ -96,7 +96,6 @@ DEFAULT_AWS_FEATURE_GATES: Final[Mapping[str, bool]] = {
 # Gates karpy does not implement: switching one on is rejected (value: what the gate enables, for the message).
 UNSUPPORTED_GATES: Final[Mapping[str, str]] = {
     "NodeRepair": "node repair",
-    "NodeOverlay": "NodeOverlay price and capacity adjustments",
     "StaticCapacity": "static NodePools (spec.replicas)",
     "CapacityBuffer": "CapacityBuffers",
     "TerminateFirstDrift": "terminate-first drift replacement",

@@ -47,6 +47,7 @@ from karpy.apis import labels as wk
 from karpy.apis.ec2nodeclass import EC2NodeClass
 from karpy.apis.meta import JSON
 from karpy.apis.nodeclaim import NodeClaim
+from karpy.apis.nodeoverlay import NodeOverlay
 from karpy.apis.nodepool import NodePool
 from karpy.scheduling.model import DaemonSet
 from karpy.scheduling.translate import daemonset_view
@@ -85,7 +86,10 @@ TYPED_VIEWS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "NodeClaim": NodeClaim.from_json,
     "NodePool": NodePool.from_json,
     "EC2NodeClass": EC2NodeClass.from_json,
+    "NodeOverlay": NodeOverlay.from_json,
 }
+# Kinds watched only when their feature gate is on (the operator adds them to ``ClusterState.kinds``).
+OPTIONAL_KINDS = ("NodeOverlay",)
 # Kinds kept as slim JSON views (karpy.state.storage), not whole objects.
 SLIM_VIEWS: dict[str, Callable[[Mapping[str, Any]], JSON]] = {
     "Namespace": namespace_view,
@@ -149,6 +153,11 @@ class ClusterState:
         self.nodeclaim_views: dict[str, NodeClaim] = {}
         self.nodepool_views: dict[str, NodePool] = {}
         self.nodeclass_views: dict[str, EC2NodeClass] = {}
+        # NodeOverlays (gate NodeOverlay): JSON and typed views by name.
+        self.nodeoverlays: dict[str, JSON] = {}
+        self.nodeoverlay_views: dict[str, NodeOverlay] = {}
+        # The kinds ``listed`` waits for: KINDS plus the gated kinds the operator watches.
+        self.kinds: tuple[str, ...] = KINDS
         self.daemonsets: dict[str, DaemonSet] = {}
         # Slim views (karpy.state.storage): Namespace by name, PV by name, PVC by namespace/name, StorageClass.
         self.namespaces: dict[str, JSON] = {}
@@ -178,7 +187,7 @@ class ClusterState:
     @property
     def listed(self) -> bool:
         """Every kind listed at least once."""
-        return self._synced_kinds.issuperset(KINDS)
+        return self._synced_kinds.issuperset(self.kinds)
 
     @property
     def synced(self) -> bool:
@@ -289,6 +298,7 @@ class ClusterState:
             "NodeClaim": self.nodeclaims,
             "NodePool": self.nodepools,
             "EC2NodeClass": self.nodeclasses,
+            "NodeOverlay": self.nodeoverlays,
             "DaemonSet": self.daemonsets,
             "Namespace": self.namespaces,
             "PersistentVolume": self.persistent_volumes,
@@ -302,6 +312,7 @@ class ClusterState:
             "NodeClaim": self.nodeclaim_views,
             "NodePool": self.nodepool_views,
             "EC2NodeClass": self.nodeclass_views,
+            "NodeOverlay": self.nodeoverlay_views,
         }
         return views[kind]
 

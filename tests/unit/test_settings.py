@@ -290,7 +290,7 @@ def test_leader_election_namespace_defaults_to_the_pods_namespace(tmp_path: Path
     [
         *(("FEATURE_GATES", f"{gate}=true") for gate in DEFAULT_FEATURE_GATES if gate in UNSUPPORTED_GATES),
         *(("AWS_FEATURE_GATES", f"{gate}=true") for gate in DEFAULT_AWS_FEATURE_GATES),
-        ("FEATURE_GATES", "SpotToSpotConsolidation=true,NodeOverlay=true"),
+        ("FEATURE_GATES", "SpotToSpotConsolidation=true,TerminateFirstDrift=true"),
         ("ENABLE_PROFILING", "true"),
         ("IGNORE_DRA_REQUESTS", "false"),
         ("ENABLE_ZONAL_SHIFT", "true"),
@@ -307,8 +307,8 @@ def test_values_karpy_cannot_honour_are_rejected_in_one_line(name: str, value: s
 
 
 def test_every_unimplemented_gate_is_rejected() -> None:
-    """Each core gate but SpotToSpotConsolidation and ReservedCapacity, and every AWS gate."""
-    core = set(DEFAULT_FEATURE_GATES) - {"SpotToSpotConsolidation", "ReservedCapacity"}
+    """Each core gate but SpotToSpotConsolidation, ReservedCapacity and NodeOverlay, and every AWS gate."""
+    core = set(DEFAULT_FEATURE_GATES) - {"SpotToSpotConsolidation", "ReservedCapacity", "NodeOverlay"}
     assert set(UNSUPPORTED_GATES) == core | set(DEFAULT_AWS_FEATURE_GATES)
 
 
