@@ -232,7 +232,7 @@ class Operator:
         self.observability = not settings.disable_cluster_state_observability
         self._elected: asyncio.Event | None = None  # leader election's "elected" (None: always leading)
         self.status_conditions = StatusConditions(self.events, leading=self.leading)
-        self.state_metrics = StateMetrics(self.state, cloud=cloud, leading=self.leading)
+        self.state_metrics = StateMetrics(self.state, cloud=cloud, leading=self.leading, overlays=self.overlays)
         self._wired = False
 
     def _overlays_evaluated(self) -> None:

@@ -20,6 +20,7 @@ from karpy.controllers.provisioner import Provisioner
 from karpy.kube.events import EventRecorder
 from karpy.kube.fake import FakeKube
 from karpy.kube.resources import NODEOVERLAYS
+from karpy.metrics_state import StateMetrics
 from karpy.operator import Operator
 from karpy.scheduling.nodeoverlay import OverlayStore
 from karpy.settings import from_environment
@@ -320,3 +321,21 @@ async def test_gate_on_state_waits_for_the_nodeoverlay_list() -> None:
     state.replace("NodeOverlay", [overlay("o")])
     assert state.listed and "o" in state.nodeoverlay_views
     await asyncio.sleep(0)
+
+
+# --- metrics -------------------------------------------------------------------------------------------------------
+
+
+async def test_instance_type_metrics_and_cost_use_overlaid_prices() -> None:
+    """Karpenter's instance-type and NodePool cost metrics read the decorated GetInstanceTypes."""
+    cheap = overlay("cheap-m5", price="0.01", requirements=family("m5"))
+    state, kube = cluster(nodeclass(), nodepool(), cheap)
+    store = OverlayStore()
+    await evaluated(state, kube, store)
+    state.apply("NodePool", "ADDED", nodepool("new"))  # not evaluated yet
+    metrics = StateMetrics(state, cloud=FakeCloudProvider(CATALOGUE), overlays=store)
+    await metrics.refresh()
+    prices = metrics.snapshot.prices
+    assert prices["np"][("m5.large", "us-east-1a", "on-demand")] == 0.01
+    assert prices["np"][("c5.large", "us-east-1a", "on-demand")] == 0.085
+    assert "new" in metrics.snapshot.failed and "new" not in prices
