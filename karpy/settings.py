@@ -208,7 +208,7 @@ KARPENTER_SETTINGS: Final[tuple[KarpenterSetting, ...]] = (
         _gates_text(DEFAULT_FEATURE_GATES),
         "core",
         "rejected",
-        "SpotToSpotConsolidation honoured; "
+        "SpotToSpotConsolidation and NodeOverlay honoured; "
         "ReservedCapacity accepted; any other gate set to true is rejected; unknown names are ignored with a "
         "warning, as Karpenter ignores them",
     ),

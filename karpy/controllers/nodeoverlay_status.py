@@ -30,7 +30,7 @@ import structlog
 
 from karpy.apis.conditions import conditions_json, same_conditions, set_condition
 from karpy.apis.nodeoverlay import COND_VALIDATION_SUCCEEDED, NodeOverlay
-from karpy.cloudprovider.types import CloudProvider, CloudProviderError, InstanceType
+from karpy.cloudprovider.types import CloudProvider, InstanceType
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.events import WARNING, EventRecorder
@@ -105,7 +105,7 @@ class NodeOverlayStatus:
             if class_name not in by_class:
                 try:
                     by_class[class_name] = await self.cloud.get_instance_types(nodeclass.raw)
-                except CloudProviderError as err:
+                except Exception as err:  # one broken NodePool must not keep overlays from the others (Karpenter)
                     failures.append(f"nodepool {name}: listing instance types, {err}")
                     continue
             pools.append(PoolTypes(name, dict(pool.template.labels), by_class[class_name]))
