@@ -15,6 +15,11 @@ Nodes, then:
 A "bad AMI" for disruption tests: an instance launched from an image tagged ``karpy-e2e/never-ready=true`` is
 never registered (its kubelet never joins), which is what a broken AMI does to a replacement node.
 
+Extended resources, for NodeOverlay tests: the agent also plays a device plugin (and hugepages set up at boot). An
+instance tagged ``karpy-e2e/resource/<name>`` (e.g. ``karpy-e2e/resource/example.com/device`` = ``4``, or
+``karpy-e2e/resource/hugepages-2Mi`` = ``1Gi``; an EC2NodeClass ``tags`` entry puts it on every instance) registers
+with that resource in its capacity and allocatable.
+
 Restart-safe: a Node already present for a providerID is left alone. Errors are logged and the loop goes on.
 """
 
@@ -36,6 +41,16 @@ GONE_STATES = frozenset({"shutting-down", "terminated"})
 CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"
 NEVER_READY_TAG = "karpy-e2e/never-ready"
 MAX_ATTEMPTS = 20  # registration attempts per instance (10 s at the default interval) before it is ignored
+RESOURCE_TAG_PREFIX = "karpy-e2e/resource/"
+
+
+def advertised_resources(tags: list[Mapping[str, str]]) -> dict[str, str]:
+    """The extended resources an instance's ``karpy-e2e/resource/<name>`` tags ask the Node to advertise."""
+    return {
+        t["Key"][len(RESOURCE_TAG_PREFIX) :]: t["Value"]
+        for t in tags
+        if t.get("Key", "").startswith(RESOURCE_TAG_PREFIX) and len(t["Key"]) > len(RESOURCE_TAG_PREFIX)
+    }
 
 
 def instance_of_provider_id(provider_id: str) -> str | None:
@@ -273,7 +288,11 @@ class NodeAgent:
             zone_id=self._zone_id(zone),
             storage_bytes=self._root_volume_bytes(inst, template, config.family),
         )
-        return kubelet.build_node(instance, config)
+        node = kubelet.build_node(instance, config)
+        extra = advertised_resources(inst.get("Tags") or [])
+        for field in ("capacity", "allocatable"):  # as a device plugin registers them
+            node["status"][field].update(extra)
+        return node
 
     # -- Kubernetes ------------------------------------------------------------------------------
 
