@@ -158,13 +158,14 @@ def evaluate(overlays: Iterable[NodeOverlay], pools: Sequence[PoolTypes]) -> Eva
     invalid overlays and conflicting ones are left out, the others stored highest weight first."""
     updates: dict[str, dict[str, _Update]] = {}
     statuses: dict[str, OverlayStatus] = {}
+    known = {pool.name: [type_requirements(pool, it) for it in pool.instance_types] for pool in pools}
     for overlay in api.order_by_weight(overlays):
         errors = api.validate(overlay)
         if errors:
             statuses[overlay.name] = OverlayStatus("False", api.REASON_RUNTIME_VALIDATION, "; ".join(errors)[:1000])
             continue
         reqs = overlay_requirements(overlay)
-        matches = [(pool, it, offs) for pool in pools for it, offs in matched(pool, reqs)]
+        matches = [(pool, it, offs) for pool in pools for it, offs in matched(pool, reqs, known[pool.name])]
         if any(_conflicts(updates, overlay, pool.name, it.name, offs) for pool, it, offs in matches):
             statuses[overlay.name] = OverlayStatus("False", api.REASON_CONFLICT, api.CONFLICT_MESSAGE)
             continue
@@ -185,17 +186,34 @@ def overlay_requirements(overlay: NodeOverlay) -> rq.Reqs:
     )
 
 
-def matched(pool: PoolTypes, reqs: rq.Reqs) -> list[tuple[InstanceType, list[Offering]]]:
+def matched(
+    pool: PoolTypes, reqs: rq.Reqs, known: Sequence[rq.Reqs] | None = None
+) -> list[tuple[InstanceType, list[Offering]]]:
     """The instance types of ``pool`` the overlay requirements ``reqs`` select, each with its matched offerings
-    (Karpenter ``getOverlaidOfferings``)."""
+    (Karpenter ``getOverlaidOfferings``); ``known`` are the types' :func:`type_requirements`, when computed."""
     out = []
-    for it in pool.instance_types:
-        if rq.compatible(type_requirements(pool, it), reqs, allow_undefined=frozenset()) is not None:
+    for i, it in enumerate(pool.instance_types):
+        type_reqs = known[i] if known is not None else type_requirements(pool, it)
+        if not compatible(type_reqs, reqs):
             continue
         offerings = [o for o in it.offerings if offering_allowed(o.zone, o.capacity_type, o.zone_id, reqs)]
         if offerings:
             out.append((it, offerings))
     return out
+
+
+def compatible(known: rq.Reqs, overlay: rq.Reqs) -> bool:
+    """Karpenter ``Requirements.IsCompatible`` without undefined keys allowed (:func:`karpy.scheduling.requirements.
+    compatible` with ``allow_undefined`` empty, minus the explanation): an overlay key the type does not define
+    matches only NotIn/DoesNotExist; a defined one must intersect (or both sides allow the label to be absent)."""
+    for key, req in overlay.items():
+        have = known.get(key)
+        if have is None:
+            if not req.allows_absent():
+                return False
+        elif rq.intersect(have, req).empty() and not (req.allows_absent() and have.allows_absent()):
+            return False
+    return True
 
 
 def type_requirements(pool: PoolTypes, it: InstanceType) -> rq.Reqs:
@@ -302,6 +320,7 @@ __all__ = [
     "PoolTypes",
     "TypeUpdate",
     "apply_update",
+    "compatible",
     "evaluate",
     "matched",
     "offering_key",
