@@ -308,13 +308,15 @@ class Operator:
                 self.provisioner.trigger()  # its pods are about to be displaced: request capacity now
         elif kind == "NodePool":
             self.nodepool_status.enqueue(key)
-            self._reevaluate_overlays()
+            if _generation_changed(old, new):  # not on status writes (Karpenter: GenerationChangedPredicate)
+                self._reevaluate_overlays()
             if _nodepool_changed_for_provisioning(old, new):
                 self.provisioner.trigger()
         elif kind in VOLUME_KINDS and self.state.pod_volumes:
             self.provisioner.trigger()  # a pod waiting for its volumes may be schedulable now
         elif kind == "NodeOverlay":
-            self._reevaluate_overlays()
+            if _generation_changed(old, new):  # its own status writes do not re-evaluate
+                self._reevaluate_overlays()
         elif kind == "EC2NodeClass":
             self.nodeclass_status.enqueue(key)
             self._reevaluate_overlays()
@@ -324,7 +326,7 @@ class Operator:
 
     def _reevaluate_overlays(self) -> None:
         """NodeOverlays, NodePools and EC2NodeClasses decide the overlay evaluation (Karpenter's controller watches
-        all three)."""
+        all three). An EC2NodeClass's status counts too (its subnets decide its instance types' offerings)."""
         if self.nodeoverlay_loop is not None:
             self.nodeoverlay_loop.trigger()
 
@@ -428,6 +430,13 @@ class Operator:
                     planned=len(self.plans),
                 )
             await asyncio.sleep(5)
+
+
+def _generation_changed(old: Any, new: Any) -> bool:
+    """Created, deleted, or its spec changed (``metadata.generation``)."""
+    if old is None or new is None:
+        return True
+    return bool((old.get("metadata") or {}).get("generation") != (new.get("metadata") or {}).get("generation"))
 
 
 def _nodepool_changed_for_provisioning(old: Any, new: Any) -> bool:

@@ -339,3 +339,24 @@ async def test_instance_type_metrics_and_cost_use_overlaid_prices() -> None:
     assert prices["np"][("m5.large", "us-east-1a", "on-demand")] == 0.01
     assert prices["np"][("c5.large", "us-east-1a", "on-demand")] == 0.085
     assert "new" in metrics.snapshot.failed and "new" not in prices
+
+
+def test_reevaluation_follows_spec_changes_not_status_writes() -> None:
+    """Karpenter's overlay controller filters on generation changes: NodePool status writes (usage, node counts)
+    and the overlays' own condition writes do not re-evaluate; an EC2NodeClass change (its subnets) does."""
+    op = operator(FEATURE_GATES="NodeOverlay=true")
+    assert op.nodeoverlay_loop is not None
+    triggered: list[str] = []
+    op.nodeoverlay_loop.trigger = lambda: triggered.append("x")  # type: ignore[method-assign]
+    pool = {**nodepool(), "metadata": {**nodepool()["metadata"], "generation": 1}}
+    op._route("NodePool", "ADDED", "np", None, pool)
+    status_write = {**pool, "status": {"resources": {"cpu": "2"}}}
+    op._route("NodePool", "MODIFIED", "np", pool, status_write)
+    assert len(triggered) == 1
+    op._route("NodePool", "MODIFIED", "np", pool, {**pool, "metadata": {**pool["metadata"], "generation": 2}})
+    ov = overlay("o")
+    op._route("NodeOverlay", "MODIFIED", "o", ov, {**ov, "status": {"conditions": []}})
+    assert len(triggered) == 2
+    op._route("NodeOverlay", "DELETED", "o", ov, None)
+    op._route("EC2NodeClass", "MODIFIED", "nc", nodeclass(), nodeclass())
+    assert len(triggered) == 4
