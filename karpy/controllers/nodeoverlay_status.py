@@ -11,9 +11,10 @@ Conditions (operatorpkg's ready set ``Ready`` ← ``ValidationSucceeded``): ``Va
 ``ValidationSucceeded``) and ``Ready=True`` (``Ready``) for an applied overlay; ``ValidationSucceeded=False`` with
 reason ``RuntimeValidation`` (message: what is invalid) or ``Conflict`` (``conflict with another overlay``) and
 ``Ready=False`` (``UnhealthyDependents``, ``ValidationSucceeded=False``) otherwise. The status is patched with the
-object's resourceVersion (Karpenter's optimistic lock); a conflict or a vanished overlay re-runs the pass at once
-without storing this evaluation. karpy's addition: a Warning event (reason ``Conflict`` or ``RuntimeValidation``)
-when an overlay becomes not valid, as for every invalid object karpy reads.
+object's resourceVersion (Karpenter's optimistic lock); a conflict or a vanished overlay re-runs the pass half a
+second later (once the watch has brought the change) without storing this evaluation. karpy's addition: a Warning
+event (reason ``Conflict`` or ``RuntimeValidation``) when an overlay becomes not valid, as for every invalid object
+karpy reads.
 
 A NodePool whose instance types cannot be read (EC2NodeClass missing or not resolved) is not evaluated — it gets no
 instance types until a later pass evaluates it (Karpenter ``UnevaluatedNodePoolError``) — and the pass fails so it
@@ -41,6 +42,7 @@ from karpy.state.cluster import ClusterState
 
 log = structlog.get_logger("karpy.nodeoverlay")
 REEVALUATE_SECONDS: Final = 6 * 3600.0
+CONFLICT_RETRY_SECONDS: Final = 0.5
 COND_READY: Final = "Ready"
 
 
@@ -84,7 +86,8 @@ class NodeOverlayStatus:
         evaluation = evaluate(overlays, pools)
         for overlay in sorted(overlays, key=lambda o: o.name):
             if not await self._write_status(overlay, evaluation.statuses[overlay.name]):
-                return Result(requeue_after=0)  # an overlay changed or vanished: evaluate again first
+                # An overlay changed or vanished: evaluate again once the watch has brought the change.
+                return Result(requeue_after=CONFLICT_RETRY_SECONDS)
         self._store(evaluation)
         if failures:
             raise NodeOverlayEvaluationError("; ".join(failures)[:1000])

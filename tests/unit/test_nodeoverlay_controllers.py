@@ -203,7 +203,7 @@ async def test_a_changed_overlay_is_evaluated_again_before_storing() -> None:
     store = OverlayStore()
     reconciler = NodeOverlayStatus(kube, state, FakeCloudProvider(CATALOGUE), EventRecorder(kube), store)
     result = await reconciler.reconcile()
-    assert result.requeue_after == 0 and store.apply("np", CATALOGUE) is None
+    assert result.requeue_after == 0.5 and store.apply("np", CATALOGUE) is None
 
 
 # --- provisioner and launch ----------------------------------------------------------------------------------
