@@ -1,8 +1,9 @@
 """NodeOverlay on the real apiserver (v1.15 CRDs) and moto, with ``FEATURE_GATES=NodeOverlay=true``: the overlays'
 conditions are written (an equal-weight conflict gets ``ValidationSucceeded=False``/``Conflict`` and a Warning
 event), a price overlay makes the NodeClaim's cheapest type — and the launched instance — the overlaid one, and a
-capacity overlay lets a pod requesting a custom extended resource get a NodeClaim whose capacity carries it
-(Karpenter core ``controllers/nodeoverlay``, AWS ``cloudprovider.go`` ``Create``)."""
+capacity overlay lets a pod requesting a custom extended resource get a NodeClaim whose capacity carries it, and an
+overlay added later makes consolidation replace a running node by the now cheaper type (Karpenter core
+``controllers/nodeoverlay``, ``cloudprovider/overlay``, AWS ``cloudprovider.go`` ``Create``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from operator_harness import running_operator
 
 from e2e.helpers import apply, delete_nodeclaims, ec2nodeclass, nodeclaims_of, wait_for
+from e2e.helpers import deployment as shared_deployment
 from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
 from karpy.apis.conditions import condition
@@ -26,7 +28,9 @@ pytestmark = [pytest.mark.integration]
 POOL = "ovl"
 TAINT = "karpy-it/ovl"
 TYPES = ["c5.large", "m5.large"]  # on-demand $0.085 and $0.096: c5.large is the cheaper one without overlays
-OVERLAYS = ("ovl-cheap-m5", "ovl-a-conflict", "ovl-device")
+OVERLAYS = ("ovl-cheap-m5", "ovl-a-conflict", "ovl-device", "ovl-cons-m5")
+CONS = "ovl-cons"  # the consolidation test's NodePool, EC2NodeClass and Deployment
+CONS_TAINT = "karpy-it/ovl-cons"
 
 
 def overlay(name: str, weight: int, **spec: Any) -> dict[str, Any]:
@@ -64,13 +68,26 @@ def pod(name: str, requests: dict[str, str], limits: dict[str, str] | None = Non
 
 @pytest.fixture(scope="module")
 async def operator(local_cluster: Any, kube: KubeClient) -> AsyncIterator[Operator]:
-    async with running_operator(local_cluster, kube, FEATURE_GATES="NodeOverlay=true") as op:
+    async with running_operator(
+        local_cluster,
+        kube,
+        FEATURE_GATES="NodeOverlay=true",
+        DISRUPTION_POLL_INTERVAL="500ms",
+        DISRUPTION_VALIDATION_DELAY="1s",
+    ) as op:
         try:
             yield op
         finally:
             for name in ("ovl-price", "ovl-device"):
                 with contextlib.suppress(ApiError):
                     await kube.delete(r.PODS, name, "default")
+            with contextlib.suppress(ApiError):
+                await kube.delete(r.DEPLOYMENTS, CONS, "default")
+            with contextlib.suppress(ApiError):
+                await kube.delete(r.NODEPOOLS, CONS)
+            await delete_nodeclaims(kube, lambda: nodeclaims_of(kube, CONS), timeout=60, what="ovl-cons NodeClaims")
+            with contextlib.suppress(ApiError):
+                await kube.delete(r.EC2NODECLASSES, CONS)
             for name in OVERLAYS:
                 with contextlib.suppress(ApiError):
                     await kube.delete(r.NODEOVERLAYS, name)
@@ -167,3 +184,43 @@ async def test_capacity_overlay_gives_an_extended_resource_pod_a_nodeclaim(
 
     launched = await wait_for(capacity, timeout=90, what="the NodeClaim's capacity with the overlaid resource")
     assert launched["example.com/device"] == "4" and launched["hugepages-2Mi"] == "1Gi"
+
+
+async def test_an_overlay_added_later_makes_consolidation_replace_the_node(
+    operator: Operator, kube: KubeClient, local_cluster: Any
+) -> None:
+    """Consolidation prices the running node and its replacements through the same overlaid instance types: once
+    m5.large costs $0.001/h, the c5.large ($0.085/h) running the pod is replaced by an m5.large."""
+    pool = shared_nodepool(
+        CONS,
+        requirements=[
+            {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+            {"key": wk.LABEL_INSTANCE_TYPE, "operator": "In", "values": TYPES},
+        ],
+        taints=[{"key": CONS_TAINT, "effect": "NoSchedule"}],
+        disruption={"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "1s"},
+        annotations={"karpy.sh/disruption-cooldown": "0s"},
+    )
+    spec = {
+        "terminationGracePeriodSeconds": 0,
+        "nodeSelector": {wk.LABEL_NODEPOOL: CONS},
+        "tolerations": [{"key": CONS_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "500m"}}}],
+    }
+    await apply(kube, [ec2nodeclass(CONS, local_cluster.cluster_name), pool, shared_deployment(CONS, 1, spec)])
+
+    async def only_type(instance_type: str) -> str | None:
+        claims = [c for c in await nodeclaims_of(kube, CONS) if not c["metadata"].get("deletionTimestamp")]
+        labels = [c["metadata"]["labels"].get(wk.LABEL_INSTANCE_TYPE) for c in claims]
+        return claims[0]["metadata"]["name"] if labels == [instance_type] else None
+
+    first = await wait_for(lambda: only_type("c5.large"), timeout=90, what="a c5.large NodeClaim (no overlay)")
+    await kube.create(r.NODEOVERLAYS, overlay("ovl-cons-m5", 50, requirements=m5_only(CONS), price="0.001"))
+    replacement = await wait_for(
+        lambda: only_type("m5.large"), timeout=150, what="the c5.large replaced by an m5.large", interval=1
+    )
+    assert replacement != first
+    events = (await kube.list(r.EVENTS, "default", query={"fieldSelector": f"involvedObject.name={first}"}))[0]
+    assert any(e["reason"] == "DisruptionTerminating" and "Underutilized" in e["message"] for e in events), [
+        (e["reason"], e["message"]) for e in events
+    ]
