@@ -150,7 +150,13 @@ async def test_overlaid_price_and_device_capacity_place_the_pod_on_an_m5(env: En
     assert annotations["karpenter.sh/price-overlay-applied"] == "true"
     assert annotations["karpenter.sh/capacity-overlay-applied"] == "true"
     assert claim["status"]["capacity"][DEVICE] == "4"
-    assert condition(claim, wk.COND_INITIALIZED)["status"] == "True", "the node advertised the requested resource"
+
+    async def initialized() -> bool:
+        c = condition(await env.client.get(r.NODECLAIMS, claim["metadata"]["name"]), wk.COND_INITIALIZED)
+        return c is not None and c["status"] == "True"
+
+    # karpy binds its planned pods at registration; initialization needs the node to advertise the resource.
+    await wait_for(initialized, timeout=60, what="the NodeClaim Initialized (the node advertised the resource)")
 
     node = await env.client.get(r.NODES, pod["spec"]["nodeName"])
     assert node["metadata"]["labels"][wk.LABEL_INSTANCE_TYPE] == "m5.large"

@@ -133,8 +133,12 @@ async def test_overlays_get_conditions_and_drive_the_cheapest_type(
         what="ovl-a-conflict Conflict",
     )
     assert await _condition(kube, "ovl-a-conflict", "Ready") == ("False", "UnhealthyDependents")
-    events = (await kube.list(r.EVENTS, "default", query={"fieldSelector": "involvedObject.name=ovl-a-conflict"}))[0]
-    assert [e["type"] for e in events if e["reason"] == "Conflict"] == ["Warning"]
+
+    async def conflict_events() -> list[str]:
+        query = {"fieldSelector": "involvedObject.name=ovl-a-conflict"}
+        return [e["type"] for e in (await kube.list(r.EVENTS, "default", query=query))[0] if e["reason"] == "Conflict"]
+
+    assert await wait_for(conflict_events, timeout=30, what="the Conflict event") == ["Warning"]
 
     await kube.create(r.PODS, pod("ovl-price", {"cpu": "500m"}), "default")
 
@@ -220,7 +224,11 @@ async def test_an_overlay_added_later_makes_consolidation_replace_the_node(
         lambda: only_type("m5.large"), timeout=150, what="the c5.large replaced by an m5.large", interval=1
     )
     assert replacement != first
-    events = (await kube.list(r.EVENTS, "default", query={"fieldSelector": f"involvedObject.name={first}"}))[0]
-    assert any(e["reason"] == "DisruptionTerminating" and "Underutilized" in e["message"] for e in events), [
-        (e["reason"], e["message"]) for e in events
-    ]
+
+    async def terminating() -> list[str]:
+        query = {"fieldSelector": f"involvedObject.name={first}"}
+        items = (await kube.list(r.EVENTS, "default", query=query))[0]
+        return [e["message"] for e in items if e["reason"] == "DisruptionTerminating"]
+
+    messages = await wait_for(terminating, timeout=30, what="the replaced NodeClaim's DisruptionTerminating event")
+    assert any("Underutilized" in m for m in messages), messages
