@@ -44,6 +44,7 @@ from karpy.apis.quantity import QuantityError, parse_resource_list
 from karpy.apis.resources import add
 from karpy.cloudprovider.types import CloudProvider, InstanceType
 from karpy.metrics import RegisteredCollector
+from karpy.scheduling.nodeoverlay import OverlayStore
 from karpy.state.cluster import ClusterState
 from karpy.state.views import NodeInfo, PodInfo
 
@@ -214,9 +215,12 @@ class StateMetrics(RegisteredCollector):
         leading: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.time,
         times: PodSchedulingTimes | None = None,
+        overlays: OverlayStore | None = None,
     ) -> None:
         self.state = state
         self.cloud = cloud
+        # NodeOverlays (gate NodeOverlay): prices and cost include them, as Karpenter's decorated GetInstanceTypes.
+        self.overlays = overlays
         self.leading = leading
         self.clock = clock
         self.times = times if times is not None else PodSchedulingTimes(clock)
@@ -254,7 +258,14 @@ class StateMetrics(RegisteredCollector):
                 snapshot.failed.add(name)
                 continue
             try:
-                snapshot.add(name, await self.cloud.get_instance_types(nodeclass))
+                types = await self.cloud.get_instance_types(nodeclass)
+                if self.overlays is not None:
+                    overlaid = self.overlays.apply(name, types)
+                    if overlaid is None:  # not evaluated yet: Karpenter's GetInstanceTypes fails for it too
+                        snapshot.failed.add(name)
+                        continue
+                    types = overlaid
+                snapshot.add(name, types)
             except Exception as err:  # one broken NodePool must not hide the others' series
                 log.debug("instance types not resolved for metrics", nodepool=name, error=str(err))
                 snapshot.failed.add(name)

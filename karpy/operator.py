@@ -42,6 +42,7 @@ from karpy.controllers.nodeclaim_expiration import NodeClaimExpiration
 from karpy.controllers.nodeclaim_lifecycle import NodeClaimLifecycle
 from karpy.controllers.nodeclaim_tagging import NodeClaimTagging
 from karpy.controllers.nodeclass_status import NodeClassResolver, NodeClassStatusReconciler
+from karpy.controllers.nodeoverlay_status import NodeOverlayStatus
 from karpy.controllers.nodepool_status import NodePoolStatusReconciler
 from karpy.controllers.provisioner import RECHECK_SECONDS, Provisioner
 from karpy.controllers.static_capacity import GATE as STATIC_CAPACITY
@@ -63,6 +64,7 @@ from karpy.runtime.fence import Fence
 from karpy.runtime.leader import MASTER_STATUS, LeaderElectionLost, LeaderElector, LeaseConfig, new_identity
 from karpy.runtime.singleton import SingletonController
 from karpy.runtime.supervisor import supervise
+from karpy.scheduling.nodeoverlay import OverlayStore
 from karpy.settings import (
     EXIT_APISERVER_UNREACHABLE,
     EXIT_CREDENTIALS_REJECTED,
@@ -117,11 +119,17 @@ class Operator:
         self.client = client
         self.cloud = cloud
         self.buffers_enabled = bool(settings.feature_gates.get("CapacityBuffer", False))
-        self.state = ClusterState(extra_kinds=BUFFER_KINDS if self.buffers_enabled else ())
+        # NodeOverlays only with the NodeOverlay gate (Karpenter's default: off, overlays ignored and not watched).
+        overlays_enabled = bool(settings.feature_gates.get("NodeOverlay", False))
+        extra_kinds = (*(BUFFER_KINDS if self.buffers_enabled else ()), *(("NodeOverlay",) if overlays_enabled else ()))
+        self.state = ClusterState(extra_kinds=extra_kinds)
         self.plans = Plans(self.state)
         self.events = EventRecorder(client)
-        watched = WATCHED + (BUFFER_WATCHED if self.buffers_enabled else ())
+        watched = (
+            WATCHED + (BUFFER_WATCHED if self.buffers_enabled else ()) + ((r.NODEOVERLAYS,) if overlays_enabled else ())
+        )
         self.informers = [Informer(client, res, self.state) for res in watched]
+        self.overlays: OverlayStore | None = OverlayStore() if overlays_enabled else None
         self.provisioner = Provisioner(
             client,
             self.state,
@@ -133,12 +141,19 @@ class Operator:
             min_values_policy=settings.min_values_policy,
             plans=self.plans,
             ca_bundle=ca_bundle,
+            overlays=self.overlays,
         )
         # The provisioner's error retry starts at its old 1 s and grows to the 10 s recheck cadence.
         self.provisioning = SingletonController(self.provisioner, base_delay=1.0, max_delay=RECHECK_SECONDS)
         self.lifecycle = Controller(
             NodeClaimLifecycle(
-                client, self.state, cloud, self.events, backoff=self.provisioner.launch_backoff, plans=self.plans
+                client,
+                self.state,
+                cloud,
+                self.events,
+                backoff=self.provisioner.launch_backoff,
+                plans=self.plans,
+                overlays=self.overlays,
             ),
             workers=settings.workers(8),
             key_name="nodeclaim",
@@ -190,6 +205,14 @@ class Operator:
         self.disruption = Disruption(client, self.state, self.provisioner, self.events, knobs)
         # A failed pass is retried no later than the next poll, as before the loop became a singleton.
         self.disruption_loop = SingletonController(self.disruption, max_delay=self.disruption.settings.poll)
+        self.nodeoverlay_loop: SingletonController | None = None
+        if self.overlays is not None:
+            self.nodeoverlay_loop = SingletonController(
+                NodeOverlayStatus(
+                    client, self.state, cloud, self.events, self.overlays, on_updated=self._overlays_evaluated
+                ),
+                max_delay=60.0,
+            )
         self.nodeclaim_disruption = Controller(
             NodeClaimDisruption(client, self.state, cloud, self.disruption.settings),
             workers=settings.workers(2),
@@ -271,8 +294,14 @@ class Operator:
         self.observability = not settings.disable_cluster_state_observability
         self._elected: asyncio.Event | None = None  # leader election's "elected" (None: always leading)
         self.status_conditions = StatusConditions(self.events, leading=self.leading)
-        self.state_metrics = StateMetrics(self.state, cloud=cloud, leading=self.leading)
+        self.state_metrics = StateMetrics(self.state, cloud=cloud, leading=self.leading, overlays=self.overlays)
         self._wired = False
+
+    def _overlays_evaluated(self) -> None:
+        """A new NodeOverlay evaluation is stored: plan again with it, and let consolidation look again (Karpenter
+        ``Cluster.MarkUnconsolidated``)."""
+        self.provisioner.trigger()
+        self.disruption.on_change("NodeOverlay", "EVALUATED", "", None, None)
 
     def leading(self) -> bool:
         """This process leads: always, unless leader election handed an ``elected`` event that is not set yet.
@@ -350,6 +379,8 @@ class Operator:
         elif kind == "NodePool":
             self.nodepool_status.enqueue(key)
             self._route_static(key)
+            if _generation_changed(old, new):  # not on status writes (Karpenter: GenerationChangedPredicate)
+                self._reevaluate_overlays()
             if _nodepool_changed_for_provisioning(old, new):
                 self.provisioner.trigger()
         elif kind == "CapacityBuffer" and self.capacity_buffers is not None:
@@ -360,8 +391,12 @@ class Operator:
                     self.capacity_buffers.enqueue(buffer)
         elif kind in VOLUME_KINDS and self.state.pod_volumes:
             self.provisioner.trigger()  # a pod waiting for its volumes may be schedulable now
+        elif kind == "NodeOverlay":
+            if _generation_changed(old, new):  # its own status writes do not re-evaluate
+                self._reevaluate_overlays()
         elif kind == "EC2NodeClass":
             self.nodeclass_status.enqueue(key)
+            self._reevaluate_overlays()
             for name, pool in self.state.nodepool_views.items():
                 if pool.template.node_class_ref.name == key:
                     self.nodepool_status.enqueue(name)
@@ -374,6 +409,12 @@ class Operator:
         if is_static(self.state.nodepool_view(pool)):
             self.static_provisioning.enqueue(pool)
             self.static_deprovisioning.enqueue(pool)
+
+    def _reevaluate_overlays(self) -> None:
+        """NodeOverlays, NodePools and EC2NodeClasses decide the overlay evaluation (Karpenter's controller watches
+        all three). An EC2NodeClass's status counts too (its subnets decide its instance types' offerings)."""
+        if self.nodeoverlay_loop is not None:
+            self.nodeoverlay_loop.trigger()
 
     def _route_pod(self, info: PodInfo | None) -> None:
         if info is None:
@@ -435,6 +476,8 @@ class Operator:
             tasks.append(("node.health", self._after_sync(self.node_repair.run)))
         if self.capacity_buffers is not None:
             tasks.append(("capacitybuffer", self._after_sync(self.capacity_buffers.run)))
+        if self.nodeoverlay_loop is not None:
+            tasks.append(("nodeoverlay.status", self.nodeoverlay_loop.run))
         if self.observability:
             tasks.append(("status.conditions", self.status_conditions.run))  # publishes events: a writer
         return tasks
@@ -487,11 +530,12 @@ class Operator:
 
 
 def _generation_changed(old: Any, new: Any) -> bool:
-    """Added, deleted, or its spec edited (Karpenter's ``GenerationChangedPredicate`` on the workloads a
-    CapacityBuffer's ``scalableRef`` names: status-only updates change no buffer)."""
+    """Added, deleted, or its spec edited (``metadata.generation``; Karpenter's ``GenerationChangedPredicate``: on the
+    workloads a CapacityBuffer's ``scalableRef`` names, on NodePools and NodeOverlays for the overlay evaluation —
+    status-only updates change neither)."""
     if old is None or new is None:
         return True
-    return bool(old["metadata"].get("generation") != new["metadata"].get("generation"))
+    return bool((old.get("metadata") or {}).get("generation") != (new.get("metadata") or {}).get("generation"))
 
 
 def _nodepool_changed_for_provisioning(old: Any, new: Any) -> bool:

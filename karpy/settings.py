@@ -95,7 +95,6 @@ DEFAULT_AWS_FEATURE_GATES: Final[Mapping[str, bool]] = {
 }
 # Gates karpy does not implement: switching one on is rejected (value: what the gate enables, for the message).
 UNSUPPORTED_GATES: Final[Mapping[str, str]] = {
-    "NodeOverlay": "NodeOverlay price and capacity adjustments",
     "TerminateFirstDrift": "terminate-first drift replacement",
     "TerminateFirstRepair": "terminate-first repair",
     "PodDeletionCostManagement": "pod-deletion-cost management",
@@ -213,7 +212,7 @@ KARPENTER_SETTINGS: Final[tuple[KarpenterSetting, ...]] = (
         _gates_text(DEFAULT_FEATURE_GATES),
         "core",
         "rejected",
-        "SpotToSpotConsolidation, NodeRepair, StaticCapacity and CapacityBuffer honoured; "
+        "SpotToSpotConsolidation, NodeRepair, StaticCapacity, CapacityBuffer and NodeOverlay honoured; "
         "ReservedCapacity accepted; any other gate set to true is rejected; unknown names are ignored with a "
         "warning, as Karpenter ignores them",
     ),

@@ -24,6 +24,11 @@ condition as it is (set ``status=True`` to heal). :func:`condition_tag` builds t
 (``Ready``, the pressure conditions) are not reported: KWOK's ``node-initialize`` stage resets a non-True
 ``Ready`` at once.
 
+Extended resources, for NodeOverlay tests: the agent also plays a device plugin (and hugepages set up at boot). An
+instance tagged ``karpy-e2e/resource/<name>`` (e.g. ``karpy-e2e/resource/example.com/device`` = ``4``, or
+``karpy-e2e/resource/hugepages-2Mi`` = ``1Gi``; an EC2NodeClass ``tags`` entry puts it on every instance) registers
+with that resource in its capacity and allocatable.
+
 Restart-safe: a Node already present for a providerID is left alone. Errors are logged and the loop goes on.
 """
 
@@ -105,6 +110,18 @@ def missing_conditions(node: Mapping[str, Any], wanted: list[dict[str, str]]) ->
     have = {c.get("type"): c for c in (node.get("status") or {}).get("conditions") or []}
     keys = ("status", "reason", "message", "lastTransitionTime")
     return [w for w in wanted if any((have.get(w["type"]) or {}).get(k, "") != w[k] for k in keys)]
+
+
+RESOURCE_TAG_PREFIX = "karpy-e2e/resource/"
+
+
+def advertised_resources(tags: list[Mapping[str, str]]) -> dict[str, str]:
+    """The extended resources an instance's ``karpy-e2e/resource/<name>`` tags ask the Node to advertise."""
+    return {
+        t["Key"][len(RESOURCE_TAG_PREFIX) :]: t["Value"]
+        for t in tags
+        if t.get("Key", "").startswith(RESOURCE_TAG_PREFIX) and len(t["Key"]) > len(RESOURCE_TAG_PREFIX)
+    }
 
 
 def instance_of_provider_id(provider_id: str) -> str | None:
@@ -348,7 +365,11 @@ class NodeAgent:
             zone_id=self._zone_id(zone),
             storage_bytes=self._root_volume_bytes(inst, template, config.family),
         )
-        return kubelet.build_node(instance, config)
+        node = kubelet.build_node(instance, config)
+        extra = advertised_resources(inst.get("Tags") or [])
+        for field in ("capacity", "allocatable"):  # as a device plugin registers them
+            node["status"][field].update(extra)
+        return node
 
     # -- Kubernetes ------------------------------------------------------------------------------
 

@@ -5,7 +5,8 @@
 picks the capacity type and the launch candidates (:mod:`karpy.aws.instancefilters`), ensures one launch
 template per (AMI, kubelet resources) group (:mod:`karpy.aws.launchtemplates`) and calls CreateFleet ``instant``
 for one instance with instance type × subnet overrides (one subnet per zone, the one with most free IPs),
-``lowest-price`` for on-demand and ``price-capacity-optimized`` for spot. ICE fleet errors mark the offerings
+``lowest-price`` for on-demand and ``price-capacity-optimized`` for spot (with NodeOverlay prices: each override's
+overlaid price as ``Priority``, ``prioritized``/``capacity-optimized-prioritized``). ICE fleet errors mark the offerings
 unavailable for 3 minutes (:class:`karpy.aws.cache.UnavailableOfferings`) and raise
 ``InsufficientCapacityError``. A launch template that vanished is forgotten and CreateFleet retried once, as
 Karpenter does.
@@ -243,8 +244,13 @@ class InstanceProvider:
                 f"no available offering for {len(request.instance_types)} instance types in zones {sorted(subnets)}"
             )
         candidates = launch_candidates(types, request.requirements, subnets, capacity_type)
-        configs = await self._launch_template_configs(request, candidates, subnets, capacity_type, tags, placement)
-        response = await self.create_fleet(configs, capacity_type, tags)
+        # NodeOverlay prices (Karpenter AWS ``instance.go``: the price-overlay-applied NodeClaim): EC2 would rank by
+        # its own prices, so each override gets its overlaid price as Priority under a prioritized strategy.
+        prioritized = any(o.price_overlaid for it in request.instance_types for o in it.offerings)
+        configs = await self._launch_template_configs(
+            request, candidates, subnets, capacity_type, tags, placement, prioritized
+        )
+        response = await self.create_fleet(configs, capacity_type, tags, prioritized=prioritized)
         instance_ids = [i for entry in response.get("Instances") or [] for i in entry.get("InstanceIds") or []]
         errors = response.get("Errors") or []
         count_launch_failures(errors, status, capacity_type)
@@ -266,8 +272,10 @@ class InstanceProvider:
         capacity_type: str,
         tags: Mapping[str, str],
         placement: Mapping[str, Any] | None = None,
+        prioritized: bool = False,
     ) -> list[JSON]:
-        """One LaunchTemplateConfig per (AMI, kubelet resources) group; overrides type × zone, cheapest first."""
+        """One LaunchTemplateConfig per (AMI, kubelet resources) group; overrides type × zone, cheapest first
+        (``prioritized``: each with its price as ``Priority``)."""
         amis = list((request.nodeclass.get("status") or {}).get("amis") or [])
         lt_tags = {k: v for k, v in tags.items() if k != wk.TAG_NODECLAIM}
         groups: dict[str, tuple[str, list[JSON], float]] = {}
@@ -280,14 +288,19 @@ class InstanceProvider:
             price = min(o.price for o in offerings)
             entry = groups.setdefault(name, (name, [], price))
             for offering in sorted(offerings, key=lambda o: (o.price, o.zone)):
-                entry[1].append({"InstanceType": it.name, "SubnetId": subnets[offering.zone]})
+                override: JSON = {"InstanceType": it.name, "SubnetId": subnets[offering.zone]}
+                if prioritized:
+                    override["Priority"] = offering.price
+                entry[1].append(override)
         ordered = sorted(groups.values(), key=lambda g: g[2])
         return [
             {"LaunchTemplateSpecification": {"LaunchTemplateName": name, "Version": "$Latest"}, "Overrides": overrides}
             for name, overrides, _ in ordered
         ]
 
-    async def create_fleet(self, configs: list[JSON], capacity_type: str, tags: Mapping[str, str]) -> JSON:
+    async def create_fleet(
+        self, configs: list[JSON], capacity_type: str, tags: Mapping[str, str], *, prioritized: bool = False
+    ) -> JSON:
         """CreateFleet ``instant`` for one instance of ``capacity_type`` over ``configs`` (LaunchTemplateConfigs),
         tagging instance, volume and fleet with ``tags``. A launch template that vanished is forgotten by the
         launch-template cache and the call retried once (Karpenter ``instance.go``).
@@ -309,9 +322,10 @@ class InstanceProvider:
             ],
         }
         if capacity_type == wk.CAPACITY_TYPE_SPOT:
-            kwargs["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized"}
+            strategy = "capacity-optimized-prioritized" if prioritized else "price-capacity-optimized"
+            kwargs["SpotOptions"] = {"AllocationStrategy": strategy}
         else:
-            kwargs["OnDemandOptions"] = {"AllocationStrategy": "lowest-price"}
+            kwargs["OnDemandOptions"] = {"AllocationStrategy": "prioritized" if prioritized else "lowest-price"}
 
         def forget_templates(_state: RetryCallState) -> None:
             for config in configs:  # re-created by the next ensure

@@ -58,6 +58,8 @@ class Offering:
     price: float
     available: bool = True
     zone_id: str = ""
+    price_overlaid: bool = False
+    """``price`` comes from a NodeOverlay (Karpenter ``Offering.IsPriceOverlaid``)."""
 
 
 @attrs.frozen(slots=True)
@@ -80,6 +82,8 @@ class InstanceType:
     capacity: Mapping[str, int]
     overhead: Mapping[str, int]
     offerings: tuple[Offering, ...]
+    capacity_overlaid: bool = False
+    """``capacity`` includes a NodeOverlay's resources (Karpenter ``InstanceType.IsCapacityOverlayApplied``)."""
 
     @property
     def allocatable(self) -> dict[str, int]:

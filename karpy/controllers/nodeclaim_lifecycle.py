@@ -60,6 +60,7 @@ from karpy.kube.events import EventRecorder
 from karpy.kube.resources import NODECLAIMS, NODES
 from karpy.runtime.controller import Result
 from karpy.runtime.fence import NotLeader
+from karpy.scheduling.nodeoverlay import OverlayStore
 from karpy.scheduling.translate import EPHEMERAL_TAINT_KEYS
 from karpy.state.cluster import ClusterState
 from karpy.state.plans import Plans, planned_pods
@@ -67,6 +68,7 @@ from karpy.state.views import NodeInfo
 
 log = structlog.get_logger("karpy.nodeclaim.lifecycle")
 LAUNCH_TTL = 300.0
+OVERLAY_WAIT = 1.0  # seconds between launch attempts while the NodePool's NodeOverlays are not evaluated yet
 REGISTRATION_TTL = 900.0
 # Longest time the unregistered taint is held (as NoSchedule) for karpy's binder; a pod that cannot be bound
 # by then is left to kube-scheduler (seconds since the Node was created).
@@ -88,8 +90,12 @@ class NodeClaimLifecycle:
         clock: Callable[[], float] = time.time,
         plans: Plans,
         backoff: LaunchBackoff | None = None,
+        overlays: OverlayStore | None = None,
     ) -> None:
         self.client = client
+        # NodeOverlays (gate NodeOverlay; None: off): the launch sees the NodePool's overlaid instance types, as
+        # Karpenter AWS ``CloudProvider.Create`` applies the store (prices order the CreateFleet overrides).
+        self.overlays = overlays
         self.state = state
         self.cloud = cloud
         self.events = events
@@ -128,6 +134,10 @@ class NodeClaimLifecycle:
             message = f"EC2NodeClass {class_name!r} not found or not ready"
             self._launch_failed(claim, "NodeClassNotReady", message)
             return await self._delete(claim, "nodeclass_not_ready", message)
+        if self.overlays is not None and claim.nodepool and self.overlays.apply(claim.nodepool, ()) is None:
+            # Karpenter fails the launch while the NodePool's overlays are not evaluated; karpy waits for them.
+            log.debug("launch waits for the nodeoverlay evaluation", nodeclaim=claim.name, nodepool=claim.nodepool)
+            return Result(requeue_after=OVERLAY_WAIT)
         try:
             request = await self._launch_request(claim, nodeclass)
             result = await self.cloud.create(request)
@@ -160,7 +170,10 @@ class NodeClaimLifecycle:
         for req in claim.requirements:
             if req.key == wk.LABEL_INSTANCE_TYPE and req.operator == "In":
                 allowed = list(req.values)
-        catalogue = {it.name: it for it in await self.cloud.get_instance_types(nodeclass.raw)}
+        types = await self.cloud.get_instance_types(nodeclass.raw)
+        if self.overlays is not None and claim.nodepool:
+            types = self.overlays.apply(claim.nodepool, types) or types
+        catalogue = {it.name: it for it in types}
         if allowed is not None and any(n not in catalogue for n in allowed):
             # Types left out since the plan (the AMIs changed): the launch names the AMI instead of "no offering".
             left_out = (await self.cloud.incompatible_instance_types(nodeclass.raw)).instance_types

@@ -62,6 +62,7 @@ from karpy.runtime.controller import Result
 from karpy.scheduling import buffers as cb
 from karpy.scheduling import model
 from karpy.scheduling.daemons import with_live_pods
+from karpy.scheduling.nodeoverlay import OverlayStore, overlay_annotations
 from karpy.scheduling.scheduler import solve
 from karpy.scheduling.translate import (
     EPHEMERAL_TAINT_KEYS,
@@ -111,9 +112,12 @@ class Provisioner:
         launch_backoff: LaunchBackoff | None = None,
         clock: Clock | None = None,
         ca_bundle: str | None = None,
+        overlays: OverlayStore | None = None,
     ) -> None:
         self.client = client
         self.ca_bundle = ca_bundle  # what the EC2NodeClass hash stamped on new NodeClaims includes
+        # NodeOverlays (gate NodeOverlay; None: off): applied to every NodePool's instance types in _nodepools.
+        self.overlays = overlays
         self.plans = plans
         self.preference_policy = preference_policy
         self.min_values_policy = min_values_policy
@@ -388,8 +392,17 @@ class Provisioner:
                 except CloudProviderError as err:
                     log.warning("no instance types", ec2nodeclass=class_name, error=str(err))
                     types_by_class[class_name] = []
+            types = types_by_class[class_name]
+            if self.overlays is not None:
+                # The one application point of NodeOverlays for provisioning and disruption alike (Karpenter's
+                # overlay cloud-provider decorator); a NodePool not evaluated yet is skipped, as Karpenter does.
+                overlaid = self.overlays.apply(name, types)
+                if overlaid is None:
+                    log.debug("skipping nodepool, awaiting nodeoverlay evaluation", nodepool=name)
+                    continue
+                types = overlaid
             usage = nodeclaim_usage(self.state.nodeclaim_views_of(name))
-            pools.append(scheduling_nodepool(dict(nodepool.raw), usage, types_by_class[class_name]))
+            pools.append(scheduling_nodepool(dict(nodepool.raw), usage, types))
             views[name] = nodepool
         return pools, views
 
@@ -673,6 +686,7 @@ def nodeclaim_from_plan(
         **plan_annotations(plan.pods, batch),
         wk.ANNOTATION_DECISION: json.dumps(decision),
         **plan.annotations,
+        **overlay_annotations(plan.instance_types),
     }
     if nodeclass is not None:
         annotations[wk.ANNOTATION_NODECLASS_HASH] = nodeclass_hash(nodeclass, ca_bundle)

@@ -52,5 +52,6 @@ PDBS: Final = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBud
 NODEPOOLS: Final = Resource("karpenter.sh", "v1", "nodepools", "NodePool", False)
 NODECLAIMS: Final = Resource("karpenter.sh", "v1", "nodeclaims", "NodeClaim", False)
 EC2NODECLASSES: Final = Resource("karpenter.k8s.aws", "v1", "ec2nodeclasses", "EC2NodeClass", False)
+NODEOVERLAYS: Final = Resource("karpenter.sh", "v1alpha1", "nodeoverlays", "NodeOverlay", False)
 CRDS: Final = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False)
 LEASES: Final = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)

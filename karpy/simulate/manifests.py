@@ -39,6 +39,7 @@ from karpy.simulate.workloads import WORKLOAD_KINDS, Workload, expand, pod_count
 KINDS: Mapping[tuple[str, str], str] = {
     ("karpenter.sh", "NodePool"): "nodepools",
     ("karpenter.k8s.aws", "EC2NodeClass"): "nodeclasses",
+    ("karpenter.sh", "NodeOverlay"): "nodeoverlays",
     ("", "Pod"): "pods",
     ("", "Node"): "nodes",
     ("", "PersistentVolume"): "persistent_volumes",
@@ -56,7 +57,16 @@ KINDS: Mapping[tuple[str, str], str] = {
     ("", "PodTemplate"): "pod_templates",
 }
 CLUSTER_SCOPED = frozenset(
-    {"NodePool", "EC2NodeClass", "Node", "PersistentVolume", "StorageClass", "PriorityClass", "Namespace"}
+    {
+        "NodePool",
+        "EC2NodeClass",
+        "NodeOverlay",
+        "Node",
+        "PersistentVolume",
+        "StorageClass",
+        "PriorityClass",
+        "Namespace",
+    }
 )
 
 
@@ -66,6 +76,7 @@ class Manifests:
 
     nodepools: list[JSON] = attrs.Factory(list)
     nodeclasses: list[JSON] = attrs.Factory(list)
+    nodeoverlays: list[JSON] = attrs.Factory(list)
     pods: list[JSON] = attrs.Factory(list)
     nodes: list[JSON] = attrs.Factory(list)
     daemonsets: list[JSON] = attrs.Factory(list)

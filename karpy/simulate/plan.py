@@ -46,6 +46,7 @@ from karpy.scheduling.volumes import volume_topology
 from karpy.simulate.buffers import GATE_NOTE, BufferPlan, buffer_pods
 from karpy.simulate.catalogue import Catalogue
 from karpy.simulate.manifests import Manifests
+from karpy.simulate.overlays import OVERLAY_NOTE, OverlayReport, overlaid, report_json, report_lines
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 # Taints the DaemonSet controller tolerates on every DaemonSet pod (Kubernetes ``AddOrUpdateDaemonPodTolerations``).
@@ -106,6 +107,7 @@ class Plan:
     buffers: tuple[BufferPlan, ...] = ()
     existing_buffer_pods: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
     unschedulable_buffer_pods: Mapping[str, str] = attrs.field(factory=dict)
+    overlays: tuple[OverlayReport, ...] = ()
 
     @property
     def total_price(self) -> float:
@@ -354,7 +356,7 @@ def simulate(manifests: Manifests, catalogue: Catalogue, *, preference_policy: s
     """
     nodeclasses = {nc["metadata"]["name"]: nc for nc in manifests.nodeclasses}
     usage = nodepool_usage(manifests)
-    pools, unusable, zones_of = [], {}, {}
+    usable, unusable, zones_of = [], {}, {}
     for np_obj in manifests.nodepools:
         name = np_obj["metadata"]["name"]
         nodeclass = usable_nodeclass(np_obj, nodeclasses)
@@ -362,8 +364,16 @@ def simulate(manifests: Manifests, catalogue: Catalogue, *, preference_policy: s
             unusable[name] = nodeclass
             continue
         zones_of[name] = catalogue.zones(nodeclass)
-        pools.append(scheduling_nodepool(np_obj, usage.get(name, {"nodes": 0}), catalogue.instance_types(nodeclass)))
+        usable.append((np_obj, catalogue.instance_types(nodeclass)))
+    # NodeOverlays, as the controller applies them to every NodePool's instance types (gate NodeOverlay).
+    types_of, overlay_reports = overlaid(manifests.nodeoverlays, usable)
+    pools = [
+        scheduling_nodepool(o, usage.get(o["metadata"]["name"], {"nodes": 0}), types_of[o["metadata"]["name"]])
+        for o, _ in usable
+    ]
     pending, bound, notes = split_pods(manifests)
+    if manifests.nodeoverlays:
+        notes.append(OVERLAY_NOTE)
     daemonsets = with_live_pods([daemonset_view(ds) for ds in manifests.daemonsets], daemonset_pods(manifests))
     notes += input_notes(manifests)
     pending, volume_errors = with_volume_topology(manifests, pending)
@@ -429,6 +439,7 @@ def simulate(manifests: Manifests, catalogue: Catalogue, *, preference_policy: s
         unschedulable_buffer_pods={
             k: _reason(v, unusable) for k, v in sorted(result.errors.items()) if k in virtual_keys
         },
+        overlays=tuple(overlay_reports),
     )
 
 
@@ -495,6 +506,7 @@ def plan_to_json(plan: Plan) -> JSON:
         ],
         "unschedulable": [{"pod": k, "reason": v} for k, v in plan.unschedulable.items()],
         "unusableNodePools": [{"nodePool": k, "reason": v} for k, v in sorted(plan.unusable_nodepools.items())],
+        **({"nodeOverlays": report_json(plan.overlays)} if plan.overlays else {}),
         "notes": list(plan.notes),
         **_buffers_json(plan),
     }
@@ -620,6 +632,8 @@ def render_text(plan: Plan) -> str:
     if plan.unusable_nodepools:
         lines += ["", "NodePools not usable:"]
         lines += [f"  {k}: {v}" for k, v in sorted(plan.unusable_nodepools.items())]
+    if plan.overlays:
+        lines += ["", "NodeOverlays:", *report_lines(plan.overlays)]
     if plan.notes:
         lines += ["", "Notes:"] + [f"  {n}" for n in plan.notes]
     return "\n".join(lines) + "\n"

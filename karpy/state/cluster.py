@@ -49,6 +49,7 @@ from karpy.apis import labels as wk
 from karpy.apis.ec2nodeclass import EC2NodeClass
 from karpy.apis.meta import JSON
 from karpy.apis.nodeclaim import NodeClaim
+from karpy.apis.nodeoverlay import NodeOverlay
 from karpy.apis.nodepool import NodePool
 from karpy.scheduling.model import DaemonSet
 from karpy.scheduling.translate import daemonset_view
@@ -88,6 +89,7 @@ TYPED_VIEWS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "NodeClaim": NodeClaim.from_json,
     "NodePool": NodePool.from_json,
     "EC2NodeClass": EC2NodeClass.from_json,
+    "NodeOverlay": NodeOverlay.from_json,
 }
 # Kinds kept as slim JSON views (karpy.state.storage), not whole objects.
 SLIM_VIEWS: dict[str, Callable[[Mapping[str, Any]], JSON]] = {
@@ -150,7 +152,7 @@ class ClusterState:
         self.clock = clock
         # Every kind that must be listed before :attr:`listed` holds: KINDS and the gated ones whose informers run
         # (``extra_kinds``, e.g. karpy.state.buffers.BUFFER_KINDS with the CapacityBuffer gate).
-        self.kinds = (*KINDS, *extra_kinds)
+        self.kinds: tuple[str, ...] = (*KINDS, *extra_kinds)
         self.pods: dict[str, PodInfo] = {}
         self.nodes: dict[str, NodeInfo] = {}
         self.nodeclaims: dict[str, JSON] = {}
@@ -160,6 +162,9 @@ class ClusterState:
         self.nodeclaim_views: dict[str, NodeClaim] = {}
         self.nodepool_views: dict[str, NodePool] = {}
         self.nodeclass_views: dict[str, EC2NodeClass] = {}
+        # NodeOverlays (gate NodeOverlay): JSON and typed views by name.
+        self.nodeoverlays: dict[str, JSON] = {}
+        self.nodeoverlay_views: dict[str, NodeOverlay] = {}
         self.daemonsets: dict[str, DaemonSet] = {}
         # Slim views (karpy.state.storage): Namespace by name, PV by name, PVC by namespace/name, StorageClass.
         self.namespaces: dict[str, JSON] = {}
@@ -304,6 +309,7 @@ class ClusterState:
             "NodeClaim": self.nodeclaims,
             "NodePool": self.nodepools,
             "EC2NodeClass": self.nodeclasses,
+            "NodeOverlay": self.nodeoverlays,
             "DaemonSet": self.daemonsets,
             "Namespace": self.namespaces,
             "PersistentVolume": self.persistent_volumes,
@@ -320,6 +326,7 @@ class ClusterState:
             "NodeClaim": self.nodeclaim_views,
             "NodePool": self.nodepool_views,
             "EC2NodeClass": self.nodeclass_views,
+            "NodeOverlay": self.nodeoverlay_views,
         }
         return views[kind]
 

@@ -290,7 +290,7 @@ def test_leader_election_namespace_defaults_to_the_pods_namespace(tmp_path: Path
     [
         *(("FEATURE_GATES", f"{gate}=true") for gate in DEFAULT_FEATURE_GATES if gate in UNSUPPORTED_GATES),
         *(("AWS_FEATURE_GATES", f"{gate}=true") for gate in DEFAULT_AWS_FEATURE_GATES),
-        ("FEATURE_GATES", "SpotToSpotConsolidation=true,NodeOverlay=true"),
+        ("FEATURE_GATES", "SpotToSpotConsolidation=true,TerminateFirstDrift=true"),
         ("ENABLE_PROFILING", "true"),
         ("IGNORE_DRA_REQUESTS", "false"),
         ("ENABLE_ZONAL_SHIFT", "true"),
@@ -308,7 +308,14 @@ def test_values_karpy_cannot_honour_are_rejected_in_one_line(name: str, value: s
 
 def test_every_unimplemented_gate_is_rejected() -> None:
     """Each core gate karpy does not implement, and every AWS gate."""
-    implemented = {"SpotToSpotConsolidation", "ReservedCapacity", "NodeRepair", "StaticCapacity", "CapacityBuffer"}
+    implemented = {
+        "SpotToSpotConsolidation",
+        "ReservedCapacity",
+        "NodeRepair",
+        "StaticCapacity",
+        "CapacityBuffer",
+        "NodeOverlay",
+    }
     core = set(DEFAULT_FEATURE_GATES) - implemented
     assert set(UNSUPPORTED_GATES) == core | set(DEFAULT_AWS_FEATURE_GATES)
 
