@@ -603,6 +603,7 @@ def aws_operator(
         reserved_enis=settings.reserved_enis,
         isolated_vpc=settings.isolated_vpc,
         ami_refresh_interval=settings.ami_refresh_interval,
+        reserved_capacity=bool(settings.feature_gates.get("ReservedCapacity", True)),
     )
     return Operator(
         settings,

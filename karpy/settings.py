@@ -209,8 +209,8 @@ KARPENTER_SETTINGS: Final[tuple[KarpenterSetting, ...]] = (
         _gates_text(DEFAULT_FEATURE_GATES),
         "core",
         "rejected",
-        "SpotToSpotConsolidation honoured; "
-        "ReservedCapacity accepted; any other gate set to true is rejected; unknown names are ignored with a "
+        "SpotToSpotConsolidation and ReservedCapacity honoured (ReservedCapacity=false: no capacity "
+        "reservations); any other gate set to true is rejected; unknown names are ignored with a "
         "warning, as Karpenter ignores them",
     ),
     _S(

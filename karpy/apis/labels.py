@@ -223,6 +223,7 @@ COND_AMIS_READY: Final = "AMIsReady"
 COND_SUBNETS_READY: Final = "SubnetsReady"
 COND_SECURITY_GROUPS_READY: Final = "SecurityGroupsReady"
 COND_INSTANCE_PROFILE_READY: Final = "InstanceProfileReady"
+COND_CAPACITY_RESERVATIONS_READY: Final = "CapacityReservationsReady"
 
 # Resource names (Kubernetes core and well-known extended resources).
 RESOURCE_CPU: Final = "cpu"

@@ -22,6 +22,7 @@ from typing import Any, Final
 import structlog
 
 from karpy.apis import labels as wk
+from karpy.aws import capacityreservations as cr
 from karpy.aws import nodeclass as nodeclass_resolution
 from karpy.aws.amis import AMIProvider, no_ami_reason
 from karpy.aws.cache import AMIS, Timer, UnavailableOfferings
@@ -61,6 +62,8 @@ class AWSCloudProvider:
         vm_memory_overhead_percent / reserved_enis / isolated_vpc: Karpenter's settings of the same names.
         cluster_cidr / cluster_dns: the service CIDR and DNS IPs for the NodeConfig.
         ami_refresh_interval: ``AMI_REFRESH_INTERVAL`` seconds, how long resolved AMIs are cached.
+        reserved_capacity: the ``ReservedCapacity`` feature gate (capacity reservations,
+            :mod:`karpy.aws.capacityreservations`).
         clock: monotonic seconds, for the caches (tests inject one).
     """
 
@@ -80,6 +83,7 @@ class AWSCloudProvider:
         cluster_dns: Sequence[str] = DEFAULT_CLUSTER_DNS,
         ami_refresh_interval: float = AMIS.seconds,
         clock: Timer = time.monotonic,
+        reserved_capacity: bool = True,
     ) -> None:
         self.clients = clients
         self.cluster_name = cluster_name
@@ -88,6 +92,8 @@ class AWSCloudProvider:
         self.region = region
         self.k8s_version = k8s_version
         self.unavailable = UnavailableOfferings(clock)
+        self.reserved_capacity = reserved_capacity
+        self.capacity_reservations = cr.CapacityReservationProvider(clients.ec2, timer=clock)
         self.pricing = PricingProvider(clients.ec2, clients.pricing, region, isolated_vpc=isolated_vpc, clock=clock)
         self.instance_types = InstanceTypeProvider(
             clients.ec2,
@@ -106,9 +112,14 @@ class AWSCloudProvider:
             cluster_ca_bundle=cluster_ca_bundle,
             cluster_cidr=cluster_cidr,
             cluster_dns=cluster_dns,
+            reserved_capacity=reserved_capacity,
         )
         self.instances = InstanceProvider(
-            clients.ec2, cluster_name, unavailable=self.unavailable, launch_templates=self.launch_templates
+            clients.ec2,
+            cluster_name,
+            unavailable=self.unavailable,
+            launch_templates=self.launch_templates,
+            reservations=self.capacity_reservations if reserved_capacity else None,
         )
         self.amis = AMIProvider(clients.ec2, clients.ssm, k8s_version, ttl=ami_refresh_interval, clock=clock)
 
@@ -125,6 +136,7 @@ class AWSCloudProvider:
             region=self.region,
             k8s_version=self.k8s_version,
             amis=self.amis,
+            capacity_reservations=self.capacity_reservations if self.reserved_capacity else None,
         )
 
     # Catalogue --------------------------------------------------------------------------------------------
@@ -137,7 +149,17 @@ class AWSCloudProvider:
             CloudProviderError: EC2 could not be read.
         """
         try:
-            return await self.instance_types.list(nodeclass)
+            types = await self.instance_types.list(nodeclass)
+            entries = (nodeclass.get("status") or {}).get("capacityReservations") or []
+            if not self.reserved_capacity or not entries:
+                return types
+            return cr.with_reserved_offerings(
+                types,
+                entries,
+                on_demand=await self.pricing.on_demand_prices(),
+                free=self.capacity_reservations.available,
+                ice=self.unavailable.is_unavailable,
+            )
         except NodeClassNotReadyError:
             raise
         except Exception as err:
@@ -193,6 +215,8 @@ class AWSCloudProvider:
             raise CloudProviderError(f"launching {request.nodeclaim_name}: {err}") from err
         try:
             instance = await self.instances.describe_launched(instance_id)
+            if instance.capacity_reservation_id:
+                self.capacity_reservations.mark_launched(instance.capacity_reservation_id, instance_id)
             return await self._result(request, instance)
         except BaseException as err:
             await self.instances.terminate_quietly(instance_id)  # never leak an instance the NodeClaim cannot record
@@ -235,6 +259,9 @@ class AWSCloudProvider:
         }
         if zone_id:
             labels[wk.LABEL_ZONE_ID] = zone_id
+        labels.update(cr.instance_labels(instance))
+        if instance.capacity_reservation_id:  # an adopted instance: its slot returns when it is terminated
+            self.capacity_reservations.remember(instance.capacity_reservation_id, instance.instance_id)
         return LaunchResult(
             provider_id=instance.provider_id,
             instance_id=instance.instance_id,
@@ -265,7 +292,12 @@ class AWSCloudProvider:
             NodeClaimNotFoundError: the instance is terminated or unknown: termination is complete.
             CloudProviderError: EC2 refused; the caller retries.
         """
-        await self.instances.delete(_instance_id(provider_id))
+        instance_id = _instance_id(provider_id)
+        try:
+            await self.instances.delete(instance_id)
+        except NodeClaimNotFoundError:
+            self.capacity_reservations.mark_terminated(instance_id)  # Karpenter MarkTerminated: gone, slot returned
+            raise
 
     async def create_tags(self, provider_id: str, tags: Mapping[str, str]) -> None:
         """CreateTags ``tags`` on the instance behind ``provider_id`` (Karpenter AWS ``instance.CreateTags``).

@@ -51,6 +51,12 @@ class Offering:
 
     ``price`` is USD per hour. ``available`` is False when the offering is ICE-cached, has no known
     price, or its zone is outside the NodeClass subnets (Karpenter: ``Offering.Available``).
+
+    A ``reserved`` offering (capacity type ``reserved``, :mod:`karpy.aws.capacityreservations`) names its
+    capacity reservation (``reservation_id`` ``cr-…``, ``reservation_type`` ``default``/``capacity-block``,
+    ``reservation_interruptible``) and the instances it can still take (``reservation_capacity``); it is
+    ``available`` only while that is above zero (Karpenter's ``Offering.Launchable``). Other offerings leave them
+    empty.
     """
 
     zone: str
@@ -58,6 +64,10 @@ class Offering:
     price: float
     available: bool = True
     zone_id: str = ""
+    reservation_id: str = ""
+    reservation_type: str = ""
+    reservation_interruptible: bool = False
+    reservation_capacity: int = 0
 
 
 @attrs.frozen(slots=True)
@@ -157,7 +167,8 @@ class CloudInstance:
     """An instance the cloud reports as owned by this cluster (for restart adoption and garbage collection).
 
     ``tags`` are the EC2 tags; ``state`` the EC2 state name (pending, running, shutting-down, …);
-    ``launch_time`` is timezone-aware UTC.
+    ``launch_time`` is timezone-aware UTC. ``capacity_reservation_*``: the capacity reservation a ``reserved``
+    instance runs in (id, ``default``/``capacity-block``, interruptible); empty for other capacity types.
     """
 
     instance_id: str
@@ -171,6 +182,9 @@ class CloudInstance:
     tags: Mapping[str, str]
     subnet_id: str = ""
     security_group_ids: tuple[str, ...] = ()
+    capacity_reservation_id: str = ""
+    capacity_reservation_type: str = ""
+    capacity_reservation_interruptible: bool = False
 
 
 class CloudProvider(Protocol):

@@ -41,6 +41,9 @@ SUB_CONDITIONS = (
     wk.COND_AMIS_READY,
     wk.COND_INSTANCE_PROFILE_READY,
     wk.COND_VALIDATION_SUCCEEDED,
+    # Written only with the ReservedCapacity gate on (karpy.aws.capacityreservations), as Karpenter's Ready set
+    # includes it only then.
+    wk.COND_CAPACITY_RESERVATIONS_READY,
 )
 
 

@@ -79,21 +79,12 @@ def req(key: str, op: str, *values: str) -> dict[str, Any]:
         (nodepool(replicas=0), nodeclass(), [("spec.replicas", True)]),
         # Karpenter ignores consolidationPolicy on a static NodePool.
         (nodepool(policy="Balanced", replicas=2), nodeclass(), [("spec.replicas", True)]),
-        # Reserved only: karpy can never launch for it.
-        (nodepool(req(CT, "In", "reserved")), nodeclass(), [(f"requirement {CT}", True)]),
-        (
-            nodepool(req(CT, "In", "reserved")),
-            nodeclass(capacityReservationSelectorTerms=TERMS),
-            [(f"requirement {CT}", True)],
-        ),
-        # Reserved among others: only a difference when the EC2NodeClass selects reservations.
+        # Capacity reservations are implemented (karpy.aws.capacityreservations): never an unsupported feature.
+        (nodepool(req(CT, "In", "reserved")), nodeclass(), []),
+        (nodepool(req(CT, "In", "reserved")), nodeclass(capacityReservationSelectorTerms=TERMS), []),
         (nodepool(req(CT, "In", "reserved", "on-demand")), nodeclass(), []),
-        (
-            nodepool(req(CT, "In", "reserved", "on-demand")),
-            nodeclass(capacityReservationSelectorTerms=TERMS),
-            [("capacityReservationSelectorTerms", False)],
-        ),
-        (nodepool(), nodeclass(capacityReservationSelectorTerms=TERMS), [("capacityReservationSelectorTerms", False)]),
+        (nodepool(req(CT, "In", "reserved", "on-demand")), nodeclass(capacityReservationSelectorTerms=TERMS), []),
+        (nodepool(), nodeclass(capacityReservationSelectorTerms=TERMS), []),
         (nodepool(req(CT, "NotIn", "reserved")), nodeclass(capacityReservationSelectorTerms=TERMS), []),
         (nodepool(req(CT, "In", "spot")), nodeclass(capacityReservationSelectorTerms=TERMS), []),
         (nodepool(req(CT, "In", "spot")), None, []),
@@ -186,10 +177,10 @@ async def test_a_changed_set_of_unsupported_features_is_reported_again() -> None
     await h.update_spec(nodepool(policy="Balanced", generation=2))
     await h.reconcile()
     assert len(h.warnings()) == 1, "same features: no new event"
-    await h.update_spec(nodepool(req(CT, "In", "spot"), policy="Balanced"))
+    await h.update_spec(nodepool(req(CT, "In", "spot"), policy="Balanced", replicas=2))
     stored = await h.reconcile()
-    assert len(h.warnings()) == 2
-    assert "capacityReservationSelectorTerms" not in condition(stored, COND_FEATURES_SUPPORTED)["message"]
+    assert len(h.warnings()) > 1 and any("spec.replicas" in w for w in h.warnings()[1:]), "a new set: reported"
+    assert "consolidationPolicy" not in condition(stored, COND_FEATURES_SUPPORTED)["message"]
 
 
 def test_static_nodepool_nodes_are_no_disruption_candidates() -> None:
