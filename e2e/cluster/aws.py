@@ -169,16 +169,21 @@ def _spot_fleets_honour_security_group_ids() -> None:
     fleets.SpotFleetLaunchSpec = LaunchSpec
 
 
-def _logged_server(request_log: Path, ip_address: str, port: int) -> Any:
-    """A ThreadedMotoServer whose WSGI application is wrapped in :class:`RequestLog` (moto 5's
-    ``ThreadedMotoServer._server_entry``, with the wrapper around ``DomainDispatcherApplication``)."""
+def _logged_server(request_log: Path | None, ip_address: str, port: int) -> Any:
+    """A ThreadedMotoServer whose WSGI application is wrapped in the test environment's EC2 extensions (capacity
+    reservations, :mod:`e2e.cluster.capacityreservations`) and, with ``request_log``, in :class:`RequestLog`
+    (moto 5's ``ThreadedMotoServer._server_entry``, with the wrappers around ``DomainDispatcherApplication``)."""
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
     from moto.server import ThreadedMotoServer
     from werkzeug.serving import make_server
 
+    from e2e.cluster.capacityreservations import CapacityReservations
+
     class LoggedMotoServer(ThreadedMotoServer):
         def _server_entry(self) -> None:
-            app = RequestLog(DomainDispatcherApplication(create_backend_app), request_log)
+            app: Any = CapacityReservations(DomainDispatcherApplication(create_backend_app))
+            if request_log is not None:
+                app = RequestLog(app, request_log)
             self._server = make_server(self._ip_address, self._port, app, True, request_handler=MotoRequestHandler)
             self._server_ready_event.set()
             self._server.serve_forever()
@@ -189,18 +194,15 @@ def _logged_server(request_log: Path, ip_address: str, port: int) -> Any:
 def start_moto(port: int = 0, request_log: Path | None = None) -> MotoAWS:
     """Start moto's server on 127.0.0.1:``port`` (0 = any free port) in a daemon thread; with ``request_log``,
     its mutating requests are appended to that JSONL file (:class:`RequestLog`)."""
-    from moto.server import ThreadedMotoServer
 
     _spot_fleets_honour_security_group_ids()
 
     for name in ("werkzeug", "moto"):
         # werkzeug logs a traceback per request moto has no backend for (e.g. the Pricing API karpy tries once).
         logging.getLogger(name).setLevel(logging.CRITICAL)
-    if request_log is None:
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    else:
+    if request_log is not None:
         request_log.touch()
-        server = _logged_server(request_log, "127.0.0.1", port)
+    server = _logged_server(request_log, "127.0.0.1", port)
     server.start()
     host, bound = server.get_host_and_port()
     return MotoAWS(server, f"http://{host}:{bound}", request_log)
