@@ -318,9 +318,12 @@ class AWSCloudProvider:
 
     # Interruption and garbage collection -------------------------------------------------------------------
 
-    def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str) -> None:
+    def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str, reservation_id: str = "") -> None:
         """Put one offering in the ICE cache for 3 minutes (a spot interruption warning: Karpenter marks the
-        interrupted offering so the replacement is launched elsewhere)."""
+        interrupted offering so the replacement is launched elsewhere); a reserved offering by its reservation
+        (a capacity-reservation interruption warning)."""
+        if capacity_type == wk.CAPACITY_TYPE_RESERVED and reservation_id:
+            capacity_type = cr.unavailable_key(reservation_id)
         self.unavailable.mark(capacity_type, instance_type, zone)
         log.info("offering unavailable", capacity_type=capacity_type, instance_type=instance_type, zone=zone)
 

@@ -128,9 +128,9 @@ class MeteredCloudProvider:
         """``cloud.list``, measured as ``List``."""
         return await self._measure("List", self.cloud.list)
 
-    def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str) -> None:
+    def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str, reservation_id: str = "") -> None:
         """``cloud.mark_unavailable`` (synchronous cache write: unmeasured)."""
-        self.cloud.mark_unavailable(instance_type, zone, capacity_type)
+        self.cloud.mark_unavailable(instance_type, zone, capacity_type, reservation_id)
 
 
 __all__ = ["ERRORS_TOTAL", "METHOD_DURATION", "MeteredCloudProvider", "controller_name", "error_type"]

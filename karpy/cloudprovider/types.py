@@ -248,11 +248,13 @@ class CloudProvider(Protocol):
         """Every non-terminated instance carrying this cluster's karpy ownership tags."""
         ...
 
-    def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str) -> None:
-        """Keep the offering (``instance_type`` in ``zone`` as ``capacity_type``) out of launches for 3 minutes.
+    def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str, reservation_id: str = "") -> None:
+        """Keep the offering (``instance_type`` in ``zone`` as ``capacity_type``) out of launches for 3 minutes;
+        a ``reserved`` offering is scoped to its ``reservation_id`` (other reservations stay offered).
 
-        Karpenter AWS: a spot interruption warning marks its offering unavailable in the ICE cache so the
-        replacement goes elsewhere (``interruption/controller.go``, ``UnavailableOfferings.MarkUnavailable``).
+        Karpenter AWS: a spot interruption warning (and a capacity-reservation interruption warning) marks its
+        offering unavailable in the ICE cache so the replacement goes elsewhere (``interruption/utils.go``
+        ``markUnavailableOfferings``, ``UnavailableOfferings.MarkUnavailable``).
         """
         ...
 
@@ -266,6 +268,7 @@ class InterruptionKind(StrEnum):
     SCHEDULED_CHANGE = "scheduled_change"
     INSTANCE_STOPPED = "instance_stopped"
     INSTANCE_TERMINATED = "instance_terminated"
+    CAPACITY_RESERVATION_INTERRUPTED = "capacity_reservation_interrupted"
     NO_OP = "no_op"
     """A well-formed event karpy does not act on (unknown source/detail-type/version, filtered-out state)."""
     INVALID = "invalid"
