@@ -29,6 +29,7 @@ from karpy.aws.sqs import SQSInterruptionQueue
 from karpy.cloudprovider.metrics import MeteredCloudProvider
 from karpy.cloudprovider.types import CloudProvider, CloudProviderError, InterruptionQueue
 from karpy.controllers.binder import Binder
+from karpy.controllers.capacity_type_sync import CapacityTypeSync
 from karpy.controllers.disruption.controller import Disruption
 from karpy.controllers.disruption.controls import from_settings as disruption_settings
 from karpy.controllers.garbagecollection import FAST_INTERVAL as GC_FAST_INTERVAL
@@ -188,6 +189,8 @@ class Operator:
         self.garbage_collection_loop = SingletonController(
             self.garbage_collection, base_delay=GC_FAST_INTERVAL, max_delay=GC_INTERVAL
         )
+        # Karpenter AWS capacityreservation/capacitytype: a NodeClaim whose reservation ended becomes on-demand.
+        self.capacity_type_sync = SingletonController(CapacityTypeSync(client, self.state, cloud), max_delay=60.0)
         # Interruption handling runs only with a queue (INTERRUPTION_QUEUE, or one injected by tests).
         self.interruption: Interruption | None = None
         self.interruption_loop: SingletonController | None = None
@@ -335,6 +338,7 @@ class Operator:
             ("nodeclaim.expiration", self._after_sync(self.nodeclaim_expiration.run)),
             ("nodeclaim.tagging", self._after_sync(self.nodeclaim_tagging.run)),
             ("garbagecollection", self.garbage_collection_loop.run),
+            ("capacityreservation.capacitytype", self._after_sync(self.capacity_type_sync.run)),
         ]
         if self.interruption_loop is not None:
             tasks.append(("interruption", self.interruption_loop.run))

@@ -14,7 +14,8 @@ Served here (moto never sees them):
   ``owner-id``, ``instance-type``, ``availability-zone``, ``instance-match-criteria``, ``tenancy``,
   ``instance-platform``, ``tag:<key>``, ``tag-key``; an unknown id is ``InvalidCapacityReservationId.NotFound``,
   an unknown filter ``InvalidParameterValue``, both 400 as EC2 answers);
-* ``CancelCapacityReservation``: state ``cancelled`` (no more launches; Karpenter asks for ``state=active`` only).
+* ``CancelCapacityReservation``: state ``cancelled`` (no more launches; Karpenter asks for ``state=active`` only);
+  its running instances go on as on-demand (DescribeInstances shows no ``CapacityReservationId`` any more).
 
 Accounting (moto launches the instances, this module does the reservation's part):
 
@@ -328,7 +329,7 @@ class CapacityReservations:
         elif action == "DescribeCapacityReservations":
             body = self._describe(region, reservations, params)
         else:
-            body = self._cancel(reservations, params)
+            body = self._cancel(region, reservations, params)
         start_response("200 OK", [("Content-Type", "text/xml")])
         return [_response(action, body)]
 
@@ -410,9 +411,16 @@ class CapacityReservations:
         token = _element("nextToken", start + size) if start + size < len(found) else ""
         return f"<capacityReservationSet>{items}</capacityReservationSet>{token}"
 
-    def _cancel(self, reservations: dict[str, Reservation], params: Mapping[str, str]) -> str:
+    def _cancel(self, region: str, reservations: dict[str, Reservation], params: Mapping[str, str]) -> str:
+        """The reservation ends: its running instances go on as on-demand instances (no reservation any more)."""
         r = self._get(reservations, params.get("CapacityReservationId", ""))
         r.state = "cancelled"
+        for instance_id in r.instances - r.returned:
+            with contextlib.suppress(Exception):
+                instance = self.backend(region).get_instance(instance_id)
+                instance.capacity_reservation_id = None
+                instance.capacity_reservation_specification = {"CapacityReservationPreference": "open"}
+                instance.instance_lifecycle = None
         return _element("return", True)
 
     @staticmethod

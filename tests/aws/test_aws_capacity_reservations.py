@@ -279,3 +279,20 @@ async def test_reserved_instance_drifts_when_its_reservation_is_no_longer_select
     unselected = {**obj, "status": {**obj["status"], "capacityReservations": None}}
     assert instance_drift(EC2NodeClass.from_json(unselected), instance) == CAPACITY_RESERVATION_DRIFTED
     await cloud.delete(launched.provider_id)
+
+
+async def test_cancelled_reservation_leaves_its_instance_on_demand(clients: AWSClients) -> None:
+    """The reservation ends: EC2 keeps the instance as on-demand, which the capacity-type controller reads."""
+    cloud = new_provider(clients)
+    team = uuid.uuid4().hex[:8]
+    rid = await reserve(clients, team, 1)
+    obj = await resolved(cloud, team)
+    launched = await cloud.create(request(obj, await cloud.get_instance_types(obj), ct("reserved")))
+    assert (await cloud.get(launched.provider_id)).capacity_type == wk.CAPACITY_TYPE_RESERVED
+    await clients.ec2.cancel_capacity_reservation(CapacityReservationId=rid)
+    after = await cloud.get(launched.provider_id)
+    assert (after.capacity_type, after.capacity_reservation_id) == (wk.CAPACITY_TYPE_ON_DEMAND, "")
+    assert after.provider_id in {i.provider_id for i in await cloud.list() if i.capacity_type == "on-demand"}
+    # Read again once the one-minute cache has passed (a new provider): no longer selected.
+    assert (await resolved(new_provider(clients), team))["status"]["capacityReservations"] is None
+    await cloud.delete(launched.provider_id)
