@@ -151,8 +151,10 @@ SPECS: Final[dict[str, KindSpec]] = {
                 wk.COND_SECURITY_GROUPS_READY,
                 wk.COND_INSTANCE_PROFILE_READY,
                 wk.COND_VALIDATION_SUCCEEDED,
-                # Karpenter's set also has PlacementGroupReady (and CapacityReservationsReady with reserved
-                # capacity): karpy implements neither, never writes them, so they are not read as Unknown forever.
+                # With the ReservedCapacity gate (default on), as Karpenter's set.
+                wk.COND_CAPACITY_RESERVATIONS_READY,
+                # Karpenter's set also has PlacementGroupReady: karpy does not implement it, never writes it, so it
+                # is not read as Unknown forever.
             ),
         ),
     )

@@ -392,3 +392,34 @@ async def test_provider_caches_per_query_and_counts_launches_and_terminations() 
     now[0] = 61.0
     await provider.list(terms)
     assert len(FakeEC2.calls) == 2 and provider.available("cr-1") == 2, "re-synced from EC2"
+
+
+# The EC2NodeClass status ----------------------------------------------------------------------------------
+
+
+async def test_nodeclass_status_writes_capacity_reservations_and_the_condition_gates_ready() -> None:
+    """Karpenter ``controllers/nodeclass/capacityreservation.go``: ``status.capacityReservations`` and
+    ``CapacityReservationsReady`` (part of Ready with the gate on); a failed read keeps the last known value."""
+    from karpy.aws.nodeclass import NodeClassResolution
+    from tests.unit.test_nodeclass_status import AMIS, GROUPS, SUBNETS, ok, ready_nodeclass, reconciler
+
+    base = {"subnets": SUBNETS, "securityGroups": GROUPS, "amis": AMIS, "instanceProfile": "p"}
+    parts = [ok(t) for t in (wk.COND_SUBNETS_READY, wk.COND_SECURITY_GROUPS_READY, wk.COND_AMIS_READY)]
+    parts.append(ok(wk.COND_INSTANCE_PROFILE_READY))
+    found = NodeClassResolution(
+        status={**base, "capacityReservations": [entry()]}, conditions=[*parts, ok(wk.COND_CAPACITY_RESERVATIONS_READY)]
+    )
+    rec, state, _ = reconciler(ready_nodeclass(), found)
+    await rec.reconcile("default")
+    stored = state.nodeclasses["default"]["status"]
+    assert stored["capacityReservations"] == [entry()]
+    types = {c["type"]: c["status"] for c in stored["conditions"]}
+    assert types[wk.COND_CAPACITY_RESERVATIONS_READY] == "True" and types[wk.COND_READY] == "True"
+
+    failing = {"type": wk.COND_CAPACITY_RESERVATIONS_READY, "status": "False", "reason": "X", "message": "m"}
+    broken = NodeClassResolution(status={**base, "capacityReservations": None}, conditions=[*parts, failing])
+    rec.resolver.resolution = broken
+    await rec.reconcile("default")
+    stored = state.nodeclasses["default"]["status"]
+    assert "capacityReservations" not in stored, "none selected: the field is removed (Karpenter's nil)"
+    assert {c["type"]: c["status"] for c in stored["conditions"]}[wk.COND_READY] == "False"
