@@ -101,19 +101,19 @@ WELL_KNOWN_LABELS: Final = frozenset(
         LABEL_INSTANCE_ACCELERATOR_MANUFACTURER,
         LABEL_INSTANCE_ACCELERATOR_COUNT,
         LABEL_INSTANCE_TENANCY,
+        LABEL_CAPACITY_RESERVATION_ID,
+        LABEL_CAPACITY_RESERVATION_TYPE,
+        LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
     }
 )
 
-# Well-known labels of Karpenter v1.15 that karpy's instance types and offerings do not carry yet (capacity
-# reservations, placement groups and flex instances are not implemented): NodePools and NodeClaims may name them
+# Well-known labels of Karpenter v1.15 that karpy's instance types and offerings do not carry yet (placement
+# groups and flex instances are not implemented): NodePools and NodeClaims may name them
 # (the CRDs' label-domain rules allow them, :func:`restricted_label_error` too), but the scheduler does not treat
 # them as well known, so a requirement on them is not silently unsatisfiable.
 NOT_YET_WELL_KNOWN_LABELS: Final = frozenset(
     {
         LABEL_INSTANCE_CAPABILITY_FLEX,
-        LABEL_CAPACITY_RESERVATION_ID,
-        LABEL_CAPACITY_RESERVATION_TYPE,
-        LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
         LABEL_PLACEMENT_GROUP_ID,
         LABEL_PLACEMENT_GROUP_PARTITION,
     }

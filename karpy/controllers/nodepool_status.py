@@ -43,7 +43,7 @@ from karpy.kube.events import WARNING, EventRecorder
 from karpy.kube.resources import NODEPOOLS
 from karpy.runtime.controller import Result
 from karpy.scheduling import requirements as rq
-from karpy.scheduling.instancetypes import labels_allow, offering_allowed, type_labels
+from karpy.scheduling.instancetypes import labels_allow, offering_allowed, reservation_of, type_labels
 from karpy.scheduling.translate import requirement_from_json
 from karpy.state.cluster import ClusterState
 
@@ -183,7 +183,7 @@ def compatible_instance_types(nodepool: NodePool, instance_types: list[InstanceT
         it.name
         for it in instance_types
         if labels_allow(type_labels(it), reqs)
-        and any(offering_allowed(o.zone, o.capacity_type, o.zone_id, reqs) for o in it.offerings)
+        and any(offering_allowed(o.zone, o.capacity_type, o.zone_id, reqs, reservation_of(o)) for o in it.offerings)
     ]
 
 
