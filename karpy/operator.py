@@ -29,6 +29,7 @@ from karpy.aws.sqs import SQSInterruptionQueue
 from karpy.cloudprovider.metrics import MeteredCloudProvider
 from karpy.cloudprovider.types import CloudProvider, CloudProviderError, InterruptionQueue
 from karpy.controllers.binder import Binder
+from karpy.controllers.capacity_block_expiration import CapacityBlockExpiration
 from karpy.controllers.capacity_type_sync import CapacityTypeSync
 from karpy.controllers.disruption.controller import Disruption
 from karpy.controllers.disruption.controls import from_settings as disruption_settings
@@ -191,6 +192,10 @@ class Operator:
         )
         # Karpenter AWS capacityreservation/capacitytype: a NodeClaim whose reservation ended becomes on-demand.
         self.capacity_type_sync = SingletonController(CapacityTypeSync(client, self.state, cloud), max_delay=60.0)
+        # Karpenter AWS capacityreservation/expiration: nodes of a capacity block in its last 40 minutes go first.
+        self.capacity_block_expiration = SingletonController(
+            CapacityBlockExpiration(client, self.state), max_delay=60.0
+        )
         # Interruption handling runs only with a queue (INTERRUPTION_QUEUE, or one injected by tests).
         self.interruption: Interruption | None = None
         self.interruption_loop: SingletonController | None = None
@@ -339,6 +344,7 @@ class Operator:
             ("nodeclaim.tagging", self._after_sync(self.nodeclaim_tagging.run)),
             ("garbagecollection", self.garbage_collection_loop.run),
             ("capacityreservation.capacitytype", self._after_sync(self.capacity_type_sync.run)),
+            ("capacityreservation.expiration", self._after_sync(self.capacity_block_expiration.run)),
         ]
         if self.interruption_loop is not None:
             tasks.append(("interruption", self.interruption_loop.run))

@@ -86,3 +86,34 @@ async def test_ended_reservation_demotes_nodeclaim_and_registered_node_only() ->
     assert (await kube.get(NODECLAIMS, "draining"))["metadata"]["labels"] == RESERVED
     assert (await kube.get(NODECLAIMS, "unregistered"))["metadata"]["labels"][wk.LABEL_CAPACITY_TYPE] == "on-demand"
     assert (await kube.get(NODES, "n-unregistered"))["metadata"]["labels"] == RESERVED, "labels not synced yet"
+
+
+async def test_nodeclaims_of_an_expiring_capacity_block_are_deleted() -> None:
+    """Karpenter AWS ``capacityreservation/expiration``: a NodeClaim of a reservation its EC2NodeClass lists as
+    ``expiring`` is deleted; others are not."""
+    from karpy.controllers.capacity_block_expiration import CapacityBlockExpiration
+
+    nodeclass = {
+        "apiVersion": "karpenter.k8s.aws/v1",
+        "kind": "EC2NodeClass",
+        "metadata": {"name": "nc", "resourceVersion": "1"},
+        "status": {
+            "capacityReservations": [
+                {"id": "cr-1", "state": "expiring", "reservationType": "capacity-block"},
+                {"id": "cr-2", "state": "active"},
+            ]
+        },
+    }
+    objects = [
+        nodeclass,
+        nodeclaim("block", "aws:///us-east-1a/i-1", {**RESERVED, wk.LABEL_CAPACITY_RESERVATION_ID: "cr-1"}),
+        nodeclaim("odcr", "aws:///us-east-1a/i-2", {**RESERVED, wk.LABEL_CAPACITY_RESERVATION_ID: "cr-2"}),
+        nodeclaim("plain", "aws:///us-east-1a/i-3", {wk.LABEL_CAPACITY_TYPE: "on-demand"}),
+    ]
+    state = ClusterState()
+    for obj in objects:
+        state.apply(obj["kind"], "ADDED", obj)
+    kube = FakeKube(objects)
+    result = await CapacityBlockExpiration(kube, state).reconcile()
+    assert result.requeue_after == 60.0
+    assert [r.path.rsplit("/", 1)[-1] for r in kube.requests_to("DELETE")] == ["block"]
