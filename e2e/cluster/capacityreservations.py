@@ -34,9 +34,10 @@ Accounting (moto launches the instances, this module does the reservation's part
   ``MinCount`` are available);
 * ``TerminateInstances``: each instance of a reservation gives its slot back once.
 
-Not modelled: instances consuming ``open`` reservations without targeting them (Karpenter's launch templates say
-``none`` or target one), capacity blocks (``PurchaseCapacityBlock``), reservation expiry by ``EndDate`` (the
-reservation stays ``active``; karpy drops it by its end date as Karpenter does).
+Capacity blocks are seeded in-process (:func:`seed_capacity_block`; launches into them get ``InstanceLifecycle
+capacity-block``). Not modelled: instances consuming ``open`` reservations without targeting them (Karpenter's launch
+templates say ``none`` or target one), ``PurchaseCapacityBlock``, reservation expiry by ``EndDate`` (the reservation
+stays ``active``; karpy drops it by its end date as Karpenter does).
 
 State lives in this process (moto's server thread), per region; the launched instances are annotated through
 moto's in-process EC2 backend, whose serializer then writes the DescribeInstances fields.
@@ -590,6 +591,8 @@ class CapacityReservations:
             }
             if r.interruptible:
                 instance.instance_lifecycle = "interruptible-capacity-reservation"
+            elif r.reservation_type == "capacity-block":
+                instance.instance_lifecycle = "capacity-block"
 
     def _terminate(
         self,
@@ -647,6 +650,33 @@ def _moto_backend(region: str) -> Any:
     from moto.ec2.models import ec2_backends
 
     return ec2_backends[_account()][region]
+
+
+def seed_capacity_block(
+    region: str, instance_type: str, zone: str, count: int, end: datetime, tags: Mapping[str, str], store: Store = STORE
+) -> str:
+    """A capacity block (``reservationType: capacity-block``, ``targeted``) written into this process's store: EC2
+    sells them through ``PurchaseCapacityBlock`` offerings, which this module does not serve. Returns its id."""
+    r = Reservation(
+        id="cr-" + secrets.token_hex(9)[:17],
+        owner_id=_account(),
+        instance_type=instance_type,
+        platform="Linux/UNIX",
+        zone=zone,
+        zone_id="",
+        tenancy="default",
+        total=count,
+        available=count,
+        match_criteria="targeted",
+        tags=dict(tags),
+        created=datetime.now(UTC),
+        end=end,
+        end_date_type="limited",
+        reservation_type="capacity-block",
+    )
+    with store.lock:
+        store.region(region)[r.id] = r
+    return r.id
 
 
 def reset(store: Store = STORE) -> None:

@@ -296,3 +296,47 @@ async def test_cancelled_reservation_leaves_its_instance_on_demand(clients: AWSC
     # Read again once the one-minute cache has passed (a new provider): no longer selected.
     assert (await resolved(new_provider(clients), team))["status"]["capacityReservations"] is None
     await cloud.delete(launched.provider_id)
+
+
+async def test_capacity_block_launch_and_expiring_block_not_offered(clients: AWSClients) -> None:
+    """A capacity block: CreateFleet ``capacity-block`` into its own template, the NodeClaim labelled
+    ``capacity-block``; in its last 40 minutes it is ``expiring`` and offered no more."""
+    from datetime import UTC, datetime, timedelta
+
+    from e2e.cluster.capacityreservations import seed_capacity_block
+
+    cloud = new_provider(clients)
+    team = uuid.uuid4().hex[:8]
+    rid = seed_capacity_block("us-east-1", TYPE, ZONE, 1, datetime.now(UTC) + timedelta(hours=3), {"team": team})
+    obj = await resolved(cloud, team)
+    assert [(e["id"], e["reservationType"], e["state"]) for e in obj["status"]["capacityReservations"]] == [
+        (rid, "capacity-block", "active")
+    ]
+    sent: list[dict[str, Any]] = []
+    original = clients.ec2.create_fleet
+
+    async def recording(**kwargs: Any) -> Any:
+        sent.append(kwargs)
+        return await original(**kwargs)
+
+    cloud.instances.ec2.create_fleet = recording
+    try:
+        launched = await cloud.create(request(obj, await cloud.get_instance_types(obj), ct("reserved")))
+    finally:
+        del cloud.instances.ec2.create_fleet
+    assert sent[0]["TargetCapacitySpecification"]["DefaultTargetCapacityType"] == "capacity-block"
+    assert "OnDemandOptions" not in sent[0] and len(sent[0]["LaunchTemplateConfigs"]) == 1
+    assert launched.labels[wk.LABEL_CAPACITY_RESERVATION_TYPE] == "capacity-block"
+    template = sent[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
+    versions = await clients.ec2.describe_launch_template_versions(LaunchTemplateName=template)
+    data = versions["LaunchTemplateVersions"][0]["LaunchTemplateData"]
+    assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
+    assert data["CapacityReservationSpecification"]["CapacityReservationTarget"]["CapacityReservationId"] == rid
+    await cloud.delete(launched.provider_id)
+
+    ending = uuid.uuid4().hex[:8]
+    seed_capacity_block("us-east-1", TYPE, ZONE, 1, datetime.now(UTC) + timedelta(minutes=30), {"team": ending})
+    late = await resolved(cloud, ending)
+    assert late["status"]["capacityReservations"][0]["state"] == "expiring"
+    m5 = next(t for t in await cloud.get_instance_types(late) if t.name == TYPE)
+    assert [o.available for o in m5.offerings if o.capacity_type == wk.CAPACITY_TYPE_RESERVED] == [False]
