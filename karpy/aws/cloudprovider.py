@@ -10,7 +10,8 @@ an instance exists terminates it.
 
 The providers: :mod:`karpy.aws.instancetypes` (catalogue), :mod:`karpy.aws.pricing`, :mod:`karpy.aws.instances`
 (CreateFleet, Describe/TerminateInstances), :mod:`karpy.aws.launchtemplates`, :mod:`karpy.aws.nodeclass`
-(subnets, security groups, AMIs, instance profile), with their caches in :mod:`karpy.aws.cache`.
+(subnets, security groups, AMIs, instance profile), :mod:`karpy.aws.capacityreservations` (capacity
+reservations: status, reserved offerings, targeted launches), with their caches in :mod:`karpy.aws.cache`.
 """
 
 from __future__ import annotations
