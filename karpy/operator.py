@@ -217,7 +217,12 @@ class Operator:
         self.observability = not settings.disable_cluster_state_observability
         self._elected: asyncio.Event | None = None  # leader election's "elected" (None: always leading)
         self.status_conditions = StatusConditions(self.events, leading=self.leading)
-        self.state_metrics = StateMetrics(self.state, cloud=cloud, leading=self.leading)
+        self.state_metrics = StateMetrics(
+            self.state,
+            cloud=cloud,
+            leading=self.leading,
+            reserved_capacity=bool(settings.feature_gates.get("ReservedCapacity", True)),
+        )
         self._wired = False
 
     def leading(self) -> bool:

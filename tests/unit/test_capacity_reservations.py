@@ -423,3 +423,28 @@ async def test_nodeclass_status_writes_capacity_reservations_and_the_condition_g
     stored = state.nodeclasses["default"]["status"]
     assert "capacityReservations" not in stored, "none selected: the field is removed (Karpenter's nil)"
     assert {c["type"]: c["status"] for c in stored["conditions"]}[wk.COND_READY] == "False"
+
+
+def test_offering_metrics_have_a_reserved_series_per_type_and_zone_with_the_gate() -> None:
+    """AWS ``controllers/metrics/controller.go``: with ReservedCapacity, a (type, zone) without a reserved offering
+    still has ``capacity_type="reserved"`` series, unavailable at price 0; a real one wins."""
+    from karpy.metrics_state import InstanceTypeSnapshot, OfferingDimensions
+
+    od = Offering(zone="us-east-1a", capacity_type="on-demand", price=0.096)
+    m5 = itype("m5.large", od, offering("cr-1", price=9.6e-9))
+    c5 = itype("c5.large", attrs.evolve(od, price=0.085), attrs.evolve(od, zone="us-east-1b", price=0.085))
+    snapshot = InstanceTypeSnapshot()
+    snapshot.add("default", [m5, c5], reserved_capacity=True)
+    reserved = {
+        (d.instance_type, d.zone): (ok, snapshot.price[d])
+        for d, ok in snapshot.available.items()
+        if d.capacity_type == "reserved"
+    }
+    assert reserved == {
+        ("m5.large", "us-east-1a"): (True, 9.6e-9),
+        ("c5.large", "us-east-1a"): (False, 0.0),
+        ("c5.large", "us-east-1b"): (False, 0.0),
+    }
+    off = InstanceTypeSnapshot()
+    off.add("default", [c5])
+    assert OfferingDimensions("c5.large", "reserved", "us-east-1a") not in off.available
