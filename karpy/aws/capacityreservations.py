@@ -273,6 +273,7 @@ class CapacityReservationProvider:
         self._available = ttl_cache(AVAILABILITY, timer)
         self._returned = ttl_cache(TERMINATED_INSTANCES, timer)
         self._instances = ttl_cache(AVAILABILITY, timer)  # instance id → reservation id, for mark_terminated
+        self._held: dict[str, int] = {}  # reservation id → launches in flight that may take one of its instances
         self._lock = asyncio.Lock()
 
     async def list(self, terms: Sequence[Mapping[str, Any]]) -> Reservations:
@@ -307,15 +308,33 @@ class CapacityReservationProvider:
         return out
 
     def available(self, reservation_id: str) -> int:
-        """Instances ``reservation_id`` can still take, as last synced and adjusted (0 when unknown)."""
-        return int(self._available.get(reservation_id, 0))
+        """Instances ``reservation_id`` can still take, as last synced and adjusted, less the launches in flight
+        holding one (0 when unknown)."""
+        return max(0, int(self._available.get(reservation_id, 0)) - self._held.get(reservation_id, 0))
+
+    def hold(self, reservation_ids: Iterable[str]) -> None:
+        """A launch that may take one instance of each of ``reservation_ids`` is in flight: concurrent launches
+        see one fewer free until :meth:`release` (karpy's; Karpenter counts a launch only once it returned)."""
+        for rid in reservation_ids:
+            self._held[rid] = self._held.get(rid, 0) + 1
+
+    def release(self, reservation_ids: Iterable[str]) -> None:
+        """The launch holding ``reservation_ids`` returned (the one it took is counted by :meth:`mark_launched`)."""
+        for rid in reservation_ids:
+            left = self._held.get(rid, 0) - 1
+            if left > 0:
+                self._held[rid] = left
+            else:
+                self._held.pop(rid, None)
 
     def set_available(self, reservation_id: str, count: int) -> None:
         """Force the count (a ``ReservationCapacityExceeded`` launch: 0 until the next sync from EC2)."""
         self._available[reservation_id] = max(0, count)
 
     def mark_launched(self, reservation_id: str, instance_id: str) -> None:
-        """An instance was launched into ``reservation_id``: one fewer free (never below 0)."""
+        """``instance_id`` was launched into ``reservation_id``: one fewer free (never below 0); once per instance."""
+        if instance_id in self._instances:
+            return
         self._instances[instance_id] = reservation_id
         count = self._available.get(reservation_id)
         if count is not None and count > 0:
@@ -517,6 +536,19 @@ def launch_template_fields(reservation: Offering | None) -> JSON:
     elif reservation.reservation_interruptible:
         data["InstanceMarketOptions"] = {"MarketType": "interruptible-capacity-reservation"}
     return data
+
+
+def launched_reservation(response: Mapping[str, Any], candidates: Candidates, subnet_zones: Mapping[str, str]) -> str:
+    """The reservation a successful reserved CreateFleet launched into: the candidate offering of the launched
+    override's instance type and zone ("" when the answer does not say)."""
+    reservation = {(it.name, o.zone): o.reservation_id for it, offerings in candidates for o in offerings}
+    for entry in response.get("Instances") or []:
+        overrides = (entry.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}
+        zone = str(overrides.get("AvailabilityZone") or subnet_zones.get(str(overrides.get("SubnetId")), ""))
+        instance_type = str(overrides.get("InstanceType") or entry.get("InstanceType") or "")
+        if (instance_type, zone) in reservation:
+            return reservation[(instance_type, zone)]
+    return ""
 
 
 def failed_reservations(

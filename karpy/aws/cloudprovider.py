@@ -216,7 +216,7 @@ class AWSCloudProvider:
             raise CloudProviderError(f"launching {request.nodeclaim_name}: {err}") from err
         try:
             instance = await self.instances.describe_launched(instance_id)
-            if instance.capacity_reservation_id:
+            if instance.capacity_reservation_id:  # counted at launch already unless CreateFleet did not say where
                 self.capacity_reservations.mark_launched(instance.capacity_reservation_id, instance_id)
             return await self._result(request, instance)
         except BaseException as err:

@@ -251,12 +251,24 @@ class InstanceProvider:
             )
         candidates = launch_candidates(types, request.requirements, subnets, capacity_type)
         options: JSON | None = None
-        if capacity_type == wk.CAPACITY_TYPE_RESERVED:
+        held: list[str] = []
+        if capacity_type == wk.CAPACITY_TYPE_RESERVED and self.reservations is not None:
             candidates = cr.reserved_candidates(candidates)
             options = cr.fleet_options(candidates[0][1][0])
-        configs = await self._launch_template_configs(request, candidates, subnets, capacity_type, tags)
-        response = await self.create_fleet(configs, capacity_type, tags, options)
-        instance_ids = [i for entry in response.get("Instances") or [] for i in entry.get("InstanceIds") or []]
+            held = [o.reservation_id for _, offerings in candidates for o in offerings]
+            self.reservations.hold(held)  # no await since refresh: concurrent launches see these taken
+        try:
+            configs = await self._launch_template_configs(request, candidates, subnets, capacity_type, tags)
+            response = await self.create_fleet(configs, capacity_type, tags, options)
+            instance_ids = [i for entry in response.get("Instances") or [] for i in entry.get("InstanceIds") or []]
+            if held and instance_ids and self.reservations is not None:
+                zones = {str(s["id"]): str(s["zone"]) for s in status.get("subnets") or []}
+                rid = cr.launched_reservation(response, candidates, zones)
+                if rid:
+                    self.reservations.mark_launched(rid, instance_ids[0])
+        finally:
+            if self.reservations is not None:
+                self.reservations.release(held)
         errors = response.get("Errors") or []
         count_launch_failures(errors, status, capacity_type)
         if not instance_ids:

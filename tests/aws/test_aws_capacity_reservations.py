@@ -340,3 +340,36 @@ async def test_capacity_block_launch_and_expiring_block_not_offered(clients: AWS
     assert late["status"]["capacityReservations"][0]["state"] == "expiring"
     m5 = next(t for t in await cloud.get_instance_types(late) if t.name == TYPE)
     assert [o.available for o in m5.offerings if o.capacity_type == wk.CAPACITY_TYPE_RESERVED] == [False]
+
+
+async def test_concurrent_launches_take_the_last_slot_once(clients: AWSClients) -> None:
+    """Two NodeClaims planned onto a one-instance reservation launch at once: the first holds the slot while its
+    CreateFleet is in flight, so the second goes on-demand without a refused fleet."""
+    import asyncio
+
+    cloud = new_provider(clients)
+    team = uuid.uuid4().hex[:8]
+    rid = await reserve(clients, team, 1)
+    obj = await resolved(cloud, team)
+    types = await cloud.get_instance_types(obj)
+    fleets: list[str] = []
+    original = clients.ec2.create_fleet
+
+    async def recording(**kwargs: Any) -> Any:
+        fleets.append(kwargs["TargetCapacitySpecification"]["DefaultTargetCapacityType"])
+        answer = await original(**kwargs)
+        assert not answer.get("Errors"), answer["Errors"]
+        return answer
+
+    cloud.instances.ec2.create_fleet = recording
+    try:
+        launched = await asyncio.gather(
+            cloud.create(request(obj, types, ct("reserved", "on-demand"))),
+            cloud.create(request(obj, types, ct("reserved", "on-demand"))),
+        )
+    finally:
+        del cloud.instances.ec2.create_fleet
+    assert sorted(r.capacity_type for r in launched) == ["on-demand", "reserved"]
+    assert len(fleets) == 2 and cloud.capacity_reservations.available(rid) == 0
+    for result in launched:
+        await cloud.delete(result.provider_id)

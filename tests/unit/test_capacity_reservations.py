@@ -387,6 +387,12 @@ async def test_provider_caches_per_query_and_counts_launches_and_terminations() 
     provider.mark_terminated("i-1")
     provider.mark_terminated("i-unknown")
     assert provider.available("cr-1") == 1, "a slot is returned once"
+    provider.hold(["cr-1", "cr-9"])
+    assert provider.available("cr-1") == 0, "held by a launch in flight"
+    provider.release(["cr-1", "cr-9"])
+    assert provider.available("cr-1") == 1
+    provider.mark_launched("cr-1", "i-2")
+    assert provider.available("cr-1") == 1, "counted once per instance"
     provider.set_available("cr-1", 0)
     assert provider.available("cr-1") == 0
     now[0] = 61.0
