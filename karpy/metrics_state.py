@@ -166,8 +166,10 @@ class InstanceTypeSnapshot:
     prices: dict[str, dict[tuple[str, str, str], float]] = attrs.field(factory=dict)
     failed: set[str] = attrs.field(factory=set)
 
-    def add(self, nodepool: str, instance_types: Iterable[InstanceType]) -> None:
-        """Record ``nodepool``'s instance types (Karpenter: availability ORed over NodePools, last price wins)."""
+    def add(self, nodepool: str, instance_types: Iterable[InstanceType], reserved_capacity: bool = False) -> None:
+        """Record ``nodepool``'s instance types (Karpenter: availability ORed over NodePools, last price wins).
+        With the ``ReservedCapacity`` gate, every (type, zone) also has a ``reserved`` series, unavailable at price 0
+        when no reservation offers it (AWS ``controllers/metrics/controller.go``)."""
         pool_prices = self.prices.setdefault(nodepool, {})
         for it in instance_types:
             for offering in it.offerings:
@@ -175,6 +177,12 @@ class InstanceTypeSnapshot:
                 self.available[dims] = self.available.get(dims, False) or offering.available
                 self.price[dims] = offering.price
                 pool_prices[(it.name, offering.zone, offering.capacity_type)] = offering.price
+            if reserved_capacity:
+                for zone in {o.zone for o in it.offerings}:
+                    dims = OfferingDimensions(it.name, "reserved", zone)
+                    if dims not in self.available:
+                        self.available[dims] = False
+                        self.price[dims] = 0.0
             self.cpu_cores[it.name] = _cpu_cores(it)
             self.memory_bytes[it.name] = _memory_bytes(it)
 
@@ -216,11 +224,13 @@ class StateMetrics(RegisteredCollector):
         clock: Callable[[], float] = time.time,
         times: PodSchedulingTimes | None = None,
         overlays: OverlayStore | None = None,
+        reserved_capacity: bool = False,
     ) -> None:
         self.state = state
         self.cloud = cloud
         # NodeOverlays (gate NodeOverlay): prices and cost include them, as Karpenter's decorated GetInstanceTypes.
         self.overlays = overlays
+        self.reserved_capacity = reserved_capacity  # the ReservedCapacity gate (reserved offering series)
         self.leading = leading
         self.clock = clock
         self.times = times if times is not None else PodSchedulingTimes(clock)
@@ -265,7 +275,7 @@ class StateMetrics(RegisteredCollector):
                         snapshot.failed.add(name)
                         continue
                     types = overlaid
-                snapshot.add(name, types)
+                snapshot.add(name, types, self.reserved_capacity)
             except Exception as err:  # one broken NodePool must not hide the others' series
                 log.debug("instance types not resolved for metrics", nodepool=name, error=str(err))
                 snapshot.failed.add(name)

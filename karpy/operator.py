@@ -29,6 +29,8 @@ from karpy.aws.sqs import SQSInterruptionQueue
 from karpy.cloudprovider.metrics import MeteredCloudProvider
 from karpy.cloudprovider.types import CloudProvider, CloudProviderError, InterruptionQueue
 from karpy.controllers.binder import Binder
+from karpy.controllers.capacity_block_expiration import CapacityBlockExpiration
+from karpy.controllers.capacity_type_sync import CapacityTypeSync
 from karpy.controllers.capacitybuffer import CapacityBufferController, buffers_referencing
 from karpy.controllers.disruption.controller import Disruption
 from karpy.controllers.disruption.controls import from_settings as disruption_settings
@@ -273,6 +275,12 @@ class Operator:
         self.garbage_collection_loop = SingletonController(
             self.garbage_collection, base_delay=GC_FAST_INTERVAL, max_delay=GC_INTERVAL
         )
+        # Karpenter AWS capacityreservation/capacitytype: a NodeClaim whose reservation ended becomes on-demand.
+        self.capacity_type_sync = SingletonController(CapacityTypeSync(client, self.state, cloud), max_delay=60.0)
+        # Karpenter AWS capacityreservation/expiration: nodes of a capacity block in its last 40 minutes go first.
+        self.capacity_block_expiration = SingletonController(
+            CapacityBlockExpiration(client, self.state), max_delay=60.0
+        )
         # Interruption handling runs only with a queue (INTERRUPTION_QUEUE, or one injected by tests).
         self.interruption: Interruption | None = None
         self.interruption_loop: SingletonController | None = None
@@ -294,7 +302,13 @@ class Operator:
         self.observability = not settings.disable_cluster_state_observability
         self._elected: asyncio.Event | None = None  # leader election's "elected" (None: always leading)
         self.status_conditions = StatusConditions(self.events, leading=self.leading)
-        self.state_metrics = StateMetrics(self.state, cloud=cloud, leading=self.leading, overlays=self.overlays)
+        self.state_metrics = StateMetrics(
+            self.state,
+            cloud=cloud,
+            leading=self.leading,
+            overlays=self.overlays,
+            reserved_capacity=bool(settings.feature_gates.get("ReservedCapacity", True)),
+        )
         self._wired = False
 
     def _overlays_evaluated(self) -> None:
@@ -466,6 +480,8 @@ class Operator:
             ("nodeclaim.expiration", self._after_sync(self.nodeclaim_expiration.run)),
             ("nodeclaim.tagging", self._after_sync(self.nodeclaim_tagging.run)),
             ("garbagecollection", self.garbage_collection_loop.run),
+            ("capacityreservation.capacitytype", self._after_sync(self.capacity_type_sync.run)),
+            ("capacityreservation.expiration", self._after_sync(self.capacity_block_expiration.run)),
         ]
         if self.static_provisioning is not None and self.static_deprovisioning is not None:
             tasks.append(("static.provisioning", self._after_sync(self.static_provisioning.run)))
@@ -753,6 +769,7 @@ def aws_operator(
         isolated_vpc=settings.isolated_vpc,
         ami_refresh_interval=settings.ami_refresh_interval,
         legacy_repair_policies=settings.legacy_node_repair,
+        reserved_capacity=bool(settings.feature_gates.get("ReservedCapacity", True)),
     )
     return Operator(
         settings,

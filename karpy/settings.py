@@ -212,8 +212,9 @@ KARPENTER_SETTINGS: Final[tuple[KarpenterSetting, ...]] = (
         _gates_text(DEFAULT_FEATURE_GATES),
         "core",
         "rejected",
-        "SpotToSpotConsolidation, NodeRepair, StaticCapacity, CapacityBuffer and NodeOverlay honoured; "
-        "ReservedCapacity accepted; any other gate set to true is rejected; unknown names are ignored with a "
+        "SpotToSpotConsolidation, ReservedCapacity (false: no capacity reservations), NodeRepair, StaticCapacity, "
+        "CapacityBuffer and NodeOverlay honoured; any other gate set to true is rejected; unknown names are ignored "
+        "with a "
         "warning, as Karpenter ignores them",
     ),
     _S(

@@ -171,10 +171,12 @@ def _spot_fleets_honour_security_group_ids() -> None:
 
 def _ec2_extensions(app: Any) -> Any:
     """moto's application wrapped in the test environment's implementations of the EC2 APIs moto lacks:
-    placement groups (:mod:`e2e.cluster.placementgroups`)."""
+    placement groups (:mod:`e2e.cluster.placementgroups`) and capacity reservations
+    (:mod:`e2e.cluster.capacityreservations`)."""
+    from e2e.cluster.capacityreservations import CapacityReservations
     from e2e.cluster.placementgroups import PlacementGroupsAPI
 
-    return PlacementGroupsAPI(app)
+    return PlacementGroupsAPI(CapacityReservations(app))
 
 
 def _logged_server(request_log: Path | None, ip_address: str, port: int) -> Any:

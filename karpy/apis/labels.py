@@ -102,19 +102,19 @@ WELL_KNOWN_LABELS: Final = frozenset(
         LABEL_INSTANCE_ACCELERATOR_COUNT,
         LABEL_INSTANCE_TENANCY,
         LABEL_PLACEMENT_GROUP_ID,
+        LABEL_CAPACITY_RESERVATION_ID,
+        LABEL_CAPACITY_RESERVATION_TYPE,
+        LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
     }
 )
 
-# Well-known labels of Karpenter v1.15 that karpy's instance types and offerings do not carry yet (capacity
-# reservations, placement-group partitions, flex instances): NodePools and NodeClaims may name them
+# Well-known labels of Karpenter v1.15 that karpy's instance types and offerings do not carry yet (placement-group
+# partitions, flex instances): NodePools and NodeClaims may name them
 # (the CRDs' label-domain rules allow them, :func:`restricted_label_error` too), but the scheduler does not treat
 # them as well known, so a requirement on them is not silently unsatisfiable.
 NOT_YET_WELL_KNOWN_LABELS: Final = frozenset(
     {
         LABEL_INSTANCE_CAPABILITY_FLEX,
-        LABEL_CAPACITY_RESERVATION_ID,
-        LABEL_CAPACITY_RESERVATION_TYPE,
-        LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
         LABEL_PLACEMENT_GROUP_PARTITION,
     }
 )
@@ -225,6 +225,7 @@ COND_SUBNETS_READY: Final = "SubnetsReady"
 COND_SECURITY_GROUPS_READY: Final = "SecurityGroupsReady"
 COND_INSTANCE_PROFILE_READY: Final = "InstanceProfileReady"
 COND_PLACEMENT_GROUP_READY: Final = "PlacementGroupReady"
+COND_CAPACITY_RESERVATIONS_READY: Final = "CapacityReservationsReady"
 
 # Resource names (Kubernetes core and well-known extended resources).
 RESOURCE_CPU: Final = "cpu"

@@ -10,7 +10,8 @@ an instance exists terminates it.
 
 The providers: :mod:`karpy.aws.instancetypes` (catalogue), :mod:`karpy.aws.pricing`, :mod:`karpy.aws.instances`
 (CreateFleet, Describe/TerminateInstances), :mod:`karpy.aws.launchtemplates`, :mod:`karpy.aws.nodeclass`
-(subnets, security groups, AMIs, instance profile), with their caches in :mod:`karpy.aws.cache`.
+(subnets, security groups, AMIs, instance profile), :mod:`karpy.aws.capacityreservations` (capacity
+reservations: status, reserved offerings, targeted launches), with their caches in :mod:`karpy.aws.cache`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import attrs
 import structlog
 
 from karpy.apis import labels as wk
+from karpy.aws import capacityreservations as cr
 from karpy.aws import nodeclass as nodeclass_resolution
 from karpy.aws.amis import AMIProvider, no_ami_reason
 from karpy.aws.cache import AMIS, Timer, UnavailableOfferings
@@ -79,6 +81,8 @@ class AWSCloudProvider:
         ami_refresh_interval: ``AMI_REFRESH_INTERVAL`` seconds, how long resolved AMIs are cached.
         legacy_repair_policies: ``LEGACY_NODE_REPAIR``: serve the legacy node repair policies (Karpenter's
             ``WithLegacyRepairPolicies``; :mod:`karpy.aws.repairpolicies`).
+        reserved_capacity: the ``ReservedCapacity`` feature gate (capacity reservations,
+            :mod:`karpy.aws.capacityreservations`).
         clock: monotonic seconds, for the caches (tests inject one).
     """
 
@@ -99,6 +103,7 @@ class AWSCloudProvider:
         ami_refresh_interval: float = AMIS.seconds,
         legacy_repair_policies: bool = False,
         clock: Timer = time.monotonic,
+        reserved_capacity: bool = True,
     ) -> None:
         self.legacy_repair_policies = legacy_repair_policies
         self.clients = clients
@@ -108,6 +113,8 @@ class AWSCloudProvider:
         self.region = region
         self.k8s_version = k8s_version
         self.unavailable = UnavailableOfferings(clock)
+        self.reserved_capacity = reserved_capacity
+        self.capacity_reservations = cr.CapacityReservationProvider(clients.ec2, timer=clock)
         self.pricing = PricingProvider(clients.ec2, clients.pricing, region, isolated_vpc=isolated_vpc, clock=clock)
         self.instance_types = InstanceTypeProvider(
             clients.ec2,
@@ -126,9 +133,14 @@ class AWSCloudProvider:
             cluster_ca_bundle=cluster_ca_bundle,
             cluster_cidr=cluster_cidr,
             cluster_dns=cluster_dns,
+            reserved_capacity=reserved_capacity,
         )
         self.instances = InstanceProvider(
-            clients.ec2, cluster_name, unavailable=self.unavailable, launch_templates=self.launch_templates
+            clients.ec2,
+            cluster_name,
+            unavailable=self.unavailable,
+            launch_templates=self.launch_templates,
+            reservations=self.capacity_reservations if reserved_capacity else None,
         )
         self.amis = AMIProvider(clients.ec2, clients.ssm, k8s_version, ttl=ami_refresh_interval, clock=clock)
         self.placement_groups = PlacementGroupProvider(clients.ec2, clock)
@@ -147,6 +159,7 @@ class AWSCloudProvider:
             k8s_version=self.k8s_version,
             amis=self.amis,
             placement_groups=self.placement_groups,
+            capacity_reservations=self.capacity_reservations if self.reserved_capacity else None,
         )
 
     # Catalogue --------------------------------------------------------------------------------------------
@@ -159,7 +172,17 @@ class AWSCloudProvider:
             CloudProviderError: EC2 could not be read.
         """
         try:
-            return await self._network_compatible(nodeclass, await self.instance_types.list(nodeclass))
+            types = await self._network_compatible(nodeclass, await self.instance_types.list(nodeclass))
+            entries = (nodeclass.get("status") or {}).get("capacityReservations") or []
+            if not self.reserved_capacity or not entries:
+                return types
+            return cr.with_reserved_offerings(
+                types,
+                entries,
+                on_demand=await self.pricing.on_demand_prices(),
+                free=self.capacity_reservations.available,
+                ice=self.unavailable.is_unavailable,
+            )
         except NodeClassNotReadyError:
             raise
         except Exception as err:
@@ -241,6 +264,8 @@ class AWSCloudProvider:
             raise CloudProviderError(f"launching {request.nodeclaim_name}: {err}") from err
         try:
             instance = await self.instances.describe_launched(instance_id)
+            if instance.capacity_reservation_id:  # counted at launch already unless CreateFleet did not say where
+                self.capacity_reservations.mark_launched(instance.capacity_reservation_id, instance_id)
             return await self._result(request, instance, group)
         except BaseException as err:
             await self.instances.terminate_quietly(instance_id)  # never leak an instance the NodeClaim cannot record
@@ -310,6 +335,9 @@ class AWSCloudProvider:
         for key in (wk.LABEL_PLACEMENT_GROUP_ID, wk.LABEL_PLACEMENT_GROUP_PARTITION):  # the group now, not the plan's
             labels.pop(key, None)
         labels.update(nodeclaim_labels(group, request.requirements, partition))
+        labels.update(cr.instance_labels(instance))
+        if instance.capacity_reservation_id:  # an adopted instance: its slot returns when it is terminated
+            self.capacity_reservations.remember(instance.capacity_reservation_id, instance.instance_id)
         return LaunchResult(
             provider_id=instance.provider_id,
             instance_id=instance.instance_id,
@@ -349,7 +377,12 @@ class AWSCloudProvider:
             NodeClaimNotFoundError: the instance is terminated or unknown: termination is complete.
             CloudProviderError: EC2 refused; the caller retries.
         """
-        await self.instances.delete(_instance_id(provider_id))
+        instance_id = _instance_id(provider_id)
+        try:
+            await self.instances.delete(instance_id)
+        except NodeClaimNotFoundError:
+            self.capacity_reservations.mark_terminated(instance_id)  # Karpenter MarkTerminated: gone, slot returned
+            raise
 
     async def create_tags(self, provider_id: str, tags: Mapping[str, str]) -> None:
         """CreateTags ``tags`` on the instance behind ``provider_id`` (Karpenter AWS ``instance.CreateTags``).
@@ -370,9 +403,12 @@ class AWSCloudProvider:
 
     # Interruption and garbage collection -------------------------------------------------------------------
 
-    def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str) -> None:
+    def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str, reservation_id: str = "") -> None:
         """Put one offering in the ICE cache for 3 minutes (a spot interruption warning: Karpenter marks the
-        interrupted offering so the replacement is launched elsewhere)."""
+        interrupted offering so the replacement is launched elsewhere); a reserved offering by its reservation
+        (a capacity-reservation interruption warning)."""
+        if capacity_type == wk.CAPACITY_TYPE_RESERVED and reservation_id:
+            capacity_type = cr.unavailable_key(reservation_id)
         self.unavailable.mark(capacity_type, instance_type, zone)
         log.info("offering unavailable", capacity_type=capacity_type, instance_type=instance_type, zone=zone)
 

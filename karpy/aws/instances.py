@@ -43,6 +43,7 @@ from tenacity import (
 import karpy.metrics_runtime as runtime_metrics
 from karpy.apis import labels as wk
 from karpy.apis.meta import JSON
+from karpy.aws import capacityreservations as cr
 from karpy.aws.amis import ami_for, no_ami_reason
 from karpy.aws.cache import UnavailableOfferings
 from karpy.aws.errors import SPOT_ROLE_CODES, error_code, is_ice, is_launch_template_not_found, is_not_found
@@ -155,28 +156,34 @@ def parse_provider_id(value: str) -> str:
     return instance_id
 
 
-def to_cloud_instance(instance: Mapping[str, Any]) -> CloudInstance:
-    """A DescribeInstances entry as a :class:`CloudInstance` (spot when ``InstanceLifecycle`` says so)."""
+def to_cloud_instance(instance: Mapping[str, Any], reserved_capacity: bool = False) -> CloudInstance:
+    """A DescribeInstances entry as a :class:`CloudInstance` (spot when ``InstanceLifecycle`` says so; with the
+    ``ReservedCapacity`` gate, reserved when launched into a capacity reservation,
+    :func:`karpy.aws.capacityreservations.instance_fields`)."""
     zone = str((instance.get("Placement") or {}).get("AvailabilityZone") or "")
     launched = instance.get("LaunchTime")
     if not isinstance(launched, datetime):
         launched = datetime.now(UTC)
     elif launched.tzinfo is None:
         launched = launched.replace(tzinfo=UTC)
+    fields: dict[str, Any] = {
+        "capacity_type": wk.CAPACITY_TYPE_SPOT
+        if instance.get("InstanceLifecycle") == "spot"
+        else wk.CAPACITY_TYPE_ON_DEMAND,
+        **cr.instance_fields(instance, reserved_capacity),
+    }
     return CloudInstance(
         instance_id=str(instance["InstanceId"]),
         provider_id=provider_id(zone, str(instance["InstanceId"])),
         instance_type=str(instance.get("InstanceType") or ""),
         zone=zone,
-        capacity_type=wk.CAPACITY_TYPE_SPOT
-        if instance.get("InstanceLifecycle") == "spot"
-        else wk.CAPACITY_TYPE_ON_DEMAND,
         state=str((instance.get("State") or {}).get("Name") or ""),
         image_id=str(instance.get("ImageId") or ""),
         launch_time=launched,
         tags={t["Key"]: t["Value"] for t in instance.get("Tags") or []},
         subnet_id=str(instance.get("SubnetId") or ""),
         security_group_ids=tuple(str(g["GroupId"]) for g in instance.get("SecurityGroups") or []),
+        **fields,
     )
 
 
@@ -195,6 +202,7 @@ class InstanceProvider:
         unavailable: the ICE cache launches mark and read.
         launch_templates: ensures the templates a fleet names.
         sleep: awaited between DescribeInstances reads after a launch (tests inject one that returns at once).
+        reservations: the capacity reservations' free counts (``ReservedCapacity`` gate on; None: off).
     """
 
     def __init__(
@@ -205,8 +213,10 @@ class InstanceProvider:
         unavailable: UnavailableOfferings,
         launch_templates: LaunchTemplateProvider,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        reservations: cr.CapacityReservationProvider | None = None,
     ) -> None:
         self.ec2 = ec2
+        self.reservations = reservations
         self.cluster_name = cluster_name
         self.unavailable = unavailable
         self.launch_templates = launch_templates
@@ -238,6 +248,8 @@ class InstanceProvider:
                 f"no AMI for any of {len(allowed)} instance types ({names(allowed)}): "
                 f"{no_ami_reason(request.nodeclass)}"
             )
+        if self.reservations is not None:  # the plan's free counts may predate other launches into a reservation
+            types = cr.refresh(types, self.reservations.available)
         capacity_type = choose_capacity_type(types, request.requirements, subnets)
         if capacity_type is None:
             raise InsufficientCapacityError(
@@ -247,15 +259,34 @@ class InstanceProvider:
         # NodeOverlay prices (Karpenter AWS ``instance.go``: the price-overlay-applied NodeClaim): EC2 would rank by
         # its own prices, so each override gets its overlaid price as Priority under a prioritized strategy.
         prioritized = any(o.price_overlaid for it in request.instance_types for o in it.offerings)
-        configs = await self._launch_template_configs(
-            request, candidates, subnets, capacity_type, tags, placement, prioritized
-        )
-        response = await self.create_fleet(configs, capacity_type, tags, prioritized=prioritized)
-        instance_ids = [i for entry in response.get("Instances") or [] for i in entry.get("InstanceIds") or []]
+        options: JSON | None = None
+        held: list[str] = []
+        if capacity_type == wk.CAPACITY_TYPE_RESERVED and self.reservations is not None:
+            candidates = cr.reserved_candidates(candidates)
+            options = cr.fleet_options(candidates[0][1][0])
+            held = [o.reservation_id for _, offerings in candidates for o in offerings]
+            self.reservations.hold(held)  # no await since refresh: concurrent launches see these taken
+        try:
+            configs = await self._launch_template_configs(
+                request, candidates, subnets, capacity_type, tags, placement, prioritized
+            )
+            response = await self.create_fleet(configs, capacity_type, tags, options, prioritized=prioritized)
+            instance_ids = [i for entry in response.get("Instances") or [] for i in entry.get("InstanceIds") or []]
+            if held and instance_ids and self.reservations is not None:
+                zones = {str(s["id"]): str(s["zone"]) for s in status.get("subnets") or []}
+                rid = cr.launched_reservation(response, candidates, zones)
+                if rid:
+                    self.reservations.mark_launched(rid, instance_ids[0])
+        finally:
+            if self.reservations is not None:
+                self.reservations.release(held)
         errors = response.get("Errors") or []
         count_launch_failures(errors, status, capacity_type)
         if not instance_ids:
-            self._mark_unavailable(errors, status, capacity_type)
+            if capacity_type == wk.CAPACITY_TYPE_RESERVED:
+                self._mark_reservations(errors, status, candidates)
+            else:
+                self._mark_unavailable(errors, status, capacity_type)
             codes = sorted({str(e.get("ErrorCode")) for e in errors})
             if not errors or any(is_ice(c) for c in codes):
                 raise InsufficientCapacityError(f"CreateFleet launched nothing ({', '.join(codes) or 'no error'})")
@@ -282,16 +313,20 @@ class InstanceProvider:
         for it, offerings in candidates:
             ami = ami_for(amis, it.labels)
             assert ami is not None  # filtered in launch
-            name = await self.launch_templates.ensure_for(
-                request, it, str(ami["id"]), capacity_type, lt_tags, placement
-            )
-            price = min(o.price for o in offerings)
-            entry = groups.setdefault(name, (name, [], price))
-            for offering in sorted(offerings, key=lambda o: (o.price, o.zone)):
-                override: JSON = {"InstanceType": it.name, "SubnetId": subnets[offering.zone]}
-                if prioritized:
-                    override["Priority"] = offering.price
-                entry[1].append(override)
+            # A reserved launch: one template per reservation (it names the reservation), Karpenter's resolver.
+            per_template = [[o] for o in offerings] if capacity_type == wk.CAPACITY_TYPE_RESERVED else [list(offerings)]
+            for group in per_template:
+                target = group[0] if capacity_type == wk.CAPACITY_TYPE_RESERVED else None
+                name = await self.launch_templates.ensure_for(
+                    request, it, str(ami["id"]), capacity_type, lt_tags, placement, target
+                )
+                price = min(o.price for o in group)
+                entry = groups.setdefault(name, (name, [], price))
+                for offering in sorted(group, key=lambda o: (o.price, o.zone)):
+                    override: JSON = {"InstanceType": it.name, "SubnetId": subnets[offering.zone]}
+                    if prioritized:
+                        override["Priority"] = offering.price
+                    entry[1].append(override)
         ordered = sorted(groups.values(), key=lambda g: g[2])
         return [
             {"LaunchTemplateSpecification": {"LaunchTemplateName": name, "Version": "$Latest"}, "Overrides": overrides}
@@ -299,11 +334,18 @@ class InstanceProvider:
         ]
 
     async def create_fleet(
-        self, configs: list[JSON], capacity_type: str, tags: Mapping[str, str], *, prioritized: bool = False
+        self,
+        configs: list[JSON],
+        capacity_type: str,
+        tags: Mapping[str, str],
+        options: Mapping[str, Any] | None = None,
+        *,
+        prioritized: bool = False,
     ) -> JSON:
         """CreateFleet ``instant`` for one instance of ``capacity_type`` over ``configs`` (LaunchTemplateConfigs),
         tagging instance, volume and fleet with ``tags``. A launch template that vanished is forgotten by the
-        launch-template cache and the call retried once (Karpenter ``instance.go``).
+        launch-template cache and the call retried once (Karpenter ``instance.go``). ``options`` replace the
+        capacity-type parameters (a reserved launch: :func:`karpy.aws.capacityreservations.fleet_options`).
 
         Raises:
             InsufficientCapacityError: the call failed with an ICE code.
@@ -326,6 +368,10 @@ class InstanceProvider:
             kwargs["SpotOptions"] = {"AllocationStrategy": strategy}
         else:
             kwargs["OnDemandOptions"] = {"AllocationStrategy": "prioritized" if prioritized else "lowest-price"}
+        if options is not None:  # a reserved launch (capacity reservation targeting)
+            kwargs.pop("OnDemandOptions", None)
+            kwargs["TargetCapacitySpecification"]["DefaultTargetCapacityType"] = options["DefaultTargetCapacityType"]
+            kwargs.update({k: v for k, v in options.items() if k != "DefaultTargetCapacityType"})
 
         def forget_templates(_state: RetryCallState) -> None:
             for config in configs:  # re-created by the next ensure
@@ -371,6 +417,21 @@ class InstanceProvider:
         if marked:
             log.info("offerings unavailable", offerings=[f"{ct}/{it}/{z}" for ct, it, z in marked][:20])
 
+    def _mark_reservations(
+        self, errors: Sequence[Mapping[str, Any]], status: Mapping[str, Any], candidates: cr.Candidates
+    ) -> None:
+        """A reserved launch failed (Karpenter ``updateUnavailableOfferingsCache``, reserved branch): a full
+        reservation (``ReservationCapacityExceeded``) is taken as having no free instance until the next sync
+        from EC2; another insufficient-capacity error keeps that reservation's offering out for 3 minutes."""
+        subnet_zones = {str(s["id"]): str(s["zone"]) for s in status.get("subnets") or []}
+        for rid, instance_type, zone, code in cr.failed_reservations(errors, candidates, subnet_zones):
+            if code == cr.EXCEEDED:
+                if self.reservations is not None:
+                    self.reservations.set_available(rid, 0)
+            else:
+                self.unavailable.mark(cr.unavailable_key(rid), instance_type, zone)
+            log.info("reserved offering unavailable", reservation=rid, type=instance_type, zone=zone, error=code)
+
     # Read -------------------------------------------------------------------------------------------------
 
     async def _describe(self, **kwargs: Any) -> list[JSON]:
@@ -413,7 +474,7 @@ class InstanceProvider:
             if is_not_found(err):
                 return None
             raise CloudProviderError(f"DescribeInstances {instance_id}: {err}") from err
-        return to_cloud_instance(found[0]) if found else None
+        return to_cloud_instance(found[0], self.reservations is not None) if found else None
 
     async def find_by_nodeclaim(self, nodeclaim_name: str) -> CloudInstance | None:
         """The oldest live (not shutting-down) instance of this cluster tagged ``karpenter.sh/nodeclaim=<name>``.
@@ -431,7 +492,10 @@ class InstanceProvider:
             )
         except Exception as err:
             raise CloudProviderError(f"DescribeInstances: {err}") from err
-        instances = sorted((to_cloud_instance(i) for i in found), key=lambda i: (i.launch_time, i.instance_id))
+        instances = sorted(
+            (to_cloud_instance(i, self.reservations is not None) for i in found),
+            key=lambda i: (i.launch_time, i.instance_id),
+        )
         return instances[0] if instances else None
 
     async def get(self, instance_id: str) -> CloudInstance:
@@ -462,7 +526,7 @@ class InstanceProvider:
             )
         except Exception as err:
             raise CloudProviderError(f"DescribeInstances: {err}") from err
-        return [to_cloud_instance(i) for i in found]
+        return [to_cloud_instance(i, self.reservations is not None) for i in found]
 
     # Tag --------------------------------------------------------------------------------------------------
 

@@ -36,11 +36,12 @@ from karpy.apis.meta import JSON
 from karpy.apis.quantity import to_canonical
 from karpy.aws import amifamily
 from karpy.aws.cache import LAUNCH_TEMPLATE_UNUSED, LAUNCH_TEMPLATES, Timer, ttl_cache
+from karpy.aws.capacityreservations import launch_template_fields
 from karpy.aws.errors import is_already_exists, is_not_found
 from karpy.aws.instancetypes import KubeletResources, format_reserved, kubelet_resources
 from karpy.aws.networkinterfaces import network_interfaces
 from karpy.aws.userdata import DEFAULT_CLUSTER_DNS, DEFAULT_SERVICE_CIDR, NodeAdmInput, bootstrap_options
-from karpy.cloudprovider.types import InstanceType, LaunchRequest
+from karpy.cloudprovider.types import InstanceType, LaunchRequest, Offering
 
 log = structlog.get_logger("karpy.aws.launchtemplates")
 NAME_PREFIX: Final = "karpenter.k8s.aws/"
@@ -153,7 +154,9 @@ class LaunchTemplateProvider:
     """Ensures launch templates exist; remembers ensured names for :data:`karpy.aws.cache.LAUNCH_TEMPLATES`.
 
     ``cluster_endpoint``/``cluster_ca_bundle``/``cluster_cidr``/``cluster_dns`` go into every nodeadm NodeConfig
-    (Karpenter's launch-template provider holds the same cluster facts).
+    (Karpenter's launch-template provider holds the same cluster facts). ``reserved_capacity`` (the
+    ``ReservedCapacity`` gate) adds the ``CapacityReservationSpecification`` of Karpenter's targeted launch mode
+    (:func:`karpy.aws.capacityreservations.launch_template_fields`).
     """
 
     def __init__(
@@ -166,8 +169,10 @@ class LaunchTemplateProvider:
         cluster_ca_bundle: str = "",
         cluster_cidr: str = DEFAULT_SERVICE_CIDR,
         cluster_dns: Sequence[str] = DEFAULT_CLUSTER_DNS,
+        reserved_capacity: bool = False,
     ) -> None:
         self.ec2 = ec2
+        self.reserved_capacity = reserved_capacity
         self.cluster_name = cluster_name
         self.clock = clock
         self.cluster_endpoint = cluster_endpoint
@@ -190,6 +195,7 @@ class LaunchTemplateProvider:
         capacity_type: str,
         tags: Mapping[str, str],
         placement: Mapping[str, Any] | None = None,
+        reservation: Offering | None = None,
     ) -> str:
         """The launch template for launching ``it`` with ``image_id`` for ``request``: the user data of the
         EC2NodeClass's AMI family (:mod:`karpy.aws.amifamily`) with the type's kubelet resources, the NodeClaim's
@@ -199,7 +205,8 @@ class LaunchTemplateProvider:
 
         karpy passes the kubeReserved/systemReserved/evictionHard it predicted for the type (Karpenter passes
         only those the EC2NodeClass sets and lets the AMI compute its defaults), so the node's allocatable is
-        the one karpy scheduled against.
+        the one karpy scheduled against. ``reservation``: the reserved offering a ``reserved`` launch targets (one
+        template per reservation).
 
         Raises:
             botocore ClientError: EC2 refused.
@@ -218,6 +225,8 @@ class LaunchTemplateProvider:
             placement=placement,
             ipv6=any(":" in ip for ip in self.cluster_dns[:1]),
         )
+        if self.reserved_capacity:
+            data.update(launch_template_fields(reservation))
         return await self.ensure(data, tags)
 
     def user_data(

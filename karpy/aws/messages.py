@@ -11,6 +11,8 @@ detail-type (source)                                  detail read     kind
 ====================================================  ==============  =================================
 EC2 Spot Instance Interruption Warning (aws.ec2)      instance-id     ``spot_interrupted``
 EC2 Instance Rebalance Recommendation (aws.ec2)       instance-id     ``rebalance_recommendation``
+EC2 Capacity Reservation Instance Interruption        instance-id     ``capacity_reservation_interrupted``
+Warning (aws.ec2)
 AWS Health Event (aws.health)                         service=EC2,    ``scheduled_change``
                                                       category=
                                                       scheduledChange,
@@ -44,6 +46,7 @@ DETAIL_SPOT: Final = "EC2 Spot Instance Interruption Warning"
 DETAIL_REBALANCE: Final = "EC2 Instance Rebalance Recommendation"
 DETAIL_HEALTH: Final = "AWS Health Event"
 DETAIL_STATE_CHANGE: Final = "EC2 Instance State-change Notification"
+DETAIL_CAPACITY_RESERVATION: Final = "EC2 Capacity Reservation Instance Interruption Warning"
 STOPPED_STATES: Final = frozenset({"stopping", "stopped"})
 TERMINATED_STATES: Final = frozenset({"shutting-down", "terminated"})
 CLIP: Final = 100  # characters of a message field quoted in a reason
@@ -146,6 +149,8 @@ _PARSERS: Final[dict[tuple[str, str], Parser]] = {
     (SOURCE_EC2, DETAIL_REBALANCE): _instance_event(InterruptionKind.REBALANCE_RECOMMENDATION),
     (SOURCE_HEALTH, DETAIL_HEALTH): _health,
     (SOURCE_EC2, DETAIL_STATE_CHANGE): _state_change,
+    # Karpenter AWS messages/capacityreservationinterruption: an interruptible reservation is being reclaimed.
+    (SOURCE_EC2, DETAIL_CAPACITY_RESERVATION): _instance_event(InterruptionKind.CAPACITY_RESERVATION_INTERRUPTED),
 }
 
 

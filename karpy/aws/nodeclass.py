@@ -21,6 +21,7 @@ import attrs
 from karpy.apis import labels as wk
 from karpy.apis.meta import JSON
 from karpy.aws.amis import AMIProvider, resolve_amis
+from karpy.aws.capacityreservations import CapacityReservationProvider, resolve_status
 from karpy.aws.errors import error_code, is_not_found
 from karpy.aws.instanceprofiles import resolve_instance_profile
 from karpy.aws.placementgroups import COND_PLACEMENT_GROUP_READY, PlacementGroupProvider, resolve_condition
@@ -61,12 +62,16 @@ async def resolve(
     k8s_version: str,
     amis: AMIProvider | None = None,
     placement_groups: PlacementGroupProvider | None = None,
+    capacity_reservations: CapacityReservationProvider | None = None,
 ) -> NodeClassResolution:
     """Resolve every part of ``nodeclass`` (EC2NodeClass JSON); failures are conditions, not exceptions.
 
     ``amis`` caches the AMI part (the cloud provider passes its own); without it the AMIs are read every time.
     ``placement_groups`` likewise for ``PlacementGroupReady`` (:mod:`karpy.aws.placementgroups`; no status
     field, as Karpenter's: the group is resolved again where it is used).
+    ``capacity_reservations`` (given when the ``ReservedCapacity`` gate is on) resolves
+    ``status.capacityReservations`` and ``CapacityReservationsReady`` (True also when none is selected; None
+    removes the status field, as Karpenter's nil does).
     """
     spec = nodeclass.get("spec") or {}
     name = str((nodeclass.get("metadata") or {}).get("name", ""))
@@ -126,6 +131,15 @@ async def resolve(
             )
         else:
             part = ("instanceProfile", wk.COND_INSTANCE_PROFILE_READY, "InstanceProfileCreationFailed")
+            _failed(status, conditions, failed, part, err)
+    if capacity_reservations is not None:
+        try:
+            status["capacityReservations"] = await resolve_status(capacity_reservations, spec) or None
+            conditions.append(_condition(wk.COND_CAPACITY_RESERVATIONS_READY, True, ""))
+        except NotLeader:
+            raise
+        except Exception as err:
+            part = ("capacityReservations", wk.COND_CAPACITY_RESERVATIONS_READY, "CapacityReservationsResolutionFailed")
             _failed(status, conditions, failed, part, err)
 
     condition, error = await resolve_condition(placement_groups or PlacementGroupProvider(ec2), nodeclass)

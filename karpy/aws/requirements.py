@@ -10,7 +10,16 @@ from karpy.apis import labels as wk
 from karpy.apis.selectors import value_matches
 from karpy.cloudprovider.types import Offering
 
-OFFERING_KEYS: Final = frozenset({wk.LABEL_ZONE, wk.LABEL_CAPACITY_TYPE, wk.LABEL_ZONE_ID})
+OFFERING_KEYS: Final = frozenset(
+    {
+        wk.LABEL_ZONE,
+        wk.LABEL_CAPACITY_TYPE,
+        wk.LABEL_ZONE_ID,
+        wk.LABEL_CAPACITY_RESERVATION_ID,
+        wk.LABEL_CAPACITY_RESERVATION_TYPE,
+        wk.LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+    }
+)
 # Keys that describe the NodeClaim, not the instance type: never used to filter types.
 IGNORED_KEYS: Final = frozenset(
     {wk.LABEL_NODEPOOL, wk.LABEL_EC2NODECLASS, wk.LABEL_HOSTNAME, wk.LABEL_REGION, wk.LABEL_WINDOWS_BUILD}
@@ -43,11 +52,18 @@ def labels_allow(requirements: Iterable[Mapping[str, Any]], labels: Mapping[str,
 
 
 def offering_allowed(requirements: Iterable[Mapping[str, Any]], offering: Offering) -> bool:
-    """Zone, zone-id and capacity-type requirements against one offering."""
+    """Zone, zone-id, capacity-type and capacity-reservation requirements against one offering (the
+    reservation keys are absent unless it is reserved)."""
+    reserved = offering.capacity_type == wk.CAPACITY_TYPE_RESERVED and bool(offering.reservation_id)
     values = {
         wk.LABEL_ZONE: offering.zone,
         wk.LABEL_CAPACITY_TYPE: offering.capacity_type,
         wk.LABEL_ZONE_ID: offering.zone_id or None,
+        wk.LABEL_CAPACITY_RESERVATION_ID: offering.reservation_id if reserved else None,
+        wk.LABEL_CAPACITY_RESERVATION_TYPE: (offering.reservation_type or "default") if reserved else None,
+        wk.LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE: str(offering.reservation_interruptible).lower()
+        if reserved
+        else None,
     }
     for req in requirements:
         key = _normalized(str(req.get("key", "")))

@@ -133,6 +133,7 @@ class FakeCloudProvider:
         """Offerings marked unavailable: (instance type, zone, capacity type)."""
         self.marked: list[tuple[str, str, str]] = []
         """Every ``mark_unavailable`` call, in order."""
+        self.marked_reservations: list[str] = []
         self.calls: list[Call] = []
         self.allowed_create_calls: int | None = None
         self.placement_groups: dict[str, str | None] = {}
@@ -289,8 +290,11 @@ class FakeCloudProvider:
             return None
         return "PlacementGroupDrift" if labels.get("karpenter.k8s.aws/placement-group-id", "") != group else ""
 
-    def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str) -> None:
-        """Record the offering as unavailable (no expiry; see :meth:`clear_unavailable`)."""
+    def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str, reservation_id: str = "") -> None:
+        """Record the offering as unavailable (no expiry; see :meth:`clear_unavailable`); ``reservation_id`` is
+        recorded in :attr:`marked_reservations`."""
+        if reservation_id:
+            self.marked_reservations.append(reservation_id)
         self.calls.append(Call("mark_unavailable", (instance_type, zone, capacity_type)))
         self.marked.append((instance_type, zone, capacity_type))
         self.unavailable.add((instance_type, zone, capacity_type))

@@ -133,9 +133,9 @@ class MeteredCloudProvider:
         """``cloud.placement_group_drift`` (part of Karpenter's ``IsDrifted``, measured there: unmeasured here)."""
         return await self.cloud.placement_group_drift(nodeclass, labels)
 
-    def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str) -> None:
+    def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str, reservation_id: str = "") -> None:
         """``cloud.mark_unavailable`` (synchronous cache write: unmeasured)."""
-        self.cloud.mark_unavailable(instance_type, zone, capacity_type)
+        self.cloud.mark_unavailable(instance_type, zone, capacity_type, reservation_id)
 
     def repair_policies(self) -> Sequence[RepairPolicy]:
         """``cloud.repair_policies`` (static data: unmeasured)."""

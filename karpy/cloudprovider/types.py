@@ -51,6 +51,12 @@ class Offering:
 
     ``price`` is USD per hour. ``available`` is False when the offering is ICE-cached, has no known
     price, or its zone is outside the NodeClass subnets (Karpenter: ``Offering.Available``).
+
+    A ``reserved`` offering (capacity type ``reserved``, :mod:`karpy.aws.capacityreservations`) names its
+    capacity reservation (``reservation_id`` ``cr-…``, ``reservation_type`` ``default``/``capacity-block``,
+    ``reservation_interruptible``) and the instances it can still take (``reservation_capacity``); it is
+    ``available`` only while that is above zero (Karpenter's ``Offering.Launchable``). Other offerings leave them
+    empty.
     """
 
     zone: str
@@ -60,6 +66,10 @@ class Offering:
     zone_id: str = ""
     price_overlaid: bool = False
     """``price`` comes from a NodeOverlay (Karpenter ``Offering.IsPriceOverlaid``)."""
+    reservation_id: str = ""
+    reservation_type: str = ""
+    reservation_interruptible: bool = False
+    reservation_capacity: int = 0
 
 
 @attrs.frozen(slots=True)
@@ -161,7 +171,8 @@ class CloudInstance:
     """An instance the cloud reports as owned by this cluster (for restart adoption and garbage collection).
 
     ``tags`` are the EC2 tags; ``state`` the EC2 state name (pending, running, shutting-down, …);
-    ``launch_time`` is timezone-aware UTC.
+    ``launch_time`` is timezone-aware UTC. ``capacity_reservation_*``: the capacity reservation a ``reserved``
+    instance runs in (id, ``default``/``capacity-block``, interruptible); empty for other capacity types.
     """
 
     instance_id: str
@@ -175,6 +186,9 @@ class CloudInstance:
     tags: Mapping[str, str]
     subnet_id: str = ""
     security_group_ids: tuple[str, ...] = ()
+    capacity_reservation_id: str = ""
+    capacity_reservation_type: str = ""
+    capacity_reservation_interruptible: bool = False
 
 
 class RepairAction(StrEnum):
@@ -281,11 +295,13 @@ class CloudProvider(Protocol):
         selector resolves to)."""
         ...
 
-    def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str) -> None:
-        """Keep the offering (``instance_type`` in ``zone`` as ``capacity_type``) out of launches for 3 minutes.
+    def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str, reservation_id: str = "") -> None:
+        """Keep the offering (``instance_type`` in ``zone`` as ``capacity_type``) out of launches for 3 minutes;
+        a ``reserved`` offering is scoped to its ``reservation_id`` (other reservations stay offered).
 
-        Karpenter AWS: a spot interruption warning marks its offering unavailable in the ICE cache so the
-        replacement goes elsewhere (``interruption/controller.go``, ``UnavailableOfferings.MarkUnavailable``).
+        Karpenter AWS: a spot interruption warning (and a capacity-reservation interruption warning) marks its
+        offering unavailable in the ICE cache so the replacement goes elsewhere (``interruption/utils.go``
+        ``markUnavailableOfferings``, ``UnavailableOfferings.MarkUnavailable``).
         """
         ...
 
@@ -304,6 +320,7 @@ class InterruptionKind(StrEnum):
     SCHEDULED_CHANGE = "scheduled_change"
     INSTANCE_STOPPED = "instance_stopped"
     INSTANCE_TERMINATED = "instance_terminated"
+    CAPACITY_RESERVATION_INTERRUPTED = "capacity_reservation_interrupted"
     NO_OP = "no_op"
     """A well-formed event karpy does not act on (unknown source/detail-type/version, filtered-out state)."""
     INVALID = "invalid"

@@ -379,6 +379,18 @@ def spot_interrupted(node: NodeInfo | None, claim: NodeClaim) -> list[Event]:
     return _on_both(node, claim, WARNING, "SpotInterrupted", "Spot interruption warning was triggered")
 
 
+def capacity_reservation_instance_interrupted(node: NodeInfo | None, claim: NodeClaim) -> list[Event]:
+    """``CapacityReservationInstanceInterrupted`` on the NodeClaim and its Node: an interruptible capacity
+    reservation is being reclaimed (AWS ``interruption/events/events.go``)."""
+    return _on_both(
+        node,
+        claim,
+        WARNING,
+        "CapacityReservationInstanceInterrupted",
+        "Capacity Reservation interruption warning was triggered",
+    )
+
+
 def rebalance_recommendation(node: NodeInfo | None, claim: NodeClaim) -> list[Event]:
     """``RebalanceRecommendation``: ``SpotRebalanceRecommendation``, Normal (AWS ``interruption/events``)."""
     return _on_both(node, claim, NORMAL, "SpotRebalanceRecommendation", "Spot rebalance recommendation was triggered")

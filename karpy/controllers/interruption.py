@@ -83,6 +83,7 @@ EVENTS: Final[Mapping[str, Callable[[NodeInfo | None, NodeClaim], list[Event]]]]
     InterruptionKind.SCHEDULED_CHANGE: ev.unhealthy,
     InterruptionKind.INSTANCE_STOPPED: ev.stopping,
     InterruptionKind.INSTANCE_TERMINATED: ev.instance_terminating,
+    InterruptionKind.CAPACITY_RESERVATION_INTERRUPTED: ev.capacity_reservation_instance_interrupted,
 }
 DRAIN_KINDS: Final = frozenset(
     {
@@ -90,6 +91,7 @@ DRAIN_KINDS: Final = frozenset(
         InterruptionKind.SCHEDULED_CHANGE,
         InterruptionKind.INSTANCE_STOPPED,
         InterruptionKind.INSTANCE_TERMINATED,
+        InterruptionKind.CAPACITY_RESERVATION_INTERRUPTED,
     }
 )
 
@@ -241,6 +243,12 @@ class Interruption:
             instance_type, zone = labels.get(wk.LABEL_INSTANCE_TYPE), labels.get(wk.LABEL_ZONE)
             if instance_type and zone:
                 self.cloud.mark_unavailable(instance_type, zone, wk.CAPACITY_TYPE_SPOT)
+        if msg.kind == InterruptionKind.CAPACITY_RESERVATION_INTERRUPTED:
+            # Karpenter markUnavailableOfferings: the reclaimed reservation's offering, scoped to that reservation.
+            instance_type, zone = labels.get(wk.LABEL_INSTANCE_TYPE), labels.get(wk.LABEL_ZONE)
+            reservation = labels.get(wk.LABEL_CAPACITY_RESERVATION_ID)
+            if instance_type and zone and reservation:
+                self.cloud.mark_unavailable(instance_type, zone, wk.CAPACITY_TYPE_RESERVED, reservation)
         if not should_drain(msg.kind, self.rebalance_replacement):
             log.info("interruption event recorded", kind=msg.kind, nodeclaim=name, instance_id=instance_id)
             return False

@@ -42,6 +42,9 @@ SUB_CONDITIONS = (
     wk.COND_INSTANCE_PROFILE_READY,
     wk.COND_VALIDATION_SUCCEEDED,
     wk.COND_PLACEMENT_GROUP_READY,
+    # Written only with the ReservedCapacity gate on (karpy.aws.capacityreservations), as Karpenter's Ready set
+    # includes it only then.
+    wk.COND_CAPACITY_RESERVATIONS_READY,
 )
 
 

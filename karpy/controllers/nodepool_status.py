@@ -43,7 +43,7 @@ from karpy.kube.events import WARNING, EventRecorder
 from karpy.kube.resources import NODEPOOLS
 from karpy.runtime.controller import Result
 from karpy.scheduling import requirements as rq
-from karpy.scheduling.instancetypes import labels_allow, offering_allowed, type_labels
+from karpy.scheduling.instancetypes import labels_allow, offering_allowed, reservation_of, type_labels
 from karpy.scheduling.translate import requirement_from_json
 from karpy.state.cluster import ClusterState
 
@@ -98,14 +98,11 @@ def unsupported_features(
       ``disruption/types.go`` ``OwnedByStaticNodePool``); it keeps ``replicas`` nodes only with the gate on, and the
       NodePool is Ready either way. karpy does the same; with the gate off it also says so here (not blocking), so
       a NodePool that never gets its nodes is not a silent mystery.
-    * Capacity reservations (gate ``ReservedCapacity``, default on): karpy launches no ``reserved`` capacity. A
-      NodePool allowing only ``karpenter.sh/capacity-type`` ``reserved`` can never launch: blocking. One that also
-      allows on-demand or spot, whose EC2NodeClass selects reservations (``capacityReservationSelectorTerms``),
-      launches those instead: not blocking. Allowing ``reserved`` with no reservations selected is what Karpenter
-      does too (no reserved offering exists): nothing to report.
 
     ``spec.disruption.consolidationPolicy: Balanced`` is implemented (:mod:`karpy.consolidation.balanced`).
-
+    Capacity reservations (gate ``ReservedCapacity``, default on) are implemented
+    (:mod:`karpy.aws.capacityreservations`); with the gate off karpy, as Karpenter, offers no ``reserved``
+    capacity, so a NodePool allowing only ``reserved`` launches nothing, in both.
     NodeOverlay and node repair are no NodePool fields: with Karpenter's defaults (gates ``NodeOverlay`` and
     ``NodeRepair`` off) Karpenter ignores NodeOverlays and repairs no node, as karpy does.
     """
@@ -122,7 +119,6 @@ def unsupported_features(
                 False,
             )
         )
-    out.extend(_reserved_capacity(nodepool, nodeclass_raw))
     return out
 
 
@@ -134,37 +130,6 @@ def template_requirements(nodepool: NodePool) -> rq.Reqs:
     for req in rq.from_labels(nodepool.template.labels).values():
         rq.add(reqs, req)
     return reqs
-
-
-def _reserved_capacity(nodepool: NodePool, nodeclass_raw: Mapping[str, Any] | None) -> list[Unsupported]:
-    """The capacity-reservation part of :func:`unsupported_features`."""
-    capacity_type = template_requirements(nodepool).get(wk.LABEL_CAPACITY_TYPE)
-    if capacity_type is not None and not capacity_type.has(wk.CAPACITY_TYPE_RESERVED):
-        return []
-    others = capacity_type is None or any(
-        capacity_type.has(t) for t in (wk.CAPACITY_TYPE_ON_DEMAND, wk.CAPACITY_TYPE_SPOT)
-    )
-    if not others:
-        return [
-            Unsupported(
-                f"requirement {wk.LABEL_CAPACITY_TYPE}",
-                f"requirement {wk.LABEL_CAPACITY_TYPE} In [reserved] (capacity reservations) is not implemented by "
-                "karpy yet: karpy launches no reserved capacity and this NodePool allows no other capacity type",
-                True,
-            )
-        ]
-    terms = ((nodeclass_raw or {}).get("spec") or {}).get("capacityReservationSelectorTerms")
-    if not terms:
-        return []
-    name = nodepool.template.node_class_ref.name
-    return [
-        Unsupported(
-            "capacityReservationSelectorTerms",
-            f"EC2NodeClass {name} spec.capacityReservationSelectorTerms (capacity reservations) is not implemented "
-            "by karpy yet: this NodePool launches on-demand or spot capacity, never into the selected reservations",
-            False,
-        )
-    ]
 
 
 def _features_condition(conditions: list[Any], unsupported: list[Unsupported], generation: int | None) -> list[Any]:
@@ -210,7 +175,7 @@ def compatible_instance_types(nodepool: NodePool, instance_types: list[InstanceT
         it.name
         for it in instance_types
         if labels_allow(type_labels(it), reqs)
-        and any(offering_allowed(o.zone, o.capacity_type, o.zone_id, reqs) for o in it.offerings)
+        and any(offering_allowed(o.zone, o.capacity_type, o.zone_id, reqs, reservation_of(o)) for o in it.offerings)
     ]
 
 

@@ -152,8 +152,8 @@ SPECS: Final[dict[str, KindSpec]] = {
                 wk.COND_INSTANCE_PROFILE_READY,
                 wk.COND_VALIDATION_SUCCEEDED,
                 wk.COND_PLACEMENT_GROUP_READY,
-                # Karpenter's set also has CapacityReservationsReady (with reserved capacity): karpy does not
-                # write it, so it is not read as Unknown forever.
+                # With the ReservedCapacity gate (default on), as Karpenter's set.
+                wk.COND_CAPACITY_RESERVATIONS_READY,
             ),
         ),
         # CapacityBuffer gate: Karpenter's GenericObjectController (core controllers.go), deprecated families too;

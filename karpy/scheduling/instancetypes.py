@@ -12,13 +12,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from karpy.apis import labels as wk
-from karpy.cloudprovider.types import InstanceType
+from karpy.cloudprovider.types import InstanceType, Offering
 from karpy.scheduling import requirements as rq
 from karpy.scheduling.model import DaemonSet, HostPort, NodePool, Pod, Requirement
 from karpy.scheduling.taints import untolerated
 
+# A reserved offering's capacity reservation (Karpenter ``ReservedCapacityLabels``): its id, type and
+# interruptible flag; every other offering has none of them (DoesNotExist).
+RESERVATION_KEYS = (
+    wk.LABEL_CAPACITY_RESERVATION_ID,
+    wk.LABEL_CAPACITY_RESERVATION_TYPE,
+    wk.LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+)
+NO_RESERVATION: tuple[str, str, str] = ("", "", "")
 # Keys whose values come from a type's offerings rather than its labels.
-OFFERING_KEYS = frozenset({wk.LABEL_ZONE, wk.LABEL_CAPACITY_TYPE, wk.LABEL_ZONE_ID})
+OFFERING_KEYS = frozenset({wk.LABEL_ZONE, wk.LABEL_CAPACITY_TYPE, wk.LABEL_ZONE_ID, *RESERVATION_KEYS})
 # AWS defines every ``karpenter.k8s.aws/instance-*`` key on every type, as DoesNotExist when the type lacks
 # the feature (no GPU, no local NVMe): a type without such a label satisfies only NotIn/DoesNotExist.
 TYPE_LABEL_PREFIX = "karpenter.k8s.aws/instance-"
@@ -75,8 +83,19 @@ def labels_allow(labels: Mapping[str, str], reqs: rq.Reqs) -> bool:
     return True
 
 
-def offering_allowed(zone: str, capacity_type: str, zone_id: str, reqs: rq.Reqs) -> bool:
-    """True when an offering's zone, capacity type and zone id satisfy ``reqs``."""
+def reservation_of(offering: Offering) -> tuple[str, str, str]:
+    """The values of :data:`RESERVATION_KEYS` on ``offering`` (:data:`NO_RESERVATION` unless reserved)."""
+    if offering.capacity_type != wk.CAPACITY_TYPE_RESERVED or not offering.reservation_id:
+        return NO_RESERVATION
+    interruptible = "true" if offering.reservation_interruptible else "false"
+    return (offering.reservation_id, offering.reservation_type or "default", interruptible)
+
+
+def offering_allowed(
+    zone: str, capacity_type: str, zone_id: str, reqs: rq.Reqs, reservation: tuple[str, str, str] = NO_RESERVATION
+) -> bool:
+    """True when an offering's zone, capacity type, zone id and capacity reservation (id, type, interruptible;
+    absent unless reserved) satisfy ``reqs``."""
     z = reqs.get(wk.LABEL_ZONE)
     if z is not None and not z.has(zone):
         return False
@@ -84,7 +103,13 @@ def offering_allowed(zone: str, capacity_type: str, zone_id: str, reqs: rq.Reqs)
     if c is not None and not c.has(capacity_type):
         return False
     zi = reqs.get(wk.LABEL_ZONE_ID)
-    return zi is None or zi.has(zone_id)
+    if zi is not None and not zi.has(zone_id):
+        return False
+    for key, value in zip(RESERVATION_KEYS, reservation, strict=True):
+        r = reqs.get(key)
+        if r is not None and not (r.has(value) if value else r.allows_absent()):
+            return False
+    return True
 
 
 class PoolTable:
@@ -115,14 +140,17 @@ class PoolTable:
         self.types = pool.instance_types
         self.labels = [type_labels(it) for it in self.types]
         self.names = [it.name for it in self.types]
-        # Available offerings as (zone, capacity type, zone id, price), per type.
+        # Available offerings as (zone, capacity type, zone id, price, reservation), per type.
         self.offerings = [
-            [(o.zone, o.capacity_type, o.zone_id, o.price) for o in it.offerings if o.available] for it in self.types
+            [(o.zone, o.capacity_type, o.zone_id, o.price, reservation_of(o)) for o in it.offerings if o.available]
+            for it in self.types
         ]
-        # Types with the same available (zone, capacity type, zone id) offerings share an ``offer_shape``.
-        shapes: dict[tuple[tuple[str, str, str], ...], int] = {}
+        # Types with the same available (zone, capacity type, zone id, reservation) offerings share an
+        # ``offer_shape``.
+        shapes: dict[tuple[tuple[str, str, str, tuple[str, str, str]], ...], int] = {}
         self.offer_shape = [
-            shapes.setdefault(tuple(sorted((z, c, zi) for z, c, zi, _ in offs)), len(shapes)) for offs in self.offerings
+            shapes.setdefault(tuple(sorted((z, c, zi, r) for z, c, zi, _, r in offs)), len(shapes))
+            for offs in self.offerings
         ]
         self.capacity = [{**it.capacity, "nodes": 1} for it in self.types]
         daemons = [d for d in daemonsets if self._daemon_runs_here(d)]
@@ -163,7 +191,7 @@ class PoolTable:
                 i
                 for i, labels in enumerate(self.labels)
                 if labels_allow(labels, reqs)
-                and any(offering_allowed(z, c, zi, reqs) for z, c, zi, _ in self.offerings[i])
+                and any(offering_allowed(z, c, zi, reqs, r) for z, c, zi, _, r in self.offerings[i])
             ]
             self._viable[key] = cached
         return cached
@@ -182,14 +210,16 @@ class PoolTable:
 
     def price(self, i: int, reqs: rq.Reqs) -> float:
         """Cheapest allowed available offering of type ``i``, USD/hour (inf when none)."""
-        prices = [p for z, c, zi, p in self.offerings[i] if offering_allowed(z, c, zi, reqs)]
+        prices = [p for z, c, zi, p, r in self.offerings[i] if offering_allowed(z, c, zi, reqs, r)]
         return min(prices) if prices else float("inf")
 
     def offering_values(self, i: int, key: str, reqs: rq.Reqs) -> set[str]:
         """Values of an offering key (zone, capacity type, zone id) over type ``i``'s allowed offerings."""
-        allowed = [(z, c, zi) for z, c, zi, _ in self.offerings[i] if offering_allowed(z, c, zi, reqs)]
-        pos = {wk.LABEL_ZONE: 0, wk.LABEL_CAPACITY_TYPE: 1, wk.LABEL_ZONE_ID: 2}[key]
-        return {o[pos] for o in allowed}
+        allowed = [(z, c, zi, *r) for z, c, zi, _, r in self.offerings[i] if offering_allowed(z, c, zi, reqs, r)]
+        pos = {wk.LABEL_ZONE: 0, wk.LABEL_CAPACITY_TYPE: 1, wk.LABEL_ZONE_ID: 2}.get(key)
+        if pos is None:  # a reservation key: only reserved offerings have a value
+            pos = 3 + RESERVATION_KEYS.index(key)
+        return {o[pos] for o in allowed if o[pos]}
 
     def values_of(self, i: int, key: str, reqs: rq.Reqs) -> set[str]:
         """The values type ``i`` contributes to ``key`` (for minValues)."""

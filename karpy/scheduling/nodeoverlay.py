@@ -43,7 +43,7 @@ from karpy.scheduling import requirements as rq
 from karpy.scheduling.instancetypes import offering_allowed, type_labels
 from karpy.scheduling.model import Requirement
 
-OfferingKey = tuple[str, str, str]
+OfferingKey = tuple[str, str, str, str]
 """An offering's identity across evaluations: (zone, capacity type, zone id) (Karpenter keys by the offering's
 requirements string)."""
 
@@ -51,8 +51,9 @@ NO_WEIGHT: Final = 0
 
 
 def offering_key(offering: Offering) -> OfferingKey:
-    """The identity a price update is stored under."""
-    return (offering.zone, offering.capacity_type, offering.zone_id)
+    """The identity a price update is stored under: zone, capacity type, zone id and capacity reservation id (two
+    reservations of one type in one zone are two offerings)."""
+    return (offering.zone, offering.capacity_type, offering.zone_id, offering.reservation_id)
 
 
 @attrs.frozen(slots=True)

@@ -333,3 +333,21 @@ async def test_scheduled_change_drains_every_affected_instance_once() -> None:
     }
     assert await ctl.handle(queued(body)) is True
     assert sorted(deleted(kube)) == ["a", "c"] and cloud.marked == [] and triggered == [1]
+
+
+async def test_capacity_reservation_interruption_drains_and_marks_that_reservation() -> None:
+    """Karpenter AWS ``interruption/utils.go``: a reclaimed interruptible reservation's NodeClaim is drained and
+    its reserved offering marked unavailable, scoped to that reservation, with a
+    ``CapacityReservationInstanceInterrupted`` event."""
+    kube, queue = FakeKube(), FakeInterruptionQueue()
+    reserved = claim("r", "i-rrr")
+    reserved["metadata"]["labels"].update(
+        {wk.LABEL_CAPACITY_TYPE: "reserved", wk.LABEL_CAPACITY_RESERVATION_ID: "cr-0abc"}
+    )
+    ctl, cloud, triggered = controller(kube, queue, reserved)
+    body = {**spot("i-rrr"), "detail-type": "EC2 Capacity Reservation Instance Interruption Warning"}
+    assert await ctl.handle(queued(body)) is True
+    assert deleted(kube) == ["r"] and triggered == [1]
+    assert cloud.marked == [("m5.large", "us-east-1b", "reserved")] and cloud.marked_reservations == ["cr-0abc"]
+    await ctl.events.flush()
+    assert "CapacityReservationInstanceInterrupted" in [e["reason"] for e in kube.events()]

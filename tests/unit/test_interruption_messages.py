@@ -59,6 +59,14 @@ def health(**detail: Any) -> dict[str, Any]:
     return envelope("AWS Health Event", {**base, **detail}, source="aws.health")
 
 
+def test_capacity_reservation_interruption_warning() -> None:
+    """Karpenter AWS ``messages/capacityreservationinterruption``: an interruptible reservation reclaims its
+    instance."""
+    body = envelope("EC2 Capacity Reservation Instance Interruption Warning", {"instance-id": IID})
+    msg = parse(json.dumps(body))
+    assert msg.kind == InterruptionKind.CAPACITY_RESERVATION_INTERRUPTED and msg.instance_ids == (IID,)
+
+
 def test_scheduled_change_lists_every_affected_instance_once() -> None:
     msg = parse(json.dumps(health()))
     assert msg.kind == InterruptionKind.SCHEDULED_CHANGE
@@ -97,7 +105,6 @@ def test_state_change(state: str, kind: str) -> None:
     [
         envelope("EC2 Spot Instance Interruption Warning", {"instance-id": IID}, version="1"),
         envelope("EC2 Spot Instance Interruption Warning", {"instance-id": IID}, source="aws.health"),
-        envelope("EC2 Capacity Reservation Instance Interruption Warning", {"instance-id": IID}),
         envelope("Some Future Event", {"instance-id": IID}),
         {"hello": "world"},
     ],

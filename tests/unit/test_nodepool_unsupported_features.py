@@ -80,21 +80,12 @@ def req(key: str, op: str, *values: str) -> dict[str, Any]:
         (nodepool(replicas=0), nodeclass(), [("spec.replicas", False)]),
         # Karpenter ignores consolidationPolicy on a static NodePool.
         (nodepool(policy="Balanced", replicas=2), nodeclass(), [("spec.replicas", False)]),
-        # Reserved only: karpy can never launch for it.
-        (nodepool(req(CT, "In", "reserved")), nodeclass(), [(f"requirement {CT}", True)]),
-        (
-            nodepool(req(CT, "In", "reserved")),
-            nodeclass(capacityReservationSelectorTerms=TERMS),
-            [(f"requirement {CT}", True)],
-        ),
-        # Reserved among others: only a difference when the EC2NodeClass selects reservations.
+        # Capacity reservations are implemented (karpy.aws.capacityreservations): never an unsupported feature.
+        (nodepool(req(CT, "In", "reserved")), nodeclass(), []),
+        (nodepool(req(CT, "In", "reserved")), nodeclass(capacityReservationSelectorTerms=TERMS), []),
         (nodepool(req(CT, "In", "reserved", "on-demand")), nodeclass(), []),
-        (
-            nodepool(req(CT, "In", "reserved", "on-demand")),
-            nodeclass(capacityReservationSelectorTerms=TERMS),
-            [("capacityReservationSelectorTerms", False)],
-        ),
-        (nodepool(), nodeclass(capacityReservationSelectorTerms=TERMS), [("capacityReservationSelectorTerms", False)]),
+        (nodepool(req(CT, "In", "reserved", "on-demand")), nodeclass(capacityReservationSelectorTerms=TERMS), []),
+        (nodepool(), nodeclass(capacityReservationSelectorTerms=TERMS), []),
         (nodepool(req(CT, "NotIn", "reserved")), nodeclass(capacityReservationSelectorTerms=TERMS), []),
         (nodepool(req(CT, "In", "spot")), nodeclass(capacityReservationSelectorTerms=TERMS), []),
         (nodepool(req(CT, "In", "spot")), None, []),
@@ -173,14 +164,15 @@ async def test_static_nodepool_with_the_gate_on_is_ready_without_a_condition() -
 
 
 async def test_a_changed_set_of_unsupported_features_is_reported_again() -> None:
-    terms = nodeclass(capacityReservationSelectorTerms=TERMS)
-    h = Harness(nodepool(req(CT, "In", "reserved", "on-demand"), generation=1), terms)
+    """Only a static NodePool with the StaticCapacity gate off is reported now: a changed replicas count changes the
+    message, which is reported again."""
+    h = Harness(nodepool(replicas=2, generation=1), nodeclass())
     await h.reconcile()
     assert len(h.warnings()) == 1
-    await h.update_spec(nodepool(req(CT, "In", "reserved", "on-demand"), generation=2))
+    await h.update_spec(nodepool(replicas=2, generation=2))
     await h.reconcile()
     assert len(h.warnings()) == 1, "same features: no new event"
-    await h.update_spec(nodepool(req(CT, "In", "reserved")))
+    await h.update_spec(nodepool(replicas=3))
     stored = await h.reconcile()
     assert len(h.warnings()) > 1, "a new set of features: reported again"
-    assert "capacityReservationSelectorTerms" not in condition(stored, COND_FEATURES_SUPPORTED)["message"]
+    assert "spec.replicas (3, a static NodePool)" in condition(stored, COND_FEATURES_SUPPORTED)["message"]

@@ -19,13 +19,13 @@ Drift reasons, checked in Karpenter's order (core ``nodeclaim/disruption/drift.g
   first AMI, in status order, whose requirements the instance type satisfies; AWS ``isAMIDrifted`` with
   ``amifamily.MapToInstanceTypes``), so an AMI still listed but meant for other instance types drifts;
 * ``SecurityGroupDrift`` / ``SubnetDrift``: the instance's security group set differs from
-  ``status.securityGroups``, or its subnet is not in ``status.subnets`` (needs the cloud's view of the instance).
+  ``status.securityGroups``, or its subnet is not in ``status.subnets`` (needs the cloud's view of the instance);
+* ``CapacityReservationDrift``: a reserved instance's capacity reservation is no longer in
+  ``status.capacityReservations`` (AWS ``isCapacityReservationDrifted``; the instance is read uncached).
 
 * ``PlacementGroupDrift``: the NodeClaim's ``karpenter.k8s.aws/placement-group-id`` label is not the placement
   group the EC2NodeClass's selector resolves to now (asked of the cloud provider,
   ``CloudProvider.placement_group_drift``, after the instance checks; AWS ``isPlacementGroupDrifted``).
-
-AWS's ``CapacityReservationDrift`` is not judged: karpy launches into no capacity reservation.
 
 The hashes are compared as Karpenter compares them (core ``areStaticFieldsDrifted``, AWS
 ``areStaticFieldsDrifted``): the NodeClaim's annotation against its owner's annotation, never against a hash
@@ -58,6 +58,7 @@ AMI_DRIFTED = "AMIDrift"
 SUBNET_DRIFTED = "SubnetDrift"
 SECURITY_GROUP_DRIFTED = "SecurityGroupDrift"
 PLACEMENT_GROUP_DRIFTED = "PlacementGroupDrift"
+CAPACITY_RESERVATION_DRIFTED = "CapacityReservationDrift"
 EXPIRED = "Expired"
 
 
@@ -168,14 +169,18 @@ def static_drift(
 
 
 def instance_drift(nodeclass: EC2NodeClass, instance: CloudInstance) -> str:
-    """Security-group or subnet drift of a running instance against the EC2NodeClass status ("" when none), in
-    AWS ``pkg/cloudprovider/drift.go``'s order (security groups first)."""
+    """Security-group, subnet or capacity-reservation drift of a running instance against the EC2NodeClass status
+    ("" when none), in AWS ``pkg/cloudprovider/drift.go``'s order (security groups first)."""
     groups = {g.id for g in nodeclass.security_groups}
     if groups and instance.security_group_ids and set(instance.security_group_ids) != groups:
         return SECURITY_GROUP_DRIFTED
     subnets = {s.id for s in nodeclass.subnets}
     if subnets and instance.subnet_id and instance.subnet_id not in subnets:
         return SUBNET_DRIFTED
+    if instance.capacity_reservation_id:
+        entries = (nodeclass.raw.get("status") or {}).get("capacityReservations") or []
+        if instance.capacity_reservation_id not in {e.get("id") for e in entries}:
+            return CAPACITY_RESERVATION_DRIFTED
     return ""
 
 
