@@ -141,8 +141,11 @@ async def test_reserved_launch_then_on_demand_fallback(
     assert found["AvailableInstanceCount"] == 0
 
     async def node_labels() -> dict[str, str] | None:
+        # status.nodeName is written when the Node is linked, before the lifecycle's label sync (one patch with
+        # karpenter.sh/registered): wait for that patch, not for the link.
         name = ((await kube.get(r.NODECLAIMS, first["metadata"]["name"])).get("status") or {}).get("nodeName")
-        return (await kube.get(r.NODES, name))["metadata"]["labels"] if name else None
+        labels = (await kube.get(r.NODES, name))["metadata"].get("labels") or {} if name else {}
+        return labels if labels.get(wk.LABEL_REGISTERED) == "true" else None
 
     node = await wait_for(node_labels, timeout=90, what="the reserved node registered")
     assert node[wk.LABEL_CAPACITY_TYPE] == "reserved" and node[wk.LABEL_CAPACITY_RESERVATION_ID] == rid
