@@ -377,7 +377,8 @@ class Provisioner:
         pools: list[model.NodePool] = []
         views: dict[str, NodePool] = {}
         types_by_class: dict[str, list[InstanceType]] = {}
-        for name, nodepool in self.state.nodepool_views.items():
+        # A copy: the loop awaits the cloud provider, and a watch event may add or delete a NodePool meanwhile.
+        for name, nodepool in list(self.state.nodepool_views.items()):
             # A static NodePool (spec.replicas) keeps its own node count: never planned for pods, nor a
             # consolidation replacement (Karpenter provisioner.go NewScheduler skips IsStatic, whatever the gate).
             if nodepool.deleting or not nodepool.is_true(wk.COND_READY) or is_static(nodepool):

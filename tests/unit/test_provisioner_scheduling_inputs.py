@@ -460,3 +460,24 @@ def test_existing_capacity_says_which_nodes_are_initialized() -> None:
         "plain": True,
         "nodeclaim/np-inflight": False,
     }
+
+
+async def test_nodepools_survive_a_nodepool_deleted_while_instance_types_load() -> None:
+    """The NodePool loop awaits the cloud provider once per EC2NodeClass; a watch event that deletes a NodePool in
+    that window must not break the pass ("dictionary changed size during iteration" was seen live when a NodePool
+    was deleted while the disruption controller built its simulation)."""
+    second = nodepool()
+    second["metadata"].update(name="np-2", uid="uid-np-2")
+    state = loaded([nodeclass(), nodepool(), second])
+    cloud = FakeCloudProvider(CATALOGUE)
+    loading = cloud.get_instance_types
+
+    async def deleting_meanwhile(nc: Any) -> list[InstanceType]:
+        state.apply("NodePool", "DELETED", second)
+        return await loading(nc)
+
+    cloud.get_instance_types = deleting_meanwhile  # type: ignore[method-assign]
+    prov = Provisioner(FakeKube(), state, cloud, EventRecorder(FakeKube()), plans=following_plans(state))
+    pools, views = await prov._nodepools()
+    assert "np" in views
+    assert [p.name for p in pools] == list(views)
