@@ -288,7 +288,9 @@ class InstanceProvider:
             else:
                 self._mark_unavailable(errors, status, capacity_type)
             codes = sorted({str(e.get("ErrorCode")) for e in errors})
-            if not errors or any(is_ice(c) for c in codes):
+            # a reserved launch also knows the reservation codes (InvalidCapacityReservationState.Unavailable: the
+            # reservation ended since the plan), unfulfillable capacity in Karpenter's errors.go
+            if not errors or any(is_ice(c) or c in cr.UNFULFILLABLE for c in codes):
                 raise InsufficientCapacityError(f"CreateFleet launched nothing ({', '.join(codes) or 'no error'})")
             raise CloudProviderError(f"CreateFleet failed: {errors[0].get('ErrorMessage') or codes}")
         for extra in instance_ids[1:]:  # TotalTargetCapacity=1: never keep more than one
@@ -372,6 +374,8 @@ class InstanceProvider:
             kwargs.pop("OnDemandOptions", None)
             kwargs["TargetCapacitySpecification"]["DefaultTargetCapacityType"] = options["DefaultTargetCapacityType"]
             kwargs.update({k: v for k, v in options.items() if k != "DefaultTargetCapacityType"})
+            if prioritized and "OnDemandOptions" in kwargs:  # an ODCR launch with overlaid prices (Karpenter types.go)
+                kwargs["OnDemandOptions"] = {"AllocationStrategy": "prioritized"}
 
         def forget_templates(_state: RetryCallState) -> None:
             for config in configs:  # re-created by the next ensure
