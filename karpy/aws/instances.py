@@ -557,13 +557,18 @@ class InstanceProvider:
     # Terminate --------------------------------------------------------------------------------------------
 
     async def delete(self, instance_id: str) -> None:
-        """TerminateInstances unless already shutting down (Karpenter ``instance.Delete``).
+        """TerminateInstances unless already shutting down (Karpenter ``instance.Delete``); a reserved instance's
+        reservation is remembered for the slot it gives back (``CapacityReservationProvider.mark_terminated``).
 
         Raises:
             NodeClaimNotFoundError: the instance is terminated or unknown: termination is complete.
             CloudProviderError: EC2 refused; the caller retries.
         """
         instance = await self.get(instance_id)
+        if self.reservations is not None and instance.capacity_reservation_id:
+            # its slot is returned once it is gone (Karpenter reads the NodeClaim's reservation label): known here
+            # also for an instance this process never launched nor adopted (launched before a restart)
+            self.reservations.remember(instance.capacity_reservation_id, instance.instance_id)
         if instance.state == "shutting-down":
             return
         try:

@@ -419,3 +419,21 @@ async def test_reserved_launch_with_overlaid_prices_is_prioritized(clients: AWSC
     assert sent[0]["TargetCapacitySpecification"]["DefaultTargetCapacityType"] == "on-demand"
     assert sent[0]["OnDemandOptions"] == {"AllocationStrategy": "prioritized"}
     await cloud.delete(launched.provider_id)
+
+
+async def test_slot_given_back_for_an_instance_launched_before_a_restart(clients: AWSClients) -> None:
+    """Karpenter's ``Delete`` returns the slot of the NodeClaim's reservation (``MarkTerminated``), whichever
+    process launched it: a restarted karpy (a new provider, which never launched nor adopted the instance) learns
+    the reservation from the instance it terminates."""
+    team = uuid.uuid4().hex[:8]
+    rid = await reserve(clients, team, 1)
+    first = new_provider(clients)
+    obj = await resolved(first, team)
+    launched = await first.create(request(obj, await first.get_instance_types(obj), ct("reserved")))
+    restarted = new_provider(clients)
+    await resolved(restarted, team)
+    assert restarted.capacity_reservations.available(rid) == 0
+    await restarted.delete(launched.provider_id)
+    with pytest.raises(NodeClaimNotFoundError):
+        await restarted.delete(launched.provider_id)
+    assert restarted.capacity_reservations.available(rid) == 1
