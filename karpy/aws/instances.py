@@ -249,7 +249,7 @@ class InstanceProvider:
                 f"{no_ami_reason(request.nodeclass)}"
             )
         if self.reservations is not None:  # the plan's free counts may predate other launches into a reservation
-            types = cr.refresh(types, self.reservations.available)
+            types = cr.refresh(types, self.reservations.available, self.unavailable.is_unavailable)
         capacity_type = choose_capacity_type(types, request.requirements, subnets)
         if capacity_type is None:
             raise InsufficientCapacityError(
