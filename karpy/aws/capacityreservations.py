@@ -446,9 +446,16 @@ def with_reserved_offerings(
     return out
 
 
-def refresh(types: Sequence[InstanceType], free: Callable[[str], int]) -> list[InstanceType]:
+def refresh(
+    types: Sequence[InstanceType],
+    free: Callable[[str], int],
+    ice: Callable[[str, str, str], bool] | None = None,
+) -> list[InstanceType]:
     """``types`` with their reserved offerings' free counts (and availability) re-read from ``free`` at launch:
-    the plan's offerings may predate other launches into the same reservation."""
+    the plan's offerings may predate other launches into the same reservation. An offering the plan saw with no
+    free instance (perhaps held by a launch in flight) becomes available again only if that reservation's offering
+    is not in ``ice`` (the unavailable-offerings cache, ``ice(capacity type, type, zone)``): the launch that held
+    it may have failed for want of capacity."""
     out: list[InstanceType] = []
     for it in types:
         if not any(o.capacity_type == wk.CAPACITY_TYPE_RESERVED for o in it.offerings):
@@ -458,7 +465,10 @@ def refresh(types: Sequence[InstanceType], free: Callable[[str], int]) -> list[I
         for o in it.offerings:
             if o.capacity_type == wk.CAPACITY_TYPE_RESERVED:
                 count = free(o.reservation_id)
-                healthy = o.available or o.reservation_capacity == 0  # unavailable only for want of capacity
+                healthy = o.available or (  # unavailable only for want of capacity, not for an ICE since
+                    o.reservation_capacity == 0
+                    and not (ice is not None and ice(unavailable_key(o.reservation_id), it.name, o.zone))
+                )
                 o = attrs.evolve(o, reservation_capacity=count, available=healthy and count > 0)
             offerings.append(o)
         out.append(attrs.evolve(it, offerings=tuple(offerings)))

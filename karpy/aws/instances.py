@@ -249,7 +249,7 @@ class InstanceProvider:
                 f"{no_ami_reason(request.nodeclass)}"
             )
         if self.reservations is not None:  # the plan's free counts may predate other launches into a reservation
-            types = cr.refresh(types, self.reservations.available)
+            types = cr.refresh(types, self.reservations.available, self.unavailable.is_unavailable)
         capacity_type = choose_capacity_type(types, request.requirements, subnets)
         if capacity_type is None:
             raise InsufficientCapacityError(
@@ -288,7 +288,9 @@ class InstanceProvider:
             else:
                 self._mark_unavailable(errors, status, capacity_type)
             codes = sorted({str(e.get("ErrorCode")) for e in errors})
-            if not errors or any(is_ice(c) for c in codes):
+            # a reserved launch also knows the reservation codes (InvalidCapacityReservationState.Unavailable: the
+            # reservation ended since the plan), unfulfillable capacity in Karpenter's errors.go
+            if not errors or any(is_ice(c) or c in cr.UNFULFILLABLE for c in codes):
                 raise InsufficientCapacityError(f"CreateFleet launched nothing ({', '.join(codes) or 'no error'})")
             raise CloudProviderError(f"CreateFleet failed: {errors[0].get('ErrorMessage') or codes}")
         for extra in instance_ids[1:]:  # TotalTargetCapacity=1: never keep more than one
@@ -372,6 +374,8 @@ class InstanceProvider:
             kwargs.pop("OnDemandOptions", None)
             kwargs["TargetCapacitySpecification"]["DefaultTargetCapacityType"] = options["DefaultTargetCapacityType"]
             kwargs.update({k: v for k, v in options.items() if k != "DefaultTargetCapacityType"})
+            if prioritized and "OnDemandOptions" in kwargs:  # an ODCR launch with overlaid prices (Karpenter types.go)
+                kwargs["OnDemandOptions"] = {"AllocationStrategy": "prioritized"}
 
         def forget_templates(_state: RetryCallState) -> None:
             for config in configs:  # re-created by the next ensure
@@ -553,13 +557,18 @@ class InstanceProvider:
     # Terminate --------------------------------------------------------------------------------------------
 
     async def delete(self, instance_id: str) -> None:
-        """TerminateInstances unless already shutting down (Karpenter ``instance.Delete``).
+        """TerminateInstances unless already shutting down (Karpenter ``instance.Delete``); a reserved instance's
+        reservation is remembered for the slot it gives back (``CapacityReservationProvider.mark_terminated``).
 
         Raises:
             NodeClaimNotFoundError: the instance is terminated or unknown: termination is complete.
             CloudProviderError: EC2 refused; the caller retries.
         """
         instance = await self.get(instance_id)
+        if self.reservations is not None and instance.capacity_reservation_id:
+            # its slot is returned once it is gone (Karpenter reads the NodeClaim's reservation label): known here
+            # also for an instance this process never launched nor adopted (launched before a restart)
+            self.reservations.remember(instance.capacity_reservation_id, instance.instance_id)
         if instance.state == "shutting-down":
             return
         try:

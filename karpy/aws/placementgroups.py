@@ -198,8 +198,8 @@ def placement_group_drift(labels: Mapping[str, str], group: PlacementGroup | Non
 
 async def instance_partition(ec2: Any, instance_id: str) -> int | None:
     """The partition EC2 placed ``instance_id`` in (DescribeInstances ``Placement.PartitionNumber``, as
-    Karpenter's ``PlacementGroupRegistrationHook`` reads it); None when EC2 does not say or the read fails (the
-    label then stays empty)."""
+    Karpenter's ``PlacementGroupRegistrationHook`` reads it); None when EC2 does not say (absent or 0) or the read
+    fails (the label then stays empty)."""
     try:
         response = await ec2.describe_instances(InstanceIds=[instance_id])
     except Exception:  # best effort: the label is informational, the launch already succeeded
@@ -207,7 +207,7 @@ async def instance_partition(ec2: Any, instance_id: str) -> int | None:
     for reservation in response.get("Reservations") or []:
         for instance in reservation.get("Instances") or []:
             number = (instance.get("Placement") or {}).get("PartitionNumber")
-            if number is not None:
+            if number:  # numbered from 1: 0 says nothing (Karpenter partitionNumberFromInstance)
                 return int(number)
     return None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import attrs
 import pytest
 from botocore.exceptions import ClientError
 
@@ -373,3 +374,66 @@ async def test_concurrent_launches_take_the_last_slot_once(clients: AWSClients) 
     assert len(fleets) == 2 and cloud.capacity_reservations.available(rid) == 0
     for result in launched:
         await cloud.delete(result.provider_id)
+
+
+async def test_launch_into_a_reservation_cancelled_since_the_plan_is_insufficient_capacity(clients: AWSClients) -> None:
+    """EC2's ``InvalidCapacityReservationState.Unavailable`` fleet error is one of Karpenter's unfulfillable-capacity
+    codes (``errors.go``): the launch fails as insufficient capacity (the NodeClaim is deleted and re-planned, not
+    retried as it is) and that reservation's offering is kept out for 3 minutes."""
+    cloud = new_provider(clients)
+    team = uuid.uuid4().hex[:8]
+    rid = await reserve(clients, team, 1)
+    obj = await resolved(cloud, team)
+    await clients.ec2.cancel_capacity_reservation(CapacityReservationId=rid)  # the cached status still lists it
+    types = await cloud.get_instance_types(obj)
+    with pytest.raises(InsufficientCapacityError, match=r"InvalidCapacityReservationState\.Unavailable"):
+        await cloud.create(request(obj, types, ct("reserved")))
+    m5 = next(t for t in await cloud.get_instance_types(obj) if t.name == TYPE)
+    assert [o.available for o in m5.offerings if o.capacity_type == wk.CAPACITY_TYPE_RESERVED] == [False]
+
+
+async def test_reserved_launch_with_overlaid_prices_is_prioritized(clients: AWSClients) -> None:
+    """Karpenter's ``CreateFleetInputBuilder``: a price-overlaid launch into an ODCR keeps ``OnDemandOptions``
+    ``prioritized`` (the overrides carry the overlaid prices as ``Priority``), not ``lowest-price``."""
+    cloud = new_provider(clients)
+    team = uuid.uuid4().hex[:8]
+    await reserve(clients, team, 1)
+    obj = await resolved(cloud, team)
+    types = [
+        attrs.evolve(t, offerings=tuple(attrs.evolve(o, price_overlaid=True) for o in t.offerings))
+        for t in await cloud.get_instance_types(obj)
+    ]
+    sent: list[dict[str, Any]] = []
+    original = clients.ec2.create_fleet
+
+    async def recording(**kwargs: Any) -> Any:
+        sent.append(kwargs)
+        return await original(**kwargs)
+
+    cloud.instances.ec2.create_fleet = recording
+    try:
+        launched = await cloud.create(request(obj, types, ct("reserved")))
+    finally:
+        del cloud.instances.ec2.create_fleet
+    assert launched.capacity_type == wk.CAPACITY_TYPE_RESERVED
+    assert sent[0]["TargetCapacitySpecification"]["DefaultTargetCapacityType"] == "on-demand"
+    assert sent[0]["OnDemandOptions"] == {"AllocationStrategy": "prioritized"}
+    await cloud.delete(launched.provider_id)
+
+
+async def test_slot_given_back_for_an_instance_launched_before_a_restart(clients: AWSClients) -> None:
+    """Karpenter's ``Delete`` returns the slot of the NodeClaim's reservation (``MarkTerminated``), whichever
+    process launched it: a restarted karpy (a new provider, which never launched nor adopted the instance) learns
+    the reservation from the instance it terminates."""
+    team = uuid.uuid4().hex[:8]
+    rid = await reserve(clients, team, 1)
+    first = new_provider(clients)
+    obj = await resolved(first, team)
+    launched = await first.create(request(obj, await first.get_instance_types(obj), ct("reserved")))
+    restarted = new_provider(clients)
+    await resolved(restarted, team)
+    assert restarted.capacity_reservations.available(rid) == 0
+    await restarted.delete(launched.provider_id)
+    with pytest.raises(NodeClaimNotFoundError):
+        await restarted.delete(launched.provider_id)
+    assert restarted.capacity_reservations.available(rid) == 1

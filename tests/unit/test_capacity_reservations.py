@@ -195,6 +195,17 @@ def test_launch_re_reads_the_free_count() -> None:
     assert cr.refresh([empty], {"cr-1": 3}.get)[0].offerings[0].reservation_capacity == 3
 
 
+def test_launch_does_not_revive_a_reserved_offering_marked_unavailable_since_the_plan() -> None:
+    """The plan saw no free instance (a concurrent launch held the last one); that launch then failed for want of
+    capacity and marked the reservation's offering unavailable: the slot it released is not offered again."""
+    held = itype("m5.large", offering("cr-1", free=0))
+    marked = {("reserved:cr-1", "m5.large", "us-east-1a")}
+    revived = cr.refresh([held], {"cr-1": 1}.get, lambda *key: key in marked)[0].offerings[0]
+    assert (revived.available, revived.reservation_capacity) == (False, 1)
+    other = cr.refresh([held], {"cr-1": 1}.get, lambda *key: False)[0].offerings[0]
+    assert other.available is True
+
+
 # Launch ---------------------------------------------------------------------------------------------------
 
 

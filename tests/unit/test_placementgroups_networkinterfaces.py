@@ -406,3 +406,19 @@ async def test_resolve_reports_a_failed_placement_group_read_as_failed() -> None
     assert wk.COND_PLACEMENT_GROUP_READY in out.failed
     cond = next(c for c in out.conditions if c["type"] == wk.COND_PLACEMENT_GROUP_READY)
     assert cond["reason"] == "PlacementGroupResolutionFailed"
+
+
+async def test_instance_partition_zero_or_absent_is_unknown() -> None:
+    """Karpenter ``partitionNumberFromInstance``: partitions are numbered from 1, a ``PartitionNumber`` of 0 (or none)
+    says nothing, so the partition label stays empty rather than "0"."""
+
+    class EC2:
+        def __init__(self, placement: dict[str, Any]) -> None:
+            self.placement = placement
+
+        async def describe_instances(self, **_: Any) -> dict[str, Any]:
+            return {"Reservations": [{"Instances": [{"InstanceId": "i-1", "Placement": self.placement}]}]}
+
+    assert await pg.instance_partition(EC2({"PartitionNumber": 2}), "i-1") == 2
+    assert await pg.instance_partition(EC2({"PartitionNumber": 0}), "i-1") is None
+    assert await pg.instance_partition(EC2({}), "i-1") is None
