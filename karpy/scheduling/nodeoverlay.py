@@ -40,7 +40,7 @@ from karpy.apis.nodeoverlay import NodeOverlay
 from karpy.apis.quantity import to_canonical
 from karpy.cloudprovider.types import InstanceType, Offering
 from karpy.scheduling import requirements as rq
-from karpy.scheduling.instancetypes import offering_allowed, type_labels
+from karpy.scheduling.instancetypes import RESERVATION_KEYS, offering_allowed, reservation_of, type_labels
 from karpy.scheduling.model import Requirement
 
 OfferingKey = tuple[str, str, str, str]
@@ -197,7 +197,9 @@ def matched(
         type_reqs = known[i] if known is not None else type_requirements(pool, it)
         if not compatible(type_reqs, reqs):
             continue
-        offerings = [o for o in it.offerings if offering_allowed(o.zone, o.capacity_type, o.zone_id, reqs)]
+        offerings = [
+            o for o in it.offerings if offering_allowed(o.zone, o.capacity_type, o.zone_id, reqs, reservation_of(o))
+        ]
         if offerings:
             out.append((it, offerings))
     return out
@@ -219,8 +221,9 @@ def compatible(known: rq.Reqs, overlay: rq.Reqs) -> bool:
 
 def type_requirements(pool: PoolTypes, it: InstanceType) -> rq.Reqs:
     """What an instance type of ``pool`` is known to be: ``karpenter.sh/nodepool In [pool]``, the template labels,
-    the type's labels and its offerings' zones, zone ids and capacity types (Karpenter: the NodePool label, the
-    template labels and ``InstanceType.Requirements``)."""
+    the type's labels, its offerings' zones, zone ids and capacity types, and its capacity reservations' ids, types
+    and interruptible flags — ``In`` those of its reserved offerings, ``DoesNotExist`` when it has none (Karpenter:
+    the NodePool label, the template labels and ``InstanceType.Requirements``, AWS ``instancetype/types.go``)."""
     reqs = rq.from_labels({wk.LABEL_NODEPOOL: pool.name})
     for req in (*rq.from_labels(pool.labels).values(), *rq.from_labels(type_labels(it)).values()):
         rq.add(reqs, req)
@@ -231,6 +234,9 @@ def type_requirements(pool: PoolTypes, it: InstanceType) -> rq.Reqs:
     ):
         if values:
             rq.add(reqs, rq.Req(key, False, frozenset(values)))
+    reservations = {r for o in it.offerings if (r := reservation_of(o))[0]}
+    for i, key in enumerate(RESERVATION_KEYS):  # no values: DoesNotExist
+        rq.add(reqs, rq.Req(key, False, frozenset(r[i] for r in reservations)))
     return reqs
 
 

@@ -300,3 +300,48 @@ def test_application_keeps_fresh_offering_state() -> None:
     first, new = out[0].offerings
     assert first.price == 0.001 and not first.available
     assert new.price == 0.2 and not new.price_overlaid
+
+
+# Capacity reservations (AWS types.go: a type's requirements name its reservations, or DoesNotExist) -------------
+
+
+def _reserved_type() -> InstanceType:
+    base = itype("m5.large", "m5", 0.096)
+    reserved = (
+        Offering(
+            "us-east-1a", "reserved", 0.02, zone_id="id-us-east-1a", reservation_id="cr-1", reservation_type="default"
+        ),
+        Offering(
+            "us-east-1a", "reserved", 0.03, zone_id="id-us-east-1a", reservation_id="cr-2", reservation_type="default"
+        ),
+    )
+    return InstanceType(
+        name=base.name,
+        labels=base.labels,
+        capacity=base.capacity,
+        overhead=base.overhead,
+        offerings=(*base.offerings, *reserved),
+    )
+
+
+def test_reservation_id_requirement_reprices_only_that_reservation() -> None:
+    rpool = PoolTypes("default", {}, [_reserved_type()])
+    ov = overlay("cr-1-free", reqs=[req("karpenter.k8s.aws/capacity-reservation-id", "In", "cr-1")], price="0.001")
+    evaluation = evaluate([ov], [rpool])
+    assert evaluation.statuses["cr-1-free"].applied
+    out = evaluation.apply("default", rpool.instance_types)
+    assert out is not None
+    by_offering = {(o.capacity_type, o.reservation_id): o.price for o in out[0].offerings if o.zone == "us-east-1a"}
+    assert by_offering == {("on-demand", ""): 0.096, ("reserved", "cr-1"): 0.001, ("reserved", "cr-2"): 0.03}
+
+
+def test_reservation_id_does_not_exist_leaves_reserved_offerings_alone() -> None:
+    # A type with reservations has ``capacity-reservation-id In [ids]``: DoesNotExist does not select it (Go
+    # Requirements.Intersects); a type without any has DoesNotExist and is selected with all its offerings.
+    rpool = PoolTypes("default", {}, [_reserved_type(), itype("c5.large", "c5", 0.085)])
+    ov = overlay("no-cr", reqs=[req("karpenter.k8s.aws/capacity-reservation-id", "DoesNotExist")], price="0.001")
+    out = evaluate([ov], [rpool]).apply("default", rpool.instance_types)
+    assert out is not None
+    m5, c5 = out
+    assert not any(o.price_overlaid for o in m5.offerings)
+    assert all(o.price == 0.001 for o in c5.offerings)
