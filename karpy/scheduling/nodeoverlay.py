@@ -5,10 +5,11 @@ instance-type store and its application), ``pkg/cloudprovider/overlay/cloudprovi
 ``GetInstanceTypes`` a controller makes, with the ``NodeOverlay`` gate on):
 
 * **Selection.** An overlay matches an instance type of a NodePool when its requirements are compatible with the
-  type's requirements (its labels, the zones, zone ids and capacity types of its offerings), the NodePool's
-  template labels and ``karpenter.sh/nodepool In [pool]``; a key none of those defines matches only ``NotIn`` and
-  ``DoesNotExist``. Of a matched type, the offerings whose zone, zone id and capacity type the overlay's
-  requirements allow are matched (e.g. ``karpenter.sh/capacity-type In [spot]`` reprices only spot offerings). A
+  type's requirements (its labels, the zones, zone ids, capacity types and capacity reservations of its
+  offerings), the NodePool's template labels and ``karpenter.sh/nodepool In [pool]``; a key none of those defines
+  matches only ``NotIn`` and ``DoesNotExist``. Of a matched type, the offerings whose zone, zone id, capacity type
+  and reservation the overlay's requirements allow are matched (e.g. ``karpenter.sh/capacity-type In [spot]``
+  reprices only spot offerings, ``karpenter.k8s.aws/capacity-reservation-id In [cr-1]`` only that reservation's). A
   type with no matched offering is not matched at all.
 * **Order and weights.** Overlays are evaluated highest weight first, equal weights by name in reverse
   alphabetical order (:func:`karpy.apis.nodeoverlay.order_by_weight`). The first overlay to set an offering's
@@ -44,8 +45,8 @@ from karpy.scheduling.instancetypes import RESERVATION_KEYS, offering_allowed, r
 from karpy.scheduling.model import Requirement
 
 OfferingKey = tuple[str, str, str, str]
-"""An offering's identity across evaluations: (zone, capacity type, zone id) (Karpenter keys by the offering's
-requirements string)."""
+"""An offering's identity across evaluations: (zone, capacity type, zone id, capacity reservation id; "" when none)
+(Karpenter keys by the offering's requirements string)."""
 
 NO_WEIGHT: Final = 0
 
