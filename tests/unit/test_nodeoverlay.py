@@ -123,6 +123,10 @@ def test_valid_overlay_has_no_errors() -> None:
         ({"requirements": [req("karpenter.k8s.aws/instance-cpu", "Gt", "-1")]}, "single positive integer"),
         ({"requirements": [req("team", "Sometimes", "a")]}, "unsupported operator"),
         ({"requirements": [req("bad key!", "Exists")]}, "not a qualified name"),
+        # Shapes the CRD schema refuses (simulate's manifests never met it): never read as "no requirement".
+        ({"requirements": "nope"}, "requirements must be a list"),
+        ({"requirements": ["karpenter.sh/capacity-type"]}, "requirements must be a list"),
+        ({"capacity": "4"}, "capacity must be a map"),
     ],
 )
 def test_invalid_overlays(spec: dict[str, Any], fragment: str) -> None:
