@@ -22,7 +22,6 @@ from karpy.scheduling import buffers as cb
 from karpy.scheduling.model import Pod
 from karpy.simulate.validation import ManifestError
 
-MAX = 2**31 - 1  # int32, the CRD's format
 GATE_NOTE = "CapacityBuffers are planned only with FEATURE_GATES=CapacityBuffer=true on the controller (default off)"
 
 
@@ -47,9 +46,9 @@ def check_capacity_buffer(obj: Mapping[str, Any], origin: str) -> None:
     spec = obj.get("spec") or {}
     ref = f"CapacityBuffer {(obj.get('metadata') or {}).get('name')}"
     for field in ("replicas", "percentage"):
-        value = spec.get(field)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX):
-            raise ManifestError(f"{origin}: {ref}: spec.{field} must be an integer from 0 to {MAX}, not {value!r}")
+        value, top = spec.get(field), cb.MAX_INT32
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top):
+            raise ManifestError(f"{origin}: {ref}: spec.{field} must be an integer from 0 to {top}, not {value!r}")
     if spec.get("limits") is not None:
         try:
             if not isinstance(spec["limits"], Mapping):
