@@ -122,6 +122,12 @@ class Evaluation:
     updates: Mapping[str, Mapping[str, TypeUpdate]] = attrs.field(factory=dict)
     evaluated: frozenset[str] = frozenset()
     statuses: Mapping[str, OverlayStatus] = attrs.field(factory=dict)
+    # (NodePool, type name) → (the input type, its overlaid copy): every provisioning, disruption and metrics pass
+    # applies the evaluation to the cloud's (frozen, cached) types, so an unchanged input gets the same copy back
+    # instead of rebuilding every overlaid type per pass. One entry per NodePool and type name: bounded.
+    _memo: dict[tuple[str, str], tuple[InstanceType, InstanceType]] = attrs.field(
+        factory=dict, init=False, eq=False, repr=False
+    )
 
     def apply(self, nodepool: str, instance_types: Sequence[InstanceType]) -> list[InstanceType] | None:
         """``instance_types`` of ``nodepool`` with the overlays applied (fresh types: prices, availability and new
@@ -132,7 +138,16 @@ class Evaluation:
         pool = self.updates.get(nodepool)
         if not pool:
             return list(instance_types)
-        return [apply_update(it, pool[it.name]) if it.name in pool else it for it in instance_types]
+        return [self._applied(nodepool, it, pool[it.name]) if it.name in pool else it for it in instance_types]
+
+    def _applied(self, nodepool: str, it: InstanceType, update: TypeUpdate) -> InstanceType:
+        key = (nodepool, it.name)
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] is it:
+            return hit[1]
+        out = apply_update(it, update)
+        self._memo[key] = (it, out)
+        return out
 
     def applied(self) -> list[str]:
         """The names of the overlays that apply (sorted)."""

@@ -349,3 +349,18 @@ def test_reservation_id_does_not_exist_leaves_reserved_offerings_alone() -> None
     m5, c5 = out
     assert not any(o.price_overlaid for o in m5.offerings)
     assert all(o.price == 0.001 for o in c5.offerings)
+
+
+def test_application_is_memoised_per_input_type_object() -> None:
+    """Every provisioning, disruption and metrics pass applies the evaluation: an unchanged (frozen) input type gets
+    the same overlaid object back instead of a fresh copy; a new input object (fresh offerings) is applied anew."""
+    ov = overlay("all-up", priceAdjustment="+10%")
+    evaluation = evaluate([ov], [pool()])
+    first = evaluation.apply("default", TYPES)
+    again = evaluation.apply("default", TYPES)
+    assert first is not None and again is not None
+    assert all(a is b for a, b in zip(first, again, strict=True))
+    fresher = [TYPES[0], itype("c5.large", "c5", 0.1), TYPES[2]]
+    out = evaluation.apply("default", fresher)
+    assert out is not None and out[0] is first[0] and out[1] is not first[1]
+    assert prices(out, "c5.large")[("us-east-1a", "on-demand")] == pytest.approx(0.11)
