@@ -53,7 +53,7 @@ def check_capacity_buffer(obj: Mapping[str, Any], origin: str) -> None:
         try:
             if not isinstance(spec["limits"], Mapping):
                 raise QuantityError(f"{spec['limits']!r} is not a map of quantities")
-            parse_resource_list(spec["limits"])
+            parse_resource_list(dict(spec["limits"]))
         except QuantityError as err:
             raise ManifestError(f"{origin}: {ref}: spec.limits: {err}") from None
     if spec.get("podTemplateRef") and spec.get("replicas") is None and spec.get("limits") is None:
