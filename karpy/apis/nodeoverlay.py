@@ -121,9 +121,12 @@ def validate(overlay: NodeOverlay) -> list[str]:
     not a restricted label, a known value for ``karpenter.sh/capacity-type``, a qualified key, valid label values,
     values present for In/NotIn, one non-negative integer for Gt/Lt/Gte/Lte — and no well-known resource in
     ``capacity``), plus the CRD's own rules for input that never met an apiserver: the ``price`` and
-    ``priceAdjustment`` patterns, not both set, ``weight`` within 1-10000, capacity values that are quantities.
+    ``priceAdjustment`` patterns, not both set, ``weight`` within 1-10000, ``requirements`` a list of requirements,
+    ``capacity`` a map whose values are quantities.
     """
-    errors = [err for r in overlay.requirements for err in _requirement_errors(r)]
+    spec = overlay.raw.get("spec") or {}
+    errors = _shape_errors(spec)
+    errors += [err for r in overlay.requirements for err in _requirement_errors(r)]
     for name, value in sorted(overlay.capacity.items()):
         if name in WELL_KNOWN_RESOURCES:
             errors.append(f"invalid capacity: {name} in resource, restricted")
@@ -139,9 +142,21 @@ def validate(overlay: NodeOverlay) -> list[str]:
         errors.append(f"invalid price {overlay.price!r}: must match {PRICE_PATTERN.pattern}")
     if overlay.price_adjustment is not None and not PRICE_ADJUSTMENT_PATTERN.match(overlay.price_adjustment):
         errors.append(f"invalid priceAdjustment {overlay.price_adjustment!r}: must be +/-amount or +/-percent%")
-    weight = (overlay.raw.get("spec") or {}).get("weight")
+    weight = spec.get("weight")
     if weight is not None and (isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 10000):
         errors.append(f"invalid weight {weight!r}: must be an integer from 1 to 10000")
+    return errors
+
+
+def _shape_errors(spec: Mapping[str, Any]) -> list[str]:
+    """The CRD schema's types for ``requirements`` and ``capacity``: a malformed value must not read as "no
+    requirement" (the view's parsing skips what it cannot read), which would select every instance type."""
+    errors = []
+    reqs = spec.get("requirements")
+    if reqs is not None and (not isinstance(reqs, list) or not all(isinstance(r, Mapping) for r in reqs)):
+        errors.append("requirements must be a list of {key, operator, values}")
+    if spec.get("capacity") is not None and not isinstance(spec["capacity"], Mapping):
+        errors.append("capacity must be a map of resource name to quantity")
     return errors
 
 

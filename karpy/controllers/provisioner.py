@@ -211,10 +211,11 @@ class Provisioner:
             )
             if virtual:  # virtual pods are planned, never bound, never told, never counted
                 self._buffers_planned(result, virtual)
+                virtual_keys = {p.key for p in virtual}  # once, not per error
                 result = attrs.evolve(
                     result,
                     existing={k: real for k, v in result.existing.items() if (real := tuple(cb.real(v)))},
-                    errors={k: v for k, v in result.errors.items() if k not in {p.key for p in virtual}},
+                    errors={k: v for k, v in result.errors.items() if k not in virtual_keys},
                 )
             run.left = len(result.errors)
         now = self.state.clock()
@@ -544,7 +545,7 @@ class Provisioner:
             created = await self.client.create(NODECLAIMS, body)
         except ApiError as err:
             log.warning("nodeclaim not created", nodepool=plan.nodepool, error=str(err))
-            for pod in plan.pods:
+            for pod in cb.real(plan.pods):  # a virtual pod does not exist: nothing to tell
                 self.events.record(ev.pod_failed_to_schedule(pod, f"creating nodeclaim, {err.message}"))
             return None
         self.state.apply("NodeClaim", "ADDED", created)

@@ -5,10 +5,11 @@ instance-type store and its application), ``pkg/cloudprovider/overlay/cloudprovi
 ``GetInstanceTypes`` a controller makes, with the ``NodeOverlay`` gate on):
 
 * **Selection.** An overlay matches an instance type of a NodePool when its requirements are compatible with the
-  type's requirements (its labels, the zones, zone ids and capacity types of its offerings), the NodePool's
-  template labels and ``karpenter.sh/nodepool In [pool]``; a key none of those defines matches only ``NotIn`` and
-  ``DoesNotExist``. Of a matched type, the offerings whose zone, zone id and capacity type the overlay's
-  requirements allow are matched (e.g. ``karpenter.sh/capacity-type In [spot]`` reprices only spot offerings). A
+  type's requirements (its labels, the zones, zone ids, capacity types and capacity reservations of its
+  offerings), the NodePool's template labels and ``karpenter.sh/nodepool In [pool]``; a key none of those defines
+  matches only ``NotIn`` and ``DoesNotExist``. Of a matched type, the offerings whose zone, zone id, capacity type
+  and reservation the overlay's requirements allow are matched (e.g. ``karpenter.sh/capacity-type In [spot]``
+  reprices only spot offerings, ``karpenter.k8s.aws/capacity-reservation-id In [cr-1]`` only that reservation's). A
   type with no matched offering is not matched at all.
 * **Order and weights.** Overlays are evaluated highest weight first, equal weights by name in reverse
   alphabetical order (:func:`karpy.apis.nodeoverlay.order_by_weight`). The first overlay to set an offering's
@@ -40,12 +41,12 @@ from karpy.apis.nodeoverlay import NodeOverlay
 from karpy.apis.quantity import to_canonical
 from karpy.cloudprovider.types import InstanceType, Offering
 from karpy.scheduling import requirements as rq
-from karpy.scheduling.instancetypes import offering_allowed, type_labels
+from karpy.scheduling.instancetypes import RESERVATION_KEYS, offering_allowed, reservation_of, type_labels
 from karpy.scheduling.model import Requirement
 
 OfferingKey = tuple[str, str, str, str]
-"""An offering's identity across evaluations: (zone, capacity type, zone id) (Karpenter keys by the offering's
-requirements string)."""
+"""An offering's identity across evaluations: (zone, capacity type, zone id, capacity reservation id; "" when none)
+(Karpenter keys by the offering's requirements string)."""
 
 NO_WEIGHT: Final = 0
 
@@ -121,6 +122,12 @@ class Evaluation:
     updates: Mapping[str, Mapping[str, TypeUpdate]] = attrs.field(factory=dict)
     evaluated: frozenset[str] = frozenset()
     statuses: Mapping[str, OverlayStatus] = attrs.field(factory=dict)
+    # (NodePool, type name) → (the input type, its overlaid copy): every provisioning, disruption and metrics pass
+    # applies the evaluation to the cloud's (frozen, cached) types, so an unchanged input gets the same copy back
+    # instead of rebuilding every overlaid type per pass. One entry per NodePool and type name: bounded.
+    _memo: dict[tuple[str, str], tuple[InstanceType, InstanceType]] = attrs.field(
+        factory=dict, init=False, eq=False, repr=False
+    )
 
     def apply(self, nodepool: str, instance_types: Sequence[InstanceType]) -> list[InstanceType] | None:
         """``instance_types`` of ``nodepool`` with the overlays applied (fresh types: prices, availability and new
@@ -131,7 +138,16 @@ class Evaluation:
         pool = self.updates.get(nodepool)
         if not pool:
             return list(instance_types)
-        return [apply_update(it, pool[it.name]) if it.name in pool else it for it in instance_types]
+        return [self._applied(nodepool, it, pool[it.name]) if it.name in pool else it for it in instance_types]
+
+    def _applied(self, nodepool: str, it: InstanceType, update: TypeUpdate) -> InstanceType:
+        key = (nodepool, it.name)
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] is it:
+            return hit[1]
+        out = apply_update(it, update)
+        self._memo[key] = (it, out)
+        return out
 
     def applied(self) -> list[str]:
         """The names of the overlays that apply (sorted)."""
@@ -197,7 +213,9 @@ def matched(
         type_reqs = known[i] if known is not None else type_requirements(pool, it)
         if not compatible(type_reqs, reqs):
             continue
-        offerings = [o for o in it.offerings if offering_allowed(o.zone, o.capacity_type, o.zone_id, reqs)]
+        offerings = [
+            o for o in it.offerings if offering_allowed(o.zone, o.capacity_type, o.zone_id, reqs, reservation_of(o))
+        ]
         if offerings:
             out.append((it, offerings))
     return out
@@ -219,8 +237,9 @@ def compatible(known: rq.Reqs, overlay: rq.Reqs) -> bool:
 
 def type_requirements(pool: PoolTypes, it: InstanceType) -> rq.Reqs:
     """What an instance type of ``pool`` is known to be: ``karpenter.sh/nodepool In [pool]``, the template labels,
-    the type's labels and its offerings' zones, zone ids and capacity types (Karpenter: the NodePool label, the
-    template labels and ``InstanceType.Requirements``)."""
+    the type's labels, its offerings' zones, zone ids and capacity types, and its capacity reservations' ids, types
+    and interruptible flags — ``In`` those of its reserved offerings, ``DoesNotExist`` when it has none (Karpenter:
+    the NodePool label, the template labels and ``InstanceType.Requirements``, AWS ``instancetype/types.go``)."""
     reqs = rq.from_labels({wk.LABEL_NODEPOOL: pool.name})
     for req in (*rq.from_labels(pool.labels).values(), *rq.from_labels(type_labels(it)).values()):
         rq.add(reqs, req)
@@ -231,6 +250,9 @@ def type_requirements(pool: PoolTypes, it: InstanceType) -> rq.Reqs:
     ):
         if values:
             rq.add(reqs, rq.Req(key, False, frozenset(values)))
+    reservations = {r for o in it.offerings if (r := reservation_of(o))[0]}
+    for i, key in enumerate(RESERVATION_KEYS):  # no values: DoesNotExist
+        rq.add(reqs, rq.Req(key, False, frozenset(r[i] for r in reservations)))
     return reqs
 
 

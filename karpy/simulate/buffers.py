@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from karpy.apis.meta import JSON
+from karpy.apis.quantity import QuantityError, parse_resource_list
 from karpy.scheduling import buffers as cb
 from karpy.scheduling.model import Pod
 from karpy.simulate.validation import ManifestError
@@ -36,14 +37,25 @@ class BufferPlan:
 
 
 def check_capacity_buffer(obj: Mapping[str, Any], origin: str) -> None:
-    """The CRD's CEL rules (Karpenter v1.15's CapacityBuffer CRD): a podTemplateRef needs replicas or limits; not
-    both refs.
+    """The CRD's schema and CEL rules (Karpenter v1.15's CapacityBuffer CRD): ``replicas`` and ``percentage`` are
+    int32 ≥ 0, ``limits`` are quantities; a podTemplateRef needs replicas or limits; not both refs.
 
     Raises:
         ManifestError: a rule is broken.
     """
     spec = obj.get("spec") or {}
     ref = f"CapacityBuffer {(obj.get('metadata') or {}).get('name')}"
+    for field in ("replicas", "percentage"):
+        value, top = spec.get(field), cb.MAX_INT32
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top):
+            raise ManifestError(f"{origin}: {ref}: spec.{field} must be an integer from 0 to {top}, not {value!r}")
+    if spec.get("limits") is not None:
+        try:
+            if not isinstance(spec["limits"], Mapping):
+                raise QuantityError(f"{spec['limits']!r} is not a map of quantities")
+            parse_resource_list(dict(spec["limits"]))
+        except QuantityError as err:
+            raise ManifestError(f"{origin}: {ref}: spec.limits: {err}") from None
     if spec.get("podTemplateRef") and spec.get("replicas") is None and spec.get("limits") is None:
         raise ManifestError(f"{origin}: {ref}: If podTemplateRef is set, replicas or limits must also be set")
     if spec.get("podTemplateRef") and spec.get("scalableRef"):

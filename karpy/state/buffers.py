@@ -4,8 +4,10 @@ Karpenter's capacity-buffer controller reads CapacityBuffers, PodTemplates, Depl
 ReplicaSets through controller-runtime's cache (core ``pkg/controllers/capacitybuffer/controller.go`` watches all
 five); karpy's informers feed them into :class:`~karpy.state.cluster.ClusterState`. CapacityBuffers are kept
 whole (their status is written back); the others as slim views with only what resolution reads — name,
-namespace, resourceVersion (for stale-event checks), generation, ``spec.replicas`` and the pod template — so a
-cluster's many old ReplicaSets cost little.
+namespace, resourceVersion (for stale-event checks), generation, ``spec.replicas`` and the pod template (status,
+managedFields and the rest dropped). Every workload's template is kept, referenced or not (a buffer created later
+may name any of them), so memory grows with the cluster's Deployments, StatefulSets and ReplicaSets, old revisions
+included — less than Karpenter's cache of the whole objects.
 
 :func:`virtual_pods` turns the buffers that are ready for provisioning into the virtual pods the provisioner plans
 (:mod:`karpy.scheduling.buffers`); Karpenter keeps the same pods in its ``virtualpods.Cache``, refreshed by each

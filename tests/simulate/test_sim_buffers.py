@@ -123,3 +123,17 @@ def test_a_buffer_breaking_the_crd_rules_is_invalid_input(tmp_path: Path, capsys
     path = write(tmp_path, nodeclass(), nodepool(), buffer(podTemplateRef={"name": "slot"}))
     code, _, err = run(capsys, "-f", path, "--catalogue", CATALOGUE)
     assert code == 2 and "If podTemplateRef is set, replicas or limits must also be set" in err
+
+
+def test_a_buffer_with_fields_of_the_wrong_type_is_invalid_input(tmp_path: Path, capsys: Any) -> None:
+    # The CRD's schema (replicas/percentage: int32 >= 0, limits: quantities) refuses these at admission; a manifest
+    # never met it, so simulate says so in one line (exit 2) instead of a traceback.
+    for spec, fragment in (
+        ({"podTemplateRef": {"name": "slot"}, "replicas": "many"}, "replicas"),
+        ({"podTemplateRef": {"name": "slot"}, "replicas": -1}, "replicas"),
+        ({"scalableRef": {"kind": "Deployment", "name": "web"}, "percentage": "20%"}, "percentage"),
+        ({"podTemplateRef": {"name": "slot"}, "limits": {"cpu": "lots"}}, "limits"),
+    ):
+        path = write(tmp_path, nodeclass(), nodepool(), pod_template(), buffer(**spec))
+        code, _, err = run(capsys, "-f", path, "--catalogue", CATALOGUE)
+        assert code == 2 and fragment in err and "CapacityBuffer headroom" in err, (spec, err)

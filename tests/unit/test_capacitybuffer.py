@@ -17,9 +17,10 @@ from karpy.apis import labels as wk
 from karpy.cloudprovider.fake import FakeCloudProvider
 from karpy.controllers.capacitybuffer import CapacityBufferController, buffers_referencing, status_patch
 from karpy.controllers.provisioner import Provisioner
+from karpy.kube.errors import ApiError
 from karpy.kube.events import EventRecorder
 from karpy.kube.fake import FakeKube
-from karpy.kube.resources import CAPACITYBUFFERS
+from karpy.kube.resources import CAPACITYBUFFERS, NODECLAIMS
 from karpy.operator import Operator
 from karpy.scheduling import buffers as cb
 from karpy.settings import from_environment
@@ -288,6 +289,16 @@ async def test_a_ready_buffer_gets_a_nodeclaim_with_no_planned_pods_and_no_event
     assert passes[-1] == {"uid-headroom": cb.BufferSummary(existing=2)}
     assert prov.buffer_hosts == {"nodeclaim/np-abc": 2}
     assert kube.requests_to("PATCH") == [], "no plan is written for virtual pods"
+
+
+async def test_a_failed_headroom_nodeclaim_create_tells_no_virtual_pod() -> None:
+    state = loaded(nodeclass(), nodepool(), pod_template(cpu="1", memory="1Gi"), ready(buffer(**PT), 2))
+    kube = FakeKube()
+    kube.fail("create", ApiError(500, "InternalError", "boom"), resource=NODECLAIMS)
+    prov, _ = buffered_provisioner(state, kube)
+    assert await prov.provision_once() == []
+    await settle()
+    assert kube.events() == [], "virtual pods get no FailedScheduling event (they do not exist)"
 
 
 async def test_real_pods_take_the_headroom_first_and_the_buffer_needs_new_capacity() -> None:

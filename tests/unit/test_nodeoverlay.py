@@ -123,6 +123,10 @@ def test_valid_overlay_has_no_errors() -> None:
         ({"requirements": [req("karpenter.k8s.aws/instance-cpu", "Gt", "-1")]}, "single positive integer"),
         ({"requirements": [req("team", "Sometimes", "a")]}, "unsupported operator"),
         ({"requirements": [req("bad key!", "Exists")]}, "not a qualified name"),
+        # Shapes the CRD schema refuses (simulate's manifests never met it): never read as "no requirement".
+        ({"requirements": "nope"}, "requirements must be a list"),
+        ({"requirements": ["karpenter.sh/capacity-type"]}, "requirements must be a list"),
+        ({"capacity": "4"}, "capacity must be a map"),
     ],
 )
 def test_invalid_overlays(spec: dict[str, Any], fragment: str) -> None:
@@ -300,3 +304,63 @@ def test_application_keeps_fresh_offering_state() -> None:
     first, new = out[0].offerings
     assert first.price == 0.001 and not first.available
     assert new.price == 0.2 and not new.price_overlaid
+
+
+# Capacity reservations (AWS types.go: a type's requirements name its reservations, or DoesNotExist) -------------
+
+
+def _reserved_type() -> InstanceType:
+    base = itype("m5.large", "m5", 0.096)
+    reserved = (
+        Offering(
+            "us-east-1a", "reserved", 0.02, zone_id="id-us-east-1a", reservation_id="cr-1", reservation_type="default"
+        ),
+        Offering(
+            "us-east-1a", "reserved", 0.03, zone_id="id-us-east-1a", reservation_id="cr-2", reservation_type="default"
+        ),
+    )
+    return InstanceType(
+        name=base.name,
+        labels=base.labels,
+        capacity=base.capacity,
+        overhead=base.overhead,
+        offerings=(*base.offerings, *reserved),
+    )
+
+
+def test_reservation_id_requirement_reprices_only_that_reservation() -> None:
+    rpool = PoolTypes("default", {}, [_reserved_type()])
+    ov = overlay("cr-1-free", reqs=[req("karpenter.k8s.aws/capacity-reservation-id", "In", "cr-1")], price="0.001")
+    evaluation = evaluate([ov], [rpool])
+    assert evaluation.statuses["cr-1-free"].applied
+    out = evaluation.apply("default", rpool.instance_types)
+    assert out is not None
+    by_offering = {(o.capacity_type, o.reservation_id): o.price for o in out[0].offerings if o.zone == "us-east-1a"}
+    assert by_offering == {("on-demand", ""): 0.096, ("reserved", "cr-1"): 0.001, ("reserved", "cr-2"): 0.03}
+
+
+def test_reservation_id_does_not_exist_leaves_reserved_offerings_alone() -> None:
+    # A type with reservations has ``capacity-reservation-id In [ids]``: DoesNotExist does not select it (Go
+    # Requirements.Intersects); a type without any has DoesNotExist and is selected with all its offerings.
+    rpool = PoolTypes("default", {}, [_reserved_type(), itype("c5.large", "c5", 0.085)])
+    ov = overlay("no-cr", reqs=[req("karpenter.k8s.aws/capacity-reservation-id", "DoesNotExist")], price="0.001")
+    out = evaluate([ov], [rpool]).apply("default", rpool.instance_types)
+    assert out is not None
+    m5, c5 = out
+    assert not any(o.price_overlaid for o in m5.offerings)
+    assert all(o.price == 0.001 for o in c5.offerings)
+
+
+def test_application_is_memoised_per_input_type_object() -> None:
+    """Every provisioning, disruption and metrics pass applies the evaluation: an unchanged (frozen) input type gets
+    the same overlaid object back instead of a fresh copy; a new input object (fresh offerings) is applied anew."""
+    ov = overlay("all-up", priceAdjustment="+10%")
+    evaluation = evaluate([ov], [pool()])
+    first = evaluation.apply("default", TYPES)
+    again = evaluation.apply("default", TYPES)
+    assert first is not None and again is not None
+    assert all(a is b for a, b in zip(first, again, strict=True))
+    fresher = [TYPES[0], itype("c5.large", "c5", 0.1), TYPES[2]]
+    out = evaluation.apply("default", fresher)
+    assert out is not None and out[0] is first[0] and out[1] is not first[1]
+    assert prices(out, "c5.large")[("us-east-1a", "on-demand")] == pytest.approx(0.11)
