@@ -5,6 +5,14 @@ Run from the repository root::
     .venv/bin/python -m benchmarks.scheduling                 # the full table (about a minute on 2 cores)
     .venv/bin/python -m benchmarks.scheduling --sizes 100,2000 --repeat 1
     .venv/bin/python -m benchmarks.scheduling --json          # one JSON object per row
+    .venv/bin/python -m benchmarks.scheduling --go 3          # and Karpenter's Go benchmark here, 3 runs each
+
+``--go COUNT`` runs Karpenter's own ``BenchmarkScheduling*`` (``sigs.k8s.io/karpenter`` v1.15.0,
+``scheduling_benchmark_test.go``, build tag ``test_performance``) from the Go module cache through a throwaway
+module in ``~/.cache/karpy-gobench``, ``-benchtime=1x`` (one fresh ``Solve`` per run; Go's setup, which
+builds the instance types, is untimed, as karpy's catalogue tables are kept across solves), and prints
+karpy's pods/s over Go's median pods/sec for the ``diverse`` and ``preference`` rows. It takes about
+15-20 minutes on 2 cores (the 20,000-pod and RespectPreferences inputs dominate).
 
 Inputs. ``../shared/tools/karpenter_bench_inputs.py`` (relative to the repository; override with the
 ``KARPY_BENCH_INPUTS`` environment variable) re-creates Karpenter's inputs bit for bit: Go's ``math/rand``
@@ -553,6 +561,11 @@ def go_pods_per_second(names: Sequence[str], count: int) -> dict[str, float]:
     pattern = "^(" + "|".join(sorted(set(names))) + ")$"
     out = go("test", "-tags", "test_performance", "-run", "^$", "-bench", pattern, "-benchtime=1x",
              f"-count={count}", GO_PACKAGE)  # fmt: skip
+    return parse_go_benchmark(out)
+
+
+def parse_go_benchmark(out: str) -> dict[str, float]:
+    """Median ``pods/sec`` per benchmark name (GOMAXPROCS suffix dropped) in ``go test -bench`` output."""
     runs: dict[str, list[float]] = {}
     for line in out.splitlines():
         fields = line.split()
