@@ -5,6 +5,14 @@ Run from the repository root::
     .venv/bin/python -m benchmarks.scheduling                 # the full table (about a minute on 2 cores)
     .venv/bin/python -m benchmarks.scheduling --sizes 100,2000 --repeat 1
     .venv/bin/python -m benchmarks.scheduling --json          # one JSON object per row
+    .venv/bin/python -m benchmarks.scheduling --go 3          # and Karpenter's Go benchmark here, 3 runs each
+
+``--go COUNT`` runs Karpenter's own ``BenchmarkScheduling*`` (``sigs.k8s.io/karpenter`` v1.15.0,
+``scheduling_benchmark_test.go``, build tag ``test_performance``) from the Go module cache through a throwaway
+module in ``~/.cache/karpy-gobench``, ``-benchtime=1x`` (one fresh ``Solve`` per run; Go's setup, which
+builds the instance types, is untimed, as karpy's catalogue tables are kept across solves), and prints
+karpy's pods/s over Go's median pods/sec for the ``diverse`` and ``preference`` rows. It takes about
+15-20 minutes on 2 cores (the 20,000-pod and RespectPreferences inputs dominate).
 
 Inputs. ``../shared/tools/karpenter_bench_inputs.py`` (relative to the repository; override with the
 ``KARPY_BENCH_INPUTS`` environment variable) re-creates Karpenter's inputs bit for bit: Go's ``math/rand``
@@ -46,6 +54,7 @@ import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -513,12 +522,92 @@ def format_table(table: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+# -- Karpenter's Go benchmark, on this machine -----------------------------------------------------------------
+
+GO_PACKAGE = "sigs.k8s.io/karpenter/pkg/controllers/provisioning/scheduling"
+GO_MODULE = "sigs.k8s.io/karpenter@v1.15.0"
+
+
+def go_benchmark_name(row: Row) -> str | None:
+    """The Go benchmark measuring the same input as ``row`` (``diverse`` n → ``BenchmarkScheduling<n>``,
+    ``preference`` → ``Benchmark{Respect,Ignore}Preferences``), None for karpy's own workloads."""
+    if row.workload == "diverse":
+        return f"BenchmarkScheduling{row.pods}"
+    if row.workload == "preference":
+        return f"Benchmark{row.policy}Preferences"
+    return None
+
+
+def go_pods_per_second(names: Sequence[str], count: int) -> dict[str, float]:
+    """Run Karpenter's ``BenchmarkScheduling*`` (``scheduling_benchmark_test.go``, build tag ``test_performance``)
+    from the Go module cache: median ``pods/sec`` per benchmark name over ``count`` runs of ``-benchtime=1x``
+    (a fresh scheduler per run, as karpy's solve). A throwaway module requiring ``sigs.k8s.io/karpenter``
+    lives in ``$KARPY_GOBENCH_DIR`` (default ``~/.cache/karpy-gobench``); nothing is copied into the
+    repository. Raises ``RuntimeError`` when ``go`` fails."""
+    root = Path(os.environ.get("KARPY_GOBENCH_DIR", str(Path.home() / ".cache" / "karpy-gobench"))) / "mod"
+    root.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "GOTOOLCHAIN": "auto", "GOWORK": "off", "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"}
+
+    def go(*args: str) -> str:
+        done = subprocess.run(("go", *args), cwd=root, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"go {' '.join(args)}: {done.stderr.strip()[-2000:]}")
+        return done.stdout
+
+    if not (root / "go.mod").is_file():
+        go("mod", "init", "karpy.local/gobench")
+        (root / "deps.go").write_text(f'package gobench\n\nimport _ "{GO_PACKAGE}"\n')
+        go("get", GO_MODULE)
+    pattern = "^(" + "|".join(sorted(set(names))) + ")$"
+    out = go("test", "-tags", "test_performance", "-run", "^$", "-bench", pattern, "-benchtime=1x",
+             f"-count={count}", GO_PACKAGE)  # fmt: skip
+    return parse_go_benchmark(out)
+
+
+def parse_go_benchmark(out: str) -> dict[str, float]:
+    """Median ``pods/sec`` per benchmark name (GOMAXPROCS suffix dropped) in ``go test -bench`` output."""
+    runs: dict[str, list[float]] = {}
+    for line in out.splitlines():
+        fields = line.split()
+        if fields and fields[0].startswith("Benchmark") and "pods/sec" in fields:
+            name = fields[0].rsplit("-", 1)[0]  # drop the GOMAXPROCS suffix
+            runs.setdefault(name, []).append(float(fields[fields.index("pods/sec") - 1]))
+    return {name: statistics.median(values) for name, values in runs.items()}
+
+
+def format_go_table(table: Sequence[Row], go_rates: dict[str, float]) -> str:
+    """karpy's pods/s next to Karpenter's Go benchmark on the same input and machine, and the ratio."""
+    head = (
+        f"{'workload':<10} {'pods':>6} {'policy':<7} {'karpy pods/s':>12} {'Go benchmark':<28} "
+        f"{'Go pods/s':>9} {'ratio':>7}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in table:
+        name = go_benchmark_name(r)
+        if name is None or name not in go_rates:
+            continue
+        rate = go_rates[name]
+        lines.append(
+            f"{r.workload:<10} {r.pods:>6} {r.policy:<7} {r.pods_per_second:>12,.0f} {name:<28} {rate:>9,.0f} "
+            f"{r.pods_per_second / rate:>6.1f}x"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.scheduling", description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)), help="pod counts, comma-separated")
     parser.add_argument("--repeat", type=int, default=3, help="solves per row; the median time is reported")
     parser.add_argument("--mixed", type=int, default=5000, help="pods in the mixed workload")
     parser.add_argument("--json", action="store_true", help="print one JSON object per row")
+    parser.add_argument(
+        "--go",
+        type=int,
+        default=0,
+        metavar="COUNT",
+        help="also run Karpenter's Go BenchmarkScheduling* COUNT times per input on this machine (needs go; "
+        "median pods/sec) and print karpy's ratio to it",
+    )
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     table = rows(sizes, max(1, args.repeat), args.mixed)
@@ -529,6 +618,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_table(table))
         slowest = min(r.pods_per_second for r in table)
         print(f"\nslowest row: {slowest:,.0f} pods/s; rows with failed checks: {sum(1 for r in table if r.checks)}")
+    if args.go > 0:
+        names = [n for r in table if (n := go_benchmark_name(r)) is not None]
+        print("\n" + format_go_table(table, go_pods_per_second(names, args.go)))
     for r in table:
         for c in r.checks:
             print(f"check failed: {r.workload} {r.pods} {r.policy}: {c}", file=sys.stderr)

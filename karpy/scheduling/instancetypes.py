@@ -9,12 +9,12 @@ each distinct set is evaluated against the catalogue once (Karpenter ``filterIns
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from karpy.apis import labels as wk
 from karpy.cloudprovider.types import InstanceType, Offering
 from karpy.scheduling import requirements as rq
-from karpy.scheduling.model import DaemonSet, HostPort, NodePool, Pod, Requirement
+from karpy.scheduling.model import IN, DaemonSet, HostPort, NodePool, Pod, Requirement
 from karpy.scheduling.taints import untolerated
 
 # A reserved offering's capacity reservation (Karpenter ``ReservedCapacityLabels``): its id, type and
@@ -55,7 +55,12 @@ def pod_matches_labels(pod: Pod, labels: Mapping[str, str]) -> bool:
 
 def requests_vector(pod: Pod, index: Sequence[str]) -> Vector:
     """A pod's requests over ``index``; every pod takes one ``pods`` slot even if its requests omit it."""
-    return tuple(max(1, pod.requests.get(n, 0)) if n == wk.RESOURCE_PODS else pod.requests.get(n, 0) for n in index)
+    requests = pod.requests
+    out = [requests.get(n, 0) for n in index]
+    for i, n in enumerate(index):
+        if n == wk.RESOURCE_PODS and out[i] < 1:
+            out[i] = 1
+    return tuple(out)
 
 
 def type_labels(it: InstanceType) -> dict[str, str]:
@@ -112,17 +117,251 @@ def offering_allowed(
     return True
 
 
+# Catalogues and resource views kept across solves (least recently used dropped beyond these counts), and how
+# many requirement signatures one catalogue remembers before its per-signature caches are cleared.
+MAX_CATALOGUES = 32
+MAX_VIEWS = 8
+MAX_SIGNATURES = 8192
+# The keys an offering is filtered on, in the order of :func:`offer_key`.
+OFFER_FILTER_KEYS = (wk.LABEL_ZONE, wk.LABEL_CAPACITY_TYPE, wk.LABEL_ZONE_ID, *RESERVATION_KEYS)
+OfferKey = tuple[object, ...]
+Offer = tuple[str, str, str, float, tuple[str, str, str]]
+
+
+def offer_key(reqs: rq.Reqs) -> OfferKey:
+    """Hashable identity of the part of ``reqs`` that filters offerings (:data:`OFFER_FILTER_KEYS`)."""
+    return tuple(None if (r := reqs.get(k)) is None else r.sig for k in OFFER_FILTER_KEYS)
+
+
+class Catalogue:
+    """What a solve needs about a list of instance types that depends on nothing else, shared across solves.
+
+    One catalogue exists per list of :class:`~karpy.cloudprovider.types.InstanceType` objects (by identity,
+    see :func:`catalogue_for`): NodePools with the same types share it, and a new list (a NodeOverlay
+    applied, an offering marked unavailable, a new price) is a new catalogue, because instance types are
+    immutable and every change builds new objects (``attrs.evolve``). Which types a requirement set allows
+    and their prices depend only on the types and the set, so they are remembered per requirement
+    :func:`~karpy.scheduling.requirements.signature` for every later solve (Karpenter recomputes
+    ``filterInstanceTypesByRequirements`` per NodeClaim; a controller's solves see the same catalogue over
+    and over).
+
+    Attributes:
+        types, labels, names: the instance types, their effective labels and names.
+        offerings: per type, its available offerings as ``(zone, capacity type, zone id, price, reservation)``.
+        offer_shape: per type, an id shared by types with the same available offerings (prices aside).
+        capacity: per type, the capacity used against NodePool limits (``nodes`` = 1).
+    """
+
+    __slots__ = (
+        "_by_price",
+        "_domains",
+        "_offered",
+        "_prices",
+        "_viable",
+        "capacity",
+        "labels",
+        "names",
+        "offer_shape",
+        "offerings",
+        "types",
+        "views",
+    )
+
+    def __init__(self, types: Sequence[InstanceType]) -> None:
+        self.types = tuple(types)
+        self.labels = [type_labels(it) for it in self.types]
+        self.names = [it.name for it in self.types]
+        self.offerings: list[list[Offer]] = [
+            [(o.zone, o.capacity_type, o.zone_id, o.price, reservation_of(o)) for o in it.offerings if o.available]
+            for it in self.types
+        ]
+        shapes: dict[tuple[tuple[str, str, str, tuple[str, str, str]], ...], int] = {}
+        self.offer_shape = [
+            shapes.setdefault(tuple(sorted((z, c, zi, r) for z, c, zi, _, r in offs)), len(shapes))
+            for offs in self.offerings
+        ]
+        self.capacity = [{**it.capacity, "nodes": 1} for it in self.types]
+        self.views: dict[tuple[object, ...], ResourceView] = {}
+        self._viable: dict[rq.Signature, list[int]] = {}
+        self._by_price: dict[rq.Signature, tuple[list[int], list[float]]] = {}
+        self._prices: dict[OfferKey, dict[int, float]] = {}
+        self._offered: dict[tuple[OfferKey, int, str], frozenset[str]] = {}
+        self._domains: dict[tuple[rq.Signature, str], frozenset[str]] = {}
+
+    def _bound(self) -> None:
+        """Forget the per-signature answers once there are too many (a long-running controller)."""
+        if len(self._viable) > MAX_SIGNATURES or len(self._offered) > 8 * MAX_SIGNATURES:
+            self._viable.clear()
+            self._by_price.clear()
+            self._prices.clear()
+            self._offered.clear()
+            self._domains.clear()
+            for view in self.views.values():
+                view.frontiers.clear()
+                view.fitting.clear()
+
+    def viable(self, reqs: rq.Reqs, sig: rq.Signature) -> list[int]:
+        """Indexes of the types whose labels satisfy ``reqs`` and that have an allowed available offering."""
+        cached = self._viable.get(sig)
+        if cached is None:
+            self._bound()
+            cached = [
+                i
+                for i, labels in enumerate(self.labels)
+                if labels_allow(labels, reqs)
+                and any(offering_allowed(z, c, zi, reqs, r) for z, c, zi, _, r in self.offerings[i])
+            ]
+            self._viable[sig] = cached
+        return cached
+
+    def price_list(self, reqs: rq.Reqs, sig: rq.Signature) -> tuple[list[int], list[float]]:
+        """Viable type indexes cheapest allowed available offering first, ties by name, and those prices."""
+        cached = self._by_price.get(sig)
+        if cached is None:
+            prices = self.prices(reqs)
+            order = sorted(self.viable(reqs, sig), key=lambda i: (prices(i), self.names[i]))
+            cached = self._by_price[sig] = (order, [prices(i) for i in order])
+        return cached
+
+    def prices(self, reqs: rq.Reqs) -> Callable[[int], float]:
+        """Type index → cheapest offering ``reqs`` allows, USD/hour (inf when none); memoised per offer key."""
+        okey = offer_key(reqs)
+        memo = self._prices.get(okey)
+        if memo is None:
+            memo = self._prices[okey] = {}
+        offerings = self.offerings
+
+        def price(i: int) -> float:
+            hit = memo.get(i)
+            if hit is None:
+                allowed = [p for z, c, zi, p, r in offerings[i] if offering_allowed(z, c, zi, reqs, r)]
+                hit = memo[i] = min(allowed) if allowed else float("inf")
+            return hit
+
+        return price
+
+    def offering_values(self, i: int, key: str, reqs: rq.Reqs) -> frozenset[str]:
+        """Values of an offering key (zone, capacity type, zone id, reservation) over type ``i``'s allowed
+        offerings (memoised per offer key)."""
+        cache_key = (offer_key(reqs), i, key)
+        hit = self._offered.get(cache_key)
+        if hit is None:
+            pos = {wk.LABEL_ZONE: 0, wk.LABEL_CAPACITY_TYPE: 1, wk.LABEL_ZONE_ID: 2}.get(key)
+            allowed = [(z, c, zi, *r) for z, c, zi, _, r in self.offerings[i] if offering_allowed(z, c, zi, reqs, r)]
+            if pos is None:  # a reservation key: only reserved offerings have a value
+                pos = 3 + RESERVATION_KEYS.index(key)
+            hit = self._offered[cache_key] = frozenset(o[pos] for o in allowed if o[pos])
+        return hit
+
+    def domain_values(self, reqs: rq.Reqs, sig: rq.Signature, key: str) -> frozenset[str]:
+        """The values of ``key`` a node of a viable type may get under ``reqs`` (offerings or type labels)."""
+        hit = self._domains.get((sig, key))
+        if hit is None:
+            hit = self._domains[(sig, key)] = self.values_over(self.viable(reqs, sig), reqs, key)
+        return hit
+
+    def values_over(self, types: Iterable[int], reqs: rq.Reqs, key: str) -> frozenset[str]:
+        """The values of ``key`` nodes of ``types`` may get under ``reqs``."""
+        values: set[str] = set()
+        if key in OFFERING_KEYS:
+            for t in types:
+                values |= self.offering_values(t, key, reqs)
+            return frozenset(values)
+        req = reqs.get(key)
+        values = {self.labels[t][key] for t in types if key in self.labels[t]}
+        if req is not None and req.operator() == IN:
+            values = (values & req.values) if values else set(req.values)
+        elif req is not None:
+            values = {v for v in values if req.has(v)}
+        return frozenset(values)
+
+    def view(self, index: Sequence[str], daemons: Sequence[DaemonSet]) -> ResourceView:
+        """The allocatable vectors over ``index`` net of ``daemons`` (those that run on the NodePool), shared
+        across solves with the same resource index and the same DaemonSet objects."""
+        key = (tuple(index), tuple(id(d) for d in daemons))
+        hit = self.views.pop(key, None)
+        if hit is None:
+            hit = ResourceView(self, index, daemons)
+            while len(self.views) >= MAX_VIEWS:
+                del self.views[next(iter(self.views))]
+        self.views[key] = hit  # most recently used last
+        return hit
+
+
+class ResourceView:
+    """Per type of a :class:`Catalogue`: the DaemonSet overhead, allocatable minus it, and the DaemonSets'
+    host ports, over one resource index; and the Pareto frontiers of viable types per signature.
+
+    Holds the DaemonSet objects it was built from, so their ids (its cache key) stay theirs while it lives.
+    """
+
+    __slots__ = ("avail", "daemon_ports", "daemons", "fitting", "frontiers", "overhead")
+
+    def __init__(self, cat: Catalogue, index: Sequence[str], daemons: Sequence[DaemonSet]) -> None:
+        self.daemons = tuple(daemons)
+        overhead: list[Vector] = []
+        avail: list[Vector] = []
+        ports: list[tuple[HostPort, ...]] = []
+        zero = tuple(0 for _ in index)
+        for it, labels in zip(cat.types, cat.labels, strict=True):
+            vec = zero
+            held: tuple[HostPort, ...] = ()
+            for d in self.daemons:
+                if pod_matches_type(d.pod, labels):
+                    dvec = requests_vector(d.pod, index)
+                    vec = tuple(a + b for a, b in zip(vec, dvec, strict=True))
+                    held += d.pod.host_ports
+            overhead.append(vec)
+            ports.append(held)
+            alloc = it.allocatable
+            avail.append(tuple(alloc.get(name, 0) - o for name, o in zip(index, vec, strict=True)))
+        self.overhead = overhead
+        self.avail = avail
+        self.daemon_ports = ports
+        self.frontiers: dict[rq.Signature, list[int]] = {}
+        self.fitting: dict[tuple[rq.Signature, tuple[tuple[int, int], ...]], list[int]] = {}
+
+
+_CATALOGUES: dict[tuple[int, ...], Catalogue] = {}
+
+
+def catalogue_for(types: Sequence[InstanceType]) -> Catalogue:
+    """The shared :class:`Catalogue` of exactly these instance type objects (in this order).
+
+    Keyed by the objects' ids: the catalogue holds the objects, so an id in its key cannot be reused by
+    another object while it is cached. Instance types are immutable (a changed type is a new object), so a
+    hit is always up to date; at most :data:`MAX_CATALOGUES` are kept, least recently used dropped first.
+    """
+    key = tuple(map(id, types))
+    hit = _CATALOGUES.pop(key, None)
+    if hit is None:
+        hit = Catalogue(types)
+        while len(_CATALOGUES) >= MAX_CATALOGUES:
+            del _CATALOGUES[next(iter(_CATALOGUES))]
+    _CATALOGUES[key] = hit  # most recently used last
+    return hit
+
+
+def clear_caches() -> None:
+    """Forget every shared catalogue (tests; memory)."""
+    _CATALOGUES.clear()
+
+
 class PoolTable:
-    """Everything the scheduler needs about one NodePool, precomputed once per solve.
+    """Everything the scheduler needs about one NodePool in one solve.
+
+    The instance-type tables come from the shared :class:`Catalogue` of the NodePool's types and its
+    :class:`ResourceView` for the solve's resource index and DaemonSets, so a solve on an unchanged catalogue
+    builds nothing per type.
 
     Attributes:
         pool, order: the NodePool and its position in weight order.
         reqs: the NodeClaim template requirements: NodePool requirements, ``key In [value]`` per template
             label, and ``karpenter.sh/nodepool In [name]`` (Karpenter ``NewNodeClaimTemplate``).
-        types, labels: the NodePool's instance types and their effective labels.
+        cat: the shared catalogue; ``types``, ``labels``, ``names``, ``offerings``, ``offer_shape`` and
+            ``capacity`` are its tables (read only).
         avail: per type, allocatable minus the DaemonSet overhead on that type, over the resource index.
         overhead: per type, the DaemonSet overhead vector.
-        capacity: per type, the capacity used against NodePool limits (``nodes`` = 1).
         daemon_ports: per type, the host ports of the DaemonSet pods that run on that type (Karpenter
             ``DaemonOverheadGroup.HostPortUsage``: a DaemonSet limited to some types, by architecture for
             example, holds its ports on those types only).
@@ -137,44 +376,17 @@ class PoolTable:
             rq.add(reqs, req)
         rq.add(reqs, rq.Req(wk.LABEL_NODEPOOL, False, frozenset((pool.name,))))
         self.reqs = reqs
-        self.types = pool.instance_types
-        self.labels = [type_labels(it) for it in self.types]
-        self.names = [it.name for it in self.types]
-        # Available offerings as (zone, capacity type, zone id, price, reservation), per type.
-        self.offerings = [
-            [(o.zone, o.capacity_type, o.zone_id, o.price, reservation_of(o)) for o in it.offerings if o.available]
-            for it in self.types
-        ]
-        # Types with the same available (zone, capacity type, zone id, reservation) offerings share an
-        # ``offer_shape``.
-        shapes: dict[tuple[tuple[str, str, str, tuple[str, str, str]], ...], int] = {}
-        self.offer_shape = [
-            shapes.setdefault(tuple(sorted((z, c, zi, r) for z, c, zi, _, r in offs)), len(shapes))
-            for offs in self.offerings
-        ]
-        self.capacity = [{**it.capacity, "nodes": 1} for it in self.types]
-        daemons = [d for d in daemonsets if self._daemon_runs_here(d)]
-        overhead: list[Vector] = []
-        avail: list[Vector] = []
-        ports: list[tuple[HostPort, ...]] = []
-        zero = tuple(0 for _ in index)
-        for it, labels in zip(self.types, self.labels, strict=True):
-            vec = zero
-            held: tuple[HostPort, ...] = ()
-            for d in daemons:
-                if pod_matches_type(d.pod, labels):
-                    dvec = requests_vector(d.pod, index)
-                    vec = tuple(a + b for a, b in zip(vec, dvec, strict=True))
-                    held += d.pod.host_ports
-            overhead.append(vec)
-            ports.append(held)
-            alloc = it.allocatable
-            avail.append(tuple(alloc.get(name, 0) - o for name, o in zip(index, vec, strict=True)))
-        self.overhead = overhead
-        self.avail = avail
-        self.daemon_ports = ports
-        self._viable: dict[rq.Signature, list[int]] = {}
-        self._by_price: dict[rq.Signature, list[int]] = {}
+        cat = self.cat = catalogue_for(pool.instance_types)
+        self.types = cat.types
+        self.labels = cat.labels
+        self.names = cat.names
+        self.offerings = cat.offerings
+        self.offer_shape = cat.offer_shape
+        self.capacity = cat.capacity
+        view = self.view = cat.view(index, [d for d in daemonsets if self._daemon_runs_here(d)])
+        self.overhead = view.overhead
+        self.avail = view.avail
+        self.daemon_ports = view.daemon_ports
 
     def _daemon_runs_here(self, daemon: DaemonSet) -> bool:
         """Karpenter ``isDaemonPodCompatible``: tolerates the NodePool taints, requirements compatible."""
@@ -184,24 +396,33 @@ class PoolTable:
 
     def viable(self, reqs: rq.Reqs, sig: rq.Signature | None = None) -> list[int]:
         """Indexes of the types whose labels satisfy ``reqs`` and that have an allowed available offering."""
-        key = rq.signature(reqs) if sig is None else sig
-        cached = self._viable.get(key)
-        if cached is None:
-            cached = [
-                i
-                for i, labels in enumerate(self.labels)
-                if labels_allow(labels, reqs)
-                and any(offering_allowed(z, c, zi, reqs, r) for z, c, zi, _, r in self.offerings[i])
-            ]
-            self._viable[key] = cached
-        return cached
+        return self.cat.viable(reqs, rq.signature(reqs) if sig is None else sig)
 
     def by_price(self, reqs: rq.Reqs, sig: rq.Signature) -> list[int]:
         """Viable type indexes, cheapest allowed available offering first, ties by name (cached per set)."""
-        cached = self._by_price.get(sig)
+        return self.cat.price_list(reqs, sig)[0]
+
+    def price_list(self, reqs: rq.Reqs, sig: rq.Signature) -> tuple[list[int], list[float]]:
+        """:meth:`by_price` and the price of each (USD/hour)."""
+        return self.cat.price_list(reqs, sig)
+
+    def frontier(self, reqs: rq.Reqs, sig: rq.Signature) -> list[int]:
+        """The Pareto-maximal viable types by allocatable (see :func:`karpy.scheduling.state.frontier`)."""
+        cached = self.view.frontiers.get(sig)
         if cached is None:
-            cached = sorted(self.viable(reqs, sig), key=lambda i: (self.price(i, reqs), self.names[i]))
-            self._by_price[sig] = cached
+            cached = self.view.frontiers[sig] = pareto_frontier(self.avail, self.viable(reqs, sig))
+        return cached
+
+    def fitting(self, reqs: rq.Reqs, sig: rq.Signature, need: Sequence[tuple[int, int]]) -> list[int]:
+        """The viable types (in :meth:`viable` order) whose allocatable holds ``need`` (``(resource index,
+        amount)`` pairs) on an empty node; cached with the resource view."""
+        key = (sig, tuple(need))
+        cached = self.view.fitting.get(key)
+        if cached is None:
+            avail = self.avail
+            cached = self.view.fitting[key] = [
+                t for t in self.viable(reqs, sig) if all(avail[t][i] >= amount for i, amount in need)
+            ]
         return cached
 
     def label_compatible(self, reqs: rq.Reqs) -> list[int]:
@@ -210,28 +431,37 @@ class PoolTable:
 
     def price(self, i: int, reqs: rq.Reqs) -> float:
         """Cheapest allowed available offering of type ``i``, USD/hour (inf when none)."""
-        prices = [p for z, c, zi, p, r in self.offerings[i] if offering_allowed(z, c, zi, reqs, r)]
-        return min(prices) if prices else float("inf")
+        return self.cat.prices(reqs)(i)
 
-    def offering_values(self, i: int, key: str, reqs: rq.Reqs) -> set[str]:
+    def offering_values(self, i: int, key: str, reqs: rq.Reqs) -> frozenset[str]:
         """Values of an offering key (zone, capacity type, zone id) over type ``i``'s allowed offerings."""
-        allowed = [(z, c, zi, *r) for z, c, zi, _, r in self.offerings[i] if offering_allowed(z, c, zi, reqs, r)]
-        pos = {wk.LABEL_ZONE: 0, wk.LABEL_CAPACITY_TYPE: 1, wk.LABEL_ZONE_ID: 2}.get(key)
-        if pos is None:  # a reservation key: only reserved offerings have a value
-            pos = 3 + RESERVATION_KEYS.index(key)
-        return {o[pos] for o in allowed if o[pos]}
+        return self.cat.offering_values(i, key, reqs)
 
-    def values_of(self, i: int, key: str, reqs: rq.Reqs) -> set[str]:
+    def values_of(self, i: int, key: str, reqs: rq.Reqs) -> frozenset[str]:
         """The values type ``i`` contributes to ``key`` (for minValues)."""
         if key in OFFERING_KEYS:
             return self.offering_values(i, key, reqs)
         value = self.labels[i].get(key)
-        return {value} if value is not None else set()
+        return frozenset((value,)) if value is not None else frozenset()
 
     def fits_limits(self, i: int, remaining: Mapping[str, int]) -> bool:
         """True when type ``i``'s capacity stays within the NodePool's remaining limits."""
         cap = self.capacity[i]
         return all(cap.get(k, 0) <= v for k, v in remaining.items())
+
+
+def pareto_frontier(avail: Sequence[Vector], types: Sequence[int]) -> list[int]:
+    """The Pareto-maximal types: no other type has at least as much of every resource.
+
+    Some type fits a set of requests iff a frontier type does, so fit questions only look at these (one type
+    for a catalogue where bigger is bigger in every resource, a few dozen for EC2).
+    """
+    out: list[int] = []
+    for t in sorted(types, key=lambda i: avail[i], reverse=True):
+        a = avail[t]
+        if not any(all(x >= y for x, y in zip(avail[f], a, strict=True)) for f in out):
+            out.append(t)
+    return out
 
 
 def pod_matches_type(pod: Pod, labels: Mapping[str, str]) -> bool:

@@ -207,7 +207,7 @@ def frontier_of(s: SolveState, table: PoolTable, reqs: rq.Reqs, sig: rq.Signatur
     key = (table.order, sig)
     cached = s.frontiers.get(key)
     if cached is None:
-        cached = s.frontiers[key] = frontier(table.avail, table.viable(reqs, sig))
+        cached = s.frontiers[key] = table.frontier(reqs, sig)
     return cached
 
 
@@ -269,15 +269,17 @@ def price_list(s: SolveState, table: PoolTable, reqs: rq.Reqs, sig: rq.Signature
     key = (table.order, sig)
     hit = s.price_lists.get(key)
     if hit is None:
-        order = table.by_price(reqs, sig)
-        hit = s.price_lists[key] = (order, [table.price(t, reqs) for t in order])
+        hit = s.price_lists[key] = table.price_list(reqs, sig)
     return hit
 
 
 def first_fit(order: Sequence[int], avail: Sequence[Vector], used: Sequence[int], start: int) -> int:
+    # for/else instead of all(generator): this runs for every pod tried on a claim.
     for j in range(start, len(order)):
-        a = avail[order[j]]
-        if all(x >= u for x, u in zip(a, used, strict=True)):
+        for x, u in zip(avail[order[j]], used):  # noqa: B905 (equal lengths: one resource index)
+            if x < u:
+                break
+        else:
             return j
     return len(order)
 
@@ -470,8 +472,12 @@ def pod_cap(
 def fitting_types(s: SolveState, table: PoolTable, g: Group, cands: Candidates) -> list[int]:
     """The candidate types that fit one pod of the group on an empty node (domains must have one)."""
     if cands.fitting is None:
-        zero = [0] * len(s.index)
-        cands.fitting = [t for t in cands.types if fit_count(table.avail[t], zero, g.need) >= 1]
+        if cands.claim is None and not cands.limited:
+            # A new claim's candidates are the viable types of its requirement set: shared across solves.
+            cands.fitting = table.fitting(cands.reqs, cands.sig, g.need)
+        else:
+            zero = [0] * len(s.index)
+            cands.fitting = [t for t in cands.types if fit_count(table.avail[t], zero, g.need) >= 1]
     return cands.fitting
 
 
@@ -486,7 +492,12 @@ def finalize(s: SolveState, claim: Claim) -> NewNodeClaim | str:
     members = set(claim.types) if claim.limited else None
     priced: list[int] = []
     for t in table.by_price(reqs, claim.sig):
-        if (members is None or t in members) and all(a >= u for a, u in zip(avail[t], used, strict=True)):
+        if members is not None and t not in members:
+            continue
+        for a, u in zip(avail[t], used):  # noqa: B905 (equal lengths: one resource index)
+            if a < u:
+                break
+        else:
             priced.append(t)
             if len(priced) == MAX_INSTANCE_TYPES:
                 break

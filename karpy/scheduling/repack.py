@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from karpy.scheduling import requirements as rq
 from karpy.scheduling.instancetypes import Vector, min_values_keys
 from karpy.scheduling.model import Pod
-from karpy.scheduling.nodeclaim import Claim, frontier_of
+from karpy.scheduling.nodeclaim import Claim, first_fit, frontier_of
 from karpy.scheduling.queue import Group
 from karpy.scheduling.state import SolveState
 
@@ -40,10 +40,9 @@ def repack(s: SolveState) -> None:
 def price_of(s: SolveState, claim: Claim, used: Sequence[int]) -> float:
     """USD/hour of the cheapest candidate type whose allocatable fits ``used`` (inf when none)."""
     table = claim.table
-    for t in table.by_price(claim.reqs, claim.sig):
-        if all(a >= u for a, u in zip(table.avail[t], used, strict=True)):
-            return table.price(t, claim.reqs)
-    return float("inf")
+    order, prices = table.price_list(claim.reqs, claim.sig)
+    j = first_fit(order, table.avail, used, 0)
+    return prices[j] if j < len(order) else float("inf")
 
 
 def repack_pool(s: SolveState, claims: list[Claim]) -> None:
@@ -84,28 +83,46 @@ def deal_bins(
     avail: Sequence[Vector],
     scale: list[float],
 ) -> tuple[list[list[int]], list[list[tuple[Group, Pod]]]] | None:
-    """Deal items to ``n`` bins, each to the bin whose dominant share grows least; None if one fits none."""
+    """Deal items to ``n`` bins, each to the bin whose dominant share grows least (ties: the smaller share
+    after, then the lower bin); None if one fits none.
+
+    A bin's rank for an item depends only on the bin and the item's requests, and only the bin that took the
+    previous item changed: consecutive items with equal requests (a group's pods, sorted together) re-rank
+    that bin alone instead of all ``n``.
+    """
     dims = range(len(s.index))
     bins = [[0] * len(s.index) for _ in range(n)]
     shares = [0.0] * n
     members: list[list[tuple[Group, Pod]]] = [[] for _ in range(n)]
+    # Per bin: (share growth, share after, bin) for the current requests, or None when they do not fit.
+    ranks: list[tuple[float, float, int] | None] = [None] * n
+    last: Vector | None = None
+    changed = -1
+
+    def rank(b: int, vec: Vector) -> tuple[float, float, int] | None:
+        used = bins[b]
+        grown = max((used[i] + vec[i]) * scale[i] for i in dims)
+        if grown > 1.0 or not any(all(avail[t][i] >= used[i] + vec[i] for i in dims) for t in front):
+            return None
+        return (grown - shares[b], grown, b)
+
     for g, pod in items:
         vec = g.vec
-        best: tuple[float, float, int] | None = None
-        for b in range(n):
-            used = bins[b]
-            grown = max((used[i] + vec[i]) * scale[i] for i in dims)
-            if grown > 1.0 or (best is not None and (grown - shares[b], grown) >= best[:2]):
-                continue
-            if any(all(avail[t][i] >= used[i] + vec[i] for i in dims) for t in front):
-                best = (grown - shares[b], grown, b)
-        if best is None:
+        if vec != last:
+            ranks = [rank(b, vec) for b in range(n)]
+            last = vec
+        elif changed >= 0:
+            ranks[changed] = rank(changed, vec)
+        feasible = [r for r in ranks if r is not None]
+        if not feasible:
             return None
+        best = min(feasible)
         b = best[2]
         for i in dims:
             bins[b][i] += vec[i]
         shares[b] = best[1]
         members[b].append((g, pod))
+        changed = b
     return bins, members
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 
 from karpy.apis import labels as wk
 from karpy.scheduling import requirements as rq
-from karpy.scheduling.instancetypes import PoolTable, Vector
+from karpy.scheduling.instancetypes import PoolTable, Vector, pareto_frontier
 from karpy.scheduling.model import HostPort, Requirement
 from karpy.scheduling.topology import Topology
 
@@ -71,17 +71,8 @@ def fit_count(avail: Vector, used: Sequence[int], need: Sequence[tuple[int, int]
 
 
 def frontier(avail: Sequence[Vector], types: Sequence[int]) -> list[int]:
-    """The Pareto-maximal types: no other type has at least as much of every resource.
-
-    Some type fits a set of requests iff a frontier type does, so fit questions only look at these (one type
-    for a catalogue where bigger is bigger in every resource, a few dozen for EC2).
-    """
-    out: list[int] = []
-    for t in sorted(types, key=lambda i: avail[i], reverse=True):
-        a = avail[t]
-        if not any(all(x >= y for x, y in zip(avail[f], a, strict=True)) for f in out):
-            out.append(t)
-    return out
+    """The Pareto-maximal types (:func:`karpy.scheduling.instancetypes.pareto_frontier`)."""
+    return pareto_frontier(avail, types)
 
 
 class SolveState:
@@ -175,7 +166,7 @@ class SolveState:
         self.viable_sets: dict[tuple[int, rq.Signature], frozenset[int]] = {}
         self.pool_candidates_cache: dict[tuple[object, ...], Candidates | str] = {}
         self.max_caps: dict[tuple[int, rq.Signature], dict[str, int]] = {}
-        self.offered: dict[tuple[object, ...], set[str]] = {}
+        self.offered: dict[tuple[object, ...], frozenset[str]] = {}
         self.price_lists: dict[tuple[int, rq.Signature], tuple[list[int], list[float]]] = {}
         self.fresh: dict[tuple[int, int, rq.Signature], float] = {}
         self.port_types: dict[tuple[int, tuple[HostPort, ...]], tuple[str, ...]] = {}

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from karpy.scheduling import requirements as rq
-from karpy.scheduling.instancetypes import OFFERING_KEYS, PoolTable, pod_matches_labels, pod_requirement_sets
+from karpy.scheduling.instancetypes import PoolTable, pod_matches_labels, pod_requirement_sets
 from karpy.scheduling.model import IN, Pod, Requirement
 from karpy.scheduling.state import HOSTNAME, INTER_POD_AFFINITY, POD_TOPOLOGY_SPREAD, SolveState
 from karpy.scheduling.taints import untolerated
@@ -147,19 +147,8 @@ def domain_values(
     hit = s.domain_cache.get(cache_key)
     if hit is not None:
         return hit
-    candidates = table.viable(reqs, sig) if types is None else types
-    values: set[str] = set()
-    if key in OFFERING_KEYS:
-        for t in candidates:
-            values |= table.offering_values(t, key, reqs)
-    else:
-        req = reqs.get(key)
-        values = {table.labels[t][key] for t in candidates if key in table.labels[t]}
-        if req is not None and req.operator() == IN:
-            values = (values & req.values) if values else set(req.values)
-        elif req is not None:
-            values = {v for v in values if req.has(v)}
-    hit = s.domain_cache[cache_key] = frozenset(values)
+    hit = table.cat.domain_values(reqs, sig, key) if types is None else table.cat.values_over(types, reqs, key)
+    s.domain_cache[cache_key] = hit
     return hit
 
 
