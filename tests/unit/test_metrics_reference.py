@@ -217,6 +217,21 @@ def _node(name: str, claim: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _settled(before: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> bool:
+    """The lifecycle queue holds no more keys than before the scenario and no reconcile is running."""
+    now = samples()
+
+    def total(snapshot: dict[tuple[str, frozenset[tuple[str, str]]], float], metric: str, **labels: str) -> float:
+        return sum(v for (n, lab), v in snapshot.items() if n == metric and set(labels.items()) <= lab)
+
+    depth = "workqueue_depth", {"name": "nodeclaim.lifecycle"}
+    busy = sum(
+        total(now, "controller_runtime_active_workers", controller=c)
+        for c in ("nodeclaim.lifecycle", "terminator", "provisioner")
+    )
+    return total(now, depth[0], **depth[1]) <= total(before, depth[0], **depth[1]) and busy == 0
+
+
 async def scale_up_and_down() -> Scenario:
     """The whole Operator on the fakes: two pending pods get a NodeClaim, its Node registers and initializes, then
     the pods go and the NodeClaim is deleted until it and its Node are gone."""
@@ -257,6 +272,9 @@ async def scale_up_and_down() -> Scenario:
         for claim in claims:
             await kube.delete(NODECLAIMS, claim["metadata"]["name"])
         await _until(lambda: not kube.names(NODECLAIMS) and not kube.names(NODES), "the NodeClaims and Nodes gone")
+        # The last deletions queue keys too: stop only once the workers took them (and finished), or the depth
+        # and active-worker gauges would read what the cancel interrupted (seen under load on 2 busy cores).
+        await _until(lambda: _settled(before), "the work queues drained and the workers idle")
     finally:
         running.cancel()
         with contextlib.suppress(BaseException):
