@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 
 from karpy import logs
 from karpy.cli import startup
@@ -63,6 +64,11 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         action="store_true",
         help="also show what consolidation would do to the manifests' Nodes under each NodePool's policy",
     )
+    p.add_argument(
+        "--timings",
+        action="store_true",
+        help="print the seconds of each phase on stderr (read+collect, catalogue, prepare, solve, launch, output)",
+    )
 
 
 def _scale(items: list[str]) -> dict[str, int]:
@@ -76,16 +82,24 @@ def _scale(items: list[str]) -> dict[str, int]:
 
 
 def simulate_command(args: argparse.Namespace) -> int:
-    """``karpy simulate``: exit 0 with a plan (even with unschedulable pods), 2 on invalid input."""
+    """``karpy simulate``: exit 0 with a plan (even with unschedulable pods), 2 on invalid input.
+
+    With ``--timings``, one stderr line ``karpy simulate timings: read=S catalogue=S prepare=S solve=S launch=S
+    output=S total=S`` (seconds; ``read`` is reading, defaulting, validating and expanding the manifests, which
+    are streamed together; ``prepare`` translating them for the engine; ``launch`` choosing each NodeClaim's
+    offering and building the plan).
+    """
     from karpy.simulate.catalogue import CatalogueError, choose_catalogue
     from karpy.simulate.manifests import collect
     from karpy.simulate.plan import plan_to_json, render_text, simulate
-    from karpy.simulate.reading import read_sources
+    from karpy.simulate.reading import iter_sources
     from karpy.simulate.validation import ManifestError
 
+    clock = _PhaseClock()
     try:
         scale = _scale(args.scale)
-        manifests = collect(read_sources(args.files), scale)
+        manifests = collect(iter_sources(args.files), scale)
+        clock.lap("read")
         catalogue = choose_catalogue(
             args.catalogue,
             args.region or "us-east-1",
@@ -93,15 +107,18 @@ def simulate_command(args: argparse.Namespace) -> int:
             vm_memory_overhead_percent=args.vm_memory_overhead_percent,
             reserved_enis=args.reserved_enis,
         )
+        clock.lap("catalogue")
     except (ManifestError, CatalogueError, ValueError) as err:
         print(f"karpy simulate: {err}", file=sys.stderr)
         return 2
-    plan = simulate(manifests, catalogue, preference_policy=args.preference_policy)
+    plan = simulate(manifests, catalogue, preference_policy=args.preference_policy, phases=clock.phases)
+    clock.restart()
     view = None
     if args.consolidate:
         from karpy.simulate import consolidate
 
         view = consolidate.consolidate(manifests, catalogue, preference_policy=args.preference_policy)
+        clock.lap("consolidate")
     if args.output == "json":
         document = plan_to_json(plan)
         if view is not None:
@@ -111,7 +128,34 @@ def simulate_command(args: argparse.Namespace) -> int:
         sys.stdout.write(render_text(plan))
         if view is not None:
             sys.stdout.write(consolidate.render_text(view))
+    sys.stdout.flush()
+    clock.lap("output")
+    if args.timings:
+        print(f"karpy simulate timings: {clock.line()}", file=sys.stderr)
     return 0
+
+
+class _PhaseClock:
+    """Seconds per phase of ``karpy simulate`` (``--timings``); ``simulate`` adds its own phases to ``phases``."""
+
+    def __init__(self) -> None:
+        self.phases: dict[str, float] = {}
+        self.origin = self.mark = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        """Charge the time since the last lap (or restart) to ``name``."""
+        now = time.perf_counter()
+        self.phases[name] = self.phases.get(name, 0.0) + now - self.mark
+        self.mark = now
+
+    def restart(self) -> None:
+        """Start the next lap now (the phases in between were timed by someone else)."""
+        self.mark = time.perf_counter()
+
+    def line(self) -> str:
+        """``phase=seconds`` pairs, in order, then ``total``."""
+        pairs = [f"{k}={v:.3f}" for k, v in self.phases.items()]
+        return " ".join([*pairs, f"total={time.perf_counter() - self.origin:.3f}"])
 
 
 def main(argv: list[str] | None = None) -> int:

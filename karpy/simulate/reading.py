@@ -5,12 +5,17 @@ A ``-f`` argument is a file, a directory read recursively (``*.yaml``, ``*.yml``
 ``kind: List`` objects (``kubectl get -o yaml``) are flattened into their items. Each object is checked to be a
 Kubernetes object (:mod:`karpy.simulate.validation`) and named from ``generateName`` if it has no name
 (:mod:`karpy.simulate.defaulting`).
+
+YAML is loaded by :mod:`karpy.simulate.yamlload`: the objects ``yaml.safe_load_all`` gives, parsed by libyaml's
+C parser when PyYAML has it (PyYAML's pure-Python scanner took most of a 20,000-pod simulation), else by
+PyYAML's own. Documents are streamed: one file's text and one document's nodes at a time, each object handed on
+as it is read.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -18,8 +23,10 @@ import attrs
 import yaml
 
 from karpy.apis.meta import JSON
+from karpy.simulate import yamlload
 from karpy.simulate.defaulting import generate_name
 from karpy.simulate.validation import ManifestError, check_metadata, check_type_fields
+from karpy.simulate.yamlload import LoaderClass
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -85,43 +92,71 @@ def to_object(item: Any, where: str) -> JSON:
     return check_metadata(generate_name(check_type_fields(item, where), where), where)
 
 
-def parse_documents(text: str, origin: str) -> list[Document]:
-    """Every object of a multi-document YAML (or JSON) text; ``kind: List`` objects are flattened.
+def _yaml_documents(text: str, origin: str, loader: LoaderClass | None) -> Iterator[Any]:
+    """The non-empty YAML documents of ``text``, one at a time.
+
+    Raises:
+        ManifestError: invalid YAML (with its line when the parser knows it), when the bad document is reached.
+    """
+    try:
+        for doc in yamlload.load_all(text, loader):
+            if doc is not None:
+                yield doc
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        # libyaml marks an error at the end of the stream one line past the last one: report the last line.
+        where = f" (line {min(mark.line + 1, max(len(text.splitlines()), 1))})" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ManifestError(f"{origin}: invalid YAML{where}: {problem}") from err
+
+
+def iter_documents(text: str, origin: str, loader: LoaderClass | None = None) -> Iterator[Document]:
+    """Every object of a multi-document YAML (or JSON) text, in order, as it is parsed; ``kind: List`` objects
+    are flattened. ``loader`` defaults to
+    :func:`karpy.simulate.yamlload.safe_loader` (libyaml's parser when PyYAML has it).
+
+    Raises:
+        ManifestError: invalid YAML, or a document that is not a Kubernetes object (when it is reached).
+    """
+    for i, obj in enumerate(_yaml_documents(text, origin, loader), start=1):
+        items = obj.get("items") if isinstance(obj, dict) and str(obj.get("kind", "")).endswith("List") else None
+        for j, item in enumerate(items if isinstance(items, list) else [obj], start=1):
+            where = f"{origin}#{i}" + (f".items[{j - 1}]" if items is not None else "")
+            yield Document(where, to_object(item, where))
+
+
+def parse_documents(text: str, origin: str, loader: LoaderClass | None = None) -> list[Document]:
+    """:func:`iter_documents` as a list.
 
     Raises:
         ManifestError: invalid YAML, or a document that is not a Kubernetes object.
     """
-    try:
-        raw = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ManifestError(f"{origin}: invalid YAML{where}: {problem}") from err
-    docs: list[Document] = []
-    for i, obj in enumerate(raw, start=1):
-        items = obj.get("items") if isinstance(obj, dict) and str(obj.get("kind", "")).endswith("List") else None
-        for j, item in enumerate(items if isinstance(items, list) else [obj], start=1):
-            where = f"{origin}#{i}" + (f".items[{j - 1}]" if items is not None else "")
-            docs.append(Document(where, to_object(item, where)))
-    return docs
+    return list(iter_documents(text, origin, loader))
 
 
-def read_sources(sources: Sequence[str], stdin: TextIO | None = None) -> list[Document]:
-    """All objects of the ``-f`` arguments in order (``-`` reads stdin once).
+def iter_sources(sources: Sequence[str], stdin: TextIO | None = None) -> Iterator[Document]:
+    """All objects of the ``-f`` arguments in order (``-`` reads stdin once), streamed: a file is read when
+    the previous one's objects have been consumed.
 
     Raises:
-        ManifestError: a path is missing or unreadable, or a document is invalid.
+        ManifestError: a path is missing or unreadable, or a document is invalid (when it is reached).
     """
-    docs: list[Document] = []
     for source in sources:
         if source == "-":
-            docs.extend(parse_documents((stdin or sys.stdin).read(), "<stdin>"))
+            yield from iter_documents((stdin or sys.stdin).read(), "<stdin>")
             continue
         for path in manifest_files(source):
             try:
                 text = path.read_text()
             except (OSError, UnicodeDecodeError) as err:
                 raise ManifestError(f"{path}: cannot read: {err}") from err
-            docs.extend(parse_documents(text, str(path)))
-    return docs
+            yield from iter_documents(text, str(path))
+
+
+def read_sources(sources: Sequence[str], stdin: TextIO | None = None) -> list[Document]:
+    """:func:`iter_sources` as a list.
+
+    Raises:
+        ManifestError: a path is missing or unreadable, or a document is invalid.
+    """
+    return list(iter_sources(sources, stdin))
