@@ -425,6 +425,35 @@ async def install(client: Any, source: Path | None = None, *, pool: Mapping[str,
     await apply(client, [kwok_nodeclass(), dict(pool or nodepool())])
 
 
+KARPENTER_USER = "system:serviceaccount:karpenter:karpenter"
+
+
+async def service_account_kubeconfig(client: Any, server: str, path: Path) -> Path:
+    """A kubeconfig for the ServiceAccount ``karpenter/karpenter`` (created, bound to ``cluster-admin``), so the
+    apiserver's audit log and metrics can tell Karpenter's requests (user :data:`KARPENTER_USER`) from others'."""
+    from e2e import helpers
+
+    await apply(
+        client,
+        [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "karpenter"}},
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": "karpenter", "namespace": "karpenter"},
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "karpenter-live-benchmark"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                "subjects": [{"kind": "ServiceAccount", "name": "karpenter", "namespace": "karpenter"}],
+            },
+        ],
+    )
+    return await helpers.service_account_kubeconfig(client, server, "karpenter", "karpenter", path)
+
+
 async def nodepool_ready(client: Any, name: str = "default") -> bool:
     """Whether NodePool ``name`` has ``Ready=True`` (Karpenter provisions only for Ready pools)."""
     from e2e import helpers
@@ -506,8 +535,10 @@ async def _measure(cluster_env: Mapping[str, str], binary: Path, workdir: Path, 
     from e2e import helpers
     from karpy.kube.client import KubeClient
 
-    kubeconfig = Path(cluster_env["KUBECONFIG"])
-    client = await KubeClient.from_environment(str(kubeconfig))
+    client = await KubeClient.from_environment(cluster_env["KUBECONFIG"])
+    kubeconfig = await service_account_kubeconfig(
+        client, cluster_env["CLUSTER_ENDPOINT"], workdir / "karpenter.kubeconfig"
+    )
     karpenter = KarpenterProcess(binary, kubeconfig, workdir / "karpenter.log")
     try:
         source = module_dir()
