@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = module_dir() / "kwok"
     prices = karpy_prices()
-    report = {
+    report: dict[str, Any] = {
         "embedded": overlap(load_kwok_types(root / "cloudprovider" / "instance_types.json"), prices),
         "aws_example": overlap(load_kwok_types(root / "examples" / "aws_instance_types.json"), prices),
     }
