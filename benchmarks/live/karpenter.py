@@ -485,9 +485,18 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[rank - 1]
 
 
-async def provision(client: Any, name: str, pods: int, *, timeout: float = 900.0, interval: float = 1.0) -> Provisioned:
+async def provision(
+    client: Any,
+    name: str,
+    pods: int,
+    *,
+    provider_prefix: str = KWOK_PROVIDER_PREFIX,
+    timeout: float = 900.0,
+    interval: float = 1.0,
+) -> Provisioned:
     """Create Deployment ``name`` of ``pods`` pods and poll its pods every ``interval`` seconds until all are
-    Running.
+    Running; Nodes are counted when their providerID starts with ``provider_prefix`` (``kwok://`` for Karpenter's
+    KWOK provider, ``aws://`` for karpy).
 
     Raises:
         TimeoutError: not all Running within ``timeout`` seconds.
@@ -511,7 +520,7 @@ async def provision(client: Any, name: str, pods: int, *, timeout: float = 900.0
     total = time.monotonic() - started
     claims, _ = await client.list(helpers.KINDS["NodeClaim"])
     nodes, _ = await client.list(r.NODES)
-    kwok_nodes = [n for n in nodes if str((n.get("spec") or {}).get("providerID", "")).startswith(KWOK_PROVIDER_PREFIX)]
+    kwok_nodes = [n for n in nodes if str((n.get("spec") or {}).get("providerID", "")).startswith(provider_prefix)]
     types: dict[str, int] = {}
     for node in kwok_nodes:
         it = node["metadata"].get("labels", {}).get("node.kubernetes.io/instance-type", "?")
@@ -563,30 +572,47 @@ async def _measure(cluster_env: Mapping[str, str], binary: Path, workdir: Path, 
         await client.close()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m benchmarks.live.karpenter --pods N``: a fresh local cluster, Karpenter's KWOK provider on it,
-    a Deployment of N pods; prints one JSON object (time to all Running, NodeClaims, Nodes, peak RSS, CPU s)."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.live.karpenter", description=main.__doc__)
-    parser.add_argument("--pods", type=int, default=500)
-    parser.add_argument("--workdir", type=Path, default=None, help="cluster workdir (default: a temporary one)")
-    args = parser.parse_args(argv)
-    from e2e.cluster import launcher
-
-    binary = ensure_binary()
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="karpy-live-karpenter-"))
-    cluster = launcher.start(workdir / "cluster", "karpenter-live")
-    try:
-        result = asyncio.run(_measure(cluster.env, binary, workdir, args.pods))
-    finally:
-        cluster.stop()
-    print(json.dumps(result))
-    print(
-        f"karpenter {KARPENTER_VERSION}: {result['pods']} pods Running in {result['total_seconds']:.1f}s "
+def _line(result: Mapping[str, Any]) -> str:
+    return (
+        f"{result['controller']}: {result['pods']} pods Running in {result['total_seconds']:.1f}s "
         f"(p50 {result['p50_seconds']:.1f}s, p99 {result['p99_seconds']:.1f}s); {result['nodeclaims']} NodeClaims, "
         f"{result['nodes']} nodes {result['instance_types']}; peak RSS {result['peak_rss_mib']} MiB, "
-        f"CPU {result['cpu_seconds']} s; logs in {workdir}",
-        file=sys.stderr,
+        f"CPU {result['cpu_seconds']} s"
     )
+
+
+def run_one(controller: str, pods: int, workdir: Path, binary: Path | None = None) -> dict[str, Any]:
+    """``controller`` (``karpenter`` or ``karpy``) on a fresh local cluster under ``workdir``: the figures of
+    :func:`_measure` / :func:`benchmarks.live.karpyside.measure`. The caller holds the cluster lock."""
+    from benchmarks.live import karpyside
+    from e2e.cluster import launcher
+
+    name = f"{controller}-live"
+    cluster = launcher.start(workdir / "cluster", name)
+    try:
+        if controller == "karpenter":
+            return asyncio.run(_measure(cluster.env, binary or ensure_binary(), workdir, pods))
+        return asyncio.run(karpyside.measure(cluster.env, name, workdir, pods))
+    finally:
+        cluster.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.live.karpenter --pods N [--controller karpenter|karpy|both]``: for each controller a
+    fresh local cluster and a Deployment of N pods; prints one JSON object per controller (time to all Running,
+    NodeClaims, Nodes, peak RSS, CPU s) and a summary line each on stderr."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.live.karpenter", description=main.__doc__)
+    parser.add_argument("--pods", type=int, default=500)
+    parser.add_argument("--controller", choices=("karpenter", "karpy", "both"), default="karpenter")
+    parser.add_argument("--workdir", type=Path, default=None, help="parent of the cluster workdirs (default: temp)")
+    args = parser.parse_args(argv)
+    binary = ensure_binary() if args.controller in ("karpenter", "both") else None
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="karpy-live-"))
+    controllers = ["karpenter", "karpy"] if args.controller == "both" else [args.controller]
+    for controller in controllers:
+        result = run_one(controller, args.pods, workdir / controller, binary)
+        print(json.dumps(result), flush=True)
+        print(f"{_line(result)}; logs in {workdir / controller}", file=sys.stderr, flush=True)
     return 0
 
 
