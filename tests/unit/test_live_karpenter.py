@@ -124,3 +124,49 @@ def test_fair_catalogue_reprices_and_rezones_on_demand_only() -> None:
 def test_karpy_prices_us_east_1() -> None:
     prices = catalogue.karpy_prices()
     assert prices["m5.large"] == pytest.approx(0.096)
+
+
+class _FakeCluster:
+    """Answers the Deployment apply, then lists pods that turn Running one poll at a time, NodeClaims, Nodes."""
+
+    def __init__(self, pods: int) -> None:
+        self.pods = pods
+        self.polls = 0
+        self.applied: list[str] = []
+
+    async def request(self, method: str, path: str, **_: object) -> dict[str, object]:
+        self.applied.append(f"{method} {path}")
+        return {}
+
+    async def list(self, res: object, namespace: str | None = None, **_: object) -> tuple[list[dict[str, object]], str]:
+        kind = getattr(res, "kind", "")
+        if kind == "Pod":
+            self.polls += 1
+            return [
+                {"metadata": {"uid": f"p{i}"}, "status": {"phase": "Running" if i < self.polls else "Pending"}}
+                for i in range(self.pods)
+            ], "1"
+        if kind == "NodeClaim":
+            return [{"metadata": {"name": "c1"}}, {"metadata": {"name": "c2"}}], "1"
+        node = {"metadata": {"labels": {"node.kubernetes.io/instance-type": "m5.large"}}}
+        return [
+            {**node, "spec": {"providerID": "kwok://n1"}},
+            {**node, "spec": {"providerID": "kwok://n2"}},
+            {**node, "spec": {"providerID": "aws:///us-east-1a/i-1"}},
+        ], "1"
+
+
+async def test_provision_waits_for_every_pod_and_counts_nodes_by_provider() -> None:
+    fake = _FakeCluster(pods=3)
+    result = await k.provision(fake, "inflate", 3, interval=0.0)
+    assert fake.polls == 3  # until the third pod turned Running
+    assert any("deployments/inflate" in call for call in fake.applied)
+    assert (result.pods, result.nodeclaims, result.nodes) == (3, 2, 2)
+    assert result.instance_types == {"m5.large": 2}
+    assert 0 <= result.p50_seconds <= result.p99_seconds <= result.total_seconds
+
+
+async def test_provision_times_out() -> None:
+    fake = _FakeCluster(pods=5)
+    with pytest.raises(TimeoutError, match="Running"):
+        await k.provision(fake, "inflate", 5, interval=0.0, timeout=-1.0)
