@@ -540,7 +540,9 @@ async def provision(
 # -- the proof run ---------------------------------------------------------------------------------------------------
 
 
-async def _measure(cluster_env: Mapping[str, str], binary: Path, workdir: Path, pods: int) -> dict[str, Any]:
+async def _measure(
+    cluster_env: Mapping[str, str], binary: Path, workdir: Path, pods: int, timeout: float = 900.0
+) -> dict[str, Any]:
     from e2e import helpers
     from karpy.kube.client import KubeClient
 
@@ -555,7 +557,7 @@ async def _measure(cluster_env: Mapping[str, str], binary: Path, workdir: Path, 
         karpenter.start()
         ready_seconds = await asyncio.to_thread(karpenter.wait_ready)
         await helpers.wait_for(lambda: nodepool_ready(client), timeout=60, what="NodePool default Ready")
-        result = await provision(client, "inflate", pods)
+        result = await provision(client, "inflate", pods, timeout=timeout)
         metrics = await asyncio.to_thread(karpenter.metrics)
         used = karpenter.stop()
         return {
@@ -572,6 +574,10 @@ async def _measure(cluster_env: Mapping[str, str], binary: Path, workdir: Path, 
         await client.close()
 
 
+def _exit_on_signal(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _line(result: Mapping[str, Any]) -> str:
     return (
         f"{result['controller']}: {result['pods']} pods Running in {result['total_seconds']:.1f}s "
@@ -581,7 +587,9 @@ def _line(result: Mapping[str, Any]) -> str:
     )
 
 
-def run_one(controller: str, pods: int, workdir: Path, binary: Path | None = None) -> dict[str, Any]:
+def run_one(
+    controller: str, pods: int, workdir: Path, binary: Path | None = None, *, timeout: float = 900.0
+) -> dict[str, Any]:
     """``controller`` (``karpenter`` or ``karpy``) on a fresh local cluster under ``workdir``: the figures of
     :func:`_measure` / :func:`benchmarks.live.karpyside.measure`. The caller holds the cluster lock."""
     from benchmarks.live import karpyside
@@ -591,8 +599,8 @@ def run_one(controller: str, pods: int, workdir: Path, binary: Path | None = Non
     cluster = launcher.start(workdir / "cluster", name)
     try:
         if controller == "karpenter":
-            return asyncio.run(_measure(cluster.env, binary or ensure_binary(), workdir, pods))
-        return asyncio.run(karpyside.measure(cluster.env, name, workdir, pods))
+            return asyncio.run(_measure(cluster.env, binary or ensure_binary(), workdir, pods, timeout))
+        return asyncio.run(karpyside.measure(cluster.env, name, workdir, pods, timeout))
     finally:
         cluster.stop()
 
@@ -605,12 +613,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=500)
     parser.add_argument("--controller", choices=("karpenter", "karpy", "both"), default="karpenter")
     parser.add_argument("--workdir", type=Path, default=None, help="parent of the cluster workdirs (default: temp)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for all pods Running")
     args = parser.parse_args(argv)
+    # Cleanup (controller stopped, cluster torn down) on SIGTERM, and on SIGINT even when started in the background
+    # by a non-interactive shell, which ignores SIGINT for its children: karpy's process has no pdeathsig.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     binary = ensure_binary() if args.controller in ("karpenter", "both") else None
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="karpy-live-"))
     controllers = ["karpenter", "karpy"] if args.controller == "both" else [args.controller]
     for controller in controllers:
-        result = run_one(controller, args.pods, workdir / controller, binary)
+        result = run_one(controller, args.pods, workdir / controller, binary, timeout=args.timeout)
         print(json.dumps(result), flush=True)
         print(f"{_line(result)}; logs in {workdir / controller}", file=sys.stderr, flush=True)
     return 0

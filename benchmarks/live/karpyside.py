@@ -21,7 +21,9 @@ from benchmarks.live.karpenter import provision, read_usage
 AWS_PROVIDER_PREFIX = "aws://"
 
 
-async def measure(cluster_env: Mapping[str, str], cluster_name: str, workdir: Path, pods: int) -> dict[str, Any]:
+async def measure(
+    cluster_env: Mapping[str, str], cluster_name: str, workdir: Path, pods: int, timeout: float = 900.0
+) -> dict[str, Any]:
     """karpy on the running local cluster described by ``cluster_env`` (its ``env`` file): install, start, wait
     for the NodePool to be Ready, provision ``pods`` pods; the figures as a dict (the keys of
     :class:`benchmarks.live.karpenter.Provisioned` plus ready/usage keys)."""
@@ -56,7 +58,7 @@ async def measure(cluster_env: Mapping[str, str], cluster_name: str, workdir: Pa
         await helpers.wait_for(
             lambda: helpers.condition_ready(client, nodepools, "default"), timeout=60, what="NodePool Ready"
         )
-        result = await provision(client, "inflate", pods, provider_prefix=AWS_PROVIDER_PREFIX)
+        result = await provision(client, "inflate", pods, provider_prefix=AWS_PROVIDER_PREFIX, timeout=timeout)
         assert karpy.proc is not None
         used = read_usage(karpy.proc.pid)
         created = await helpers.nodeclaim_counters(karpy.metrics_port)
