@@ -541,7 +541,12 @@ async def provision(
 
 
 async def _measure(
-    cluster_env: Mapping[str, str], binary: Path, workdir: Path, pods: int, timeout: float = 900.0
+    cluster_env: Mapping[str, str],
+    binary: Path,
+    workdir: Path,
+    pods: int,
+    timeout: float = 900.0,
+    instance_types_file: Path | None = None,
 ) -> dict[str, Any]:
     from e2e import helpers
     from karpy.kube.client import KubeClient
@@ -550,7 +555,7 @@ async def _measure(
     kubeconfig = await service_account_kubeconfig(
         client, cluster_env["CLUSTER_ENDPOINT"], workdir / "karpenter.kubeconfig"
     )
-    karpenter = KarpenterProcess(binary, kubeconfig, workdir / "karpenter.log")
+    karpenter = KarpenterProcess(binary, kubeconfig, workdir / "karpenter.log", instance_types_file=instance_types_file)
     try:
         source = module_dir()
         await install(client, source)
@@ -588,7 +593,13 @@ def _line(result: Mapping[str, Any]) -> str:
 
 
 def run_one(
-    controller: str, pods: int, workdir: Path, binary: Path | None = None, *, timeout: float = 900.0
+    controller: str,
+    pods: int,
+    workdir: Path,
+    binary: Path | None = None,
+    *,
+    timeout: float = 900.0,
+    instance_types_file: Path | None = None,
 ) -> dict[str, Any]:
     """``controller`` (``karpenter`` or ``karpy``) on a fresh local cluster under ``workdir``: the figures of
     :func:`_measure` / :func:`benchmarks.live.karpyside.measure`. The caller holds the cluster lock."""
@@ -599,7 +610,9 @@ def run_one(
     cluster = launcher.start(workdir / "cluster", name)
     try:
         if controller == "karpenter":
-            return asyncio.run(_measure(cluster.env, binary or ensure_binary(), workdir, pods, timeout))
+            return asyncio.run(
+                _measure(cluster.env, binary or ensure_binary(), workdir, pods, timeout, instance_types_file)
+            )
         return asyncio.run(karpyside.measure(cluster.env, name, workdir, pods, timeout))
     finally:
         cluster.stop()
@@ -614,6 +627,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--controller", choices=("karpenter", "karpy", "both"), default="karpenter")
     parser.add_argument("--workdir", type=Path, default=None, help="parent of the cluster workdirs (default: temp)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for all pods Running")
+    parser.add_argument(
+        "--instance-types-file",
+        type=Path,
+        default=None,
+        help="Karpenter's INSTANCE_TYPES_FILE_PATH (e.g. from python -m benchmarks.live.catalogue --out FILE)",
+    )
     args = parser.parse_args(argv)
     # Cleanup (controller stopped, cluster torn down) on SIGTERM, and on SIGINT even when started in the background
     # by a non-interactive shell, which ignores SIGINT for its children: karpy's process has no pdeathsig.
@@ -623,7 +642,14 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="karpy-live-"))
     controllers = ["karpenter", "karpy"] if args.controller == "both" else [args.controller]
     for controller in controllers:
-        result = run_one(controller, args.pods, workdir / controller, binary, timeout=args.timeout)
+        result = run_one(
+            controller,
+            args.pods,
+            workdir / controller,
+            binary,
+            timeout=args.timeout,
+            instance_types_file=args.instance_types_file,
+        )
         print(json.dumps(result), flush=True)
         print(f"{_line(result)}; logs in {workdir / controller}", file=sys.stderr, flush=True)
     return 0
