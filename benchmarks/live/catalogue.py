@@ -34,12 +34,14 @@ def karpy_prices(region: str = "us-east-1") -> dict[str, float]:
     return {str(k): float(v) for k, v in table["regions"][region].items()}
 
 
+# EC2's architecture names (which Karpenter's AWS example file uses) to the kubernetes.io/arch values the KWOK
+# provider puts in the requirement as they are: with "x86_64" a NodePool requiring amd64 matches nothing.
+KUBE_ARCH = {"x86_64": "amd64", "amd64": "amd64", "arm64": "arm64"}
+
+
 def load_kwok_types(path: Path) -> list[dict[str, Any]]:
-    """A KWOK instance-types JSON file (duplicate names, as in Karpenter's AWS example, keep the first)."""
-    seen: dict[str, dict[str, Any]] = {}
-    for item in json.loads(path.read_text()):
-        seen.setdefault(str(item["name"]), item)
-    return list(seen.values())
+    """A KWOK instance-types JSON file, as it is (Karpenter's AWS example lists each name twice: linux, windows)."""
+    return list(json.loads(path.read_text()))
 
 
 def _requirement(offering: Mapping[str, Any], key: str) -> str | None:
@@ -76,13 +78,17 @@ def overlap(kwok_types: Sequence[Mapping[str, Any]], prices: Mapping[str, float]
 def fair_catalogue(
     kwok_types: Sequence[Mapping[str, Any]], prices: Mapping[str, float], zones: Sequence[str]
 ) -> list[dict[str, Any]]:
-    """``kwok_types`` restricted to the names ``prices`` has, each with one on-demand offering per zone in
-    ``zones`` at ``prices[name]`` (USD/hour); name, architecture, operating systems and resources kept."""
+    """The linux entries of ``kwok_types`` whose name ``prices`` has (one per name), each with one on-demand
+    offering per zone in ``zones`` at ``prices[name]`` (USD/hour); the architecture as ``kubernetes.io/arch``
+    spells it (``x86_64`` → ``amd64``; others, e.g. ``i386``, dropped); name and resources kept."""
     out: list[dict[str, Any]] = []
+    seen: set[str] = set()
     for item in kwok_types:
         name = str(item["name"])
-        if name not in prices:
+        arch = KUBE_ARCH.get(str(item.get("architecture")))
+        if name not in prices or name in seen or arch is None or "linux" not in (item.get("operatingSystems") or []):
             continue
+        seen.add(name)
         offerings = [
             {
                 "Price": prices[name],
@@ -94,7 +100,7 @@ def fair_catalogue(
             }
             for zone in zones
         ]
-        out.append({**dict(item), "offerings": offerings})
+        out.append({**dict(item), "architecture": arch, "operatingSystems": ["linux"], "offerings": offerings})
     return out
 
 

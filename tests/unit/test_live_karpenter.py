@@ -82,7 +82,7 @@ def test_percentile_nearest_rank() -> None:
     assert k.percentile([], 0.5) == 0.0
 
 
-def _kwok_type(name: str, od: float, spot: float) -> dict[str, object]:
+def _kwok_type(name: str, od: float, spot: float, arch: str = "x86_64", os_: str = "linux") -> dict[str, object]:
     def offering(ct: str, price: float) -> dict[str, object]:
         return {
             "Price": price,
@@ -96,8 +96,8 @@ def _kwok_type(name: str, od: float, spot: float) -> dict[str, object]:
     return {
         "name": name,
         "offerings": [offering("spot", spot), offering("on-demand", od)],
-        "architecture": "amd64",
-        "operatingSystems": ["linux"],
+        "architecture": arch,
+        "operatingSystems": [os_],
         "resources": {"cpu": "2", "memory": "8Gi", "pods": "29"},
     }
 
@@ -110,9 +110,16 @@ def test_overlap_counts_names_and_prices() -> None:
 
 
 def test_fair_catalogue_reprices_and_rezones_on_demand_only() -> None:
-    kwok = [_kwok_type("m5.large", 0.102, 0.03), _kwok_type("x-1x", 1.0, 0.5)]
-    fair = catalogue.fair_catalogue(kwok, {"m5.large": 0.096}, ["us-east-1a", "us-east-1b"])
-    assert [t["name"] for t in fair] == ["m5.large"]
+    kwok = [
+        _kwok_type("m5.large", 0.102, 0.03, os_="windows"),
+        _kwok_type("m5.large", 0.102, 0.03),
+        _kwok_type("m5.large", 0.102, 0.03),
+        _kwok_type("c1.medium", 0.13, 0.03, arch="i386"),
+        _kwok_type("x-1x", 1.0, 0.5),
+    ]
+    fair = catalogue.fair_catalogue(kwok, {"m5.large": 0.096, "c1.medium": 0.13}, ["us-east-1a", "us-east-1b"])
+    assert [t["name"] for t in fair] == ["m5.large"]  # linux only, once; i386 has no kubernetes.io/arch
+    assert (fair[0]["architecture"], fair[0]["operatingSystems"]) == ("amd64", ["linux"])
     assert fair[0]["resources"] == {"cpu": "2", "memory": "8Gi", "pods": "29"}
     offerings = fair[0]["offerings"]
     assert [o["Price"] for o in offerings] == [0.096, 0.096]
