@@ -1,0 +1,1 @@
+"""The live benchmark: karpy and Karpenter itself on the same local control plane (see README.md here)."""
