@@ -59,8 +59,9 @@ class Movable(Protocol):
     """What the search reads of a candidate node.
 
     ``name`` identifies it (the NodeClaim; an existing node's ``nodeclaim`` or ``name``), ``node_name`` is its
-    Node; ``pods`` the pods that must move; ``price`` USD/hour of its offering (None unknown); ``reschedule_cost``
-    the disruption cost the order and Balanced scoring weigh (see :mod:`.balanced`).
+    Node; ``pods`` the pods that must move; ``price`` USD/hour of its offering (None unknown); ``instance_type`` its
+    ``node.kubernetes.io/instance-type``; ``reschedule_cost`` the disruption cost the order and Balanced scoring
+    weigh (see :mod:`.balanced`).
     """
 
     @property
@@ -77,6 +78,8 @@ class Movable(Protocol):
     def price(self) -> float | None: ...
     @property
     def capacity_type(self) -> str: ...
+    @property
+    def instance_type(self) -> str: ...
     @property
     def reschedule_cost(self) -> float: ...
 
@@ -239,6 +242,32 @@ def consolidation_move(
     return Move(method, tuple(candidates), (replacement,), current - cheaper[0][0]), ""
 
 
+def without_own_types(move: Move[C]) -> Move[C] | None:
+    """A multi-node replace whose launch list keeps only types cheaper than the cheapest candidate of a type the
+    list holds (Karpenter ``multinodeconsolidation.go`` ``filterOutSameInstanceType``: replacing two c.xlarge by one
+    c.xlarge is deleting one of them with twice the evictions); the saving re-priced on what is left. None when
+    nothing is left; a delete, or a list holding none of the candidates' types, is returned as is."""
+    if not move.replacements:
+        return move
+    plan = move.replacements[0]
+    listed = {it.name for it in plan.instance_types}
+    own = [c.price for c in move.candidates if c.instance_type in listed and c.price is not None]
+    if not own:
+        return move
+    ceiling = min(own)
+    allowed = _allowed_capacity_types(plan)
+    kept = [
+        (price, it)
+        for it in plan.instance_types
+        if (price := type_price(it, allowed)) is not None and price < ceiling - 1e-9
+    ]
+    if not kept:
+        return None
+    current = sum(c.price or 0.0 for c in move.candidates)
+    replacement = restrict(plan, [it for _, it in kept], allowed)
+    return attrs.evolve(move, replacements=(replacement,), savings=current - min(p for p, _ in kept))
+
+
 def savings_pay(savings: float, removed_price: float, min_per_hour: float, min_ratio: float) -> bool:
     """karpy's savings threshold (not Karpenter's; :mod:`karpy.controllers.disruption.controls`): the move saves at
     least ``min_per_hour`` USD/hour and ``min_ratio`` of the price of what it removes (``removed_price``)."""
@@ -270,11 +299,12 @@ def multi_node(
 ) -> Move[C] | None:
     """The best move over prefixes (≥ 2) of ``candidates`` (already in order), found by binary search.
 
-    The search is Karpenter's ``firstNConsolidationOption`` (a valid prefix moves the search up); ``accept``
-    applies the gates (savings threshold, Balanced score), so a prefix that fails one counts as invalid. Among
-    the valid prefixes tried, karpy keeps the one that saves the most and, on equal savings, moves the fewest
-    pods — Karpenter keeps the largest, which can evict more pods for the same saving. After ``timeout``
-    seconds the best move found so far is returned.
+    The search is Karpenter's ``firstNConsolidationOption`` (a valid prefix moves the search up; a replace by the
+    candidates' own instance type is invalid, :func:`without_own_types`); ``accept`` applies the gates (savings
+    threshold, Balanced score), so a prefix that fails one counts as invalid. Among the valid prefixes tried, karpy
+    keeps the one that saves the most and, on equal savings, moves the fewest pods — Karpenter keeps the largest,
+    which can evict more pods for the same saving. After ``timeout`` seconds the best move found so far is
+    returned.
     """
     deadline = clock() + timeout
     ordered = list(candidates)[:MULTI_NODE_MAX_CANDIDATES]
@@ -287,6 +317,8 @@ def multi_node(
         mid = (lo + hi) // 2
         prefix = ordered[:mid]
         move, _ = consolidation_move(prefix, simulator(prefix), method=MULTI, spot_to_spot=spot_to_spot)
+        if move is not None:
+            move = without_own_types(move)
         if move is not None and accept(move):
             if best is None or _better(move, best):
                 best = move

@@ -329,6 +329,9 @@ class NodeRepair:
         self.settings = settings or controls.DisruptionSettings()
         self.in_flight = in_flight
         self.clock = clock
+        # NodeClaims past the budget check and not yet answered by their delete: the reconciler runs on several
+        # workers, so they count as disrupting until the delete lands in state (or fails).
+        self._repairing: set[str] = set()
 
     async def reconcile(self, key: str) -> Result:
         """Repair Node ``key`` if a policy's toleration has passed; else requeue for when one will."""
@@ -357,7 +360,10 @@ class NodeRepair:
             return Result(requeue_after=BLOCKED_REQUEUE if self.policies.legacy else self.settings.poll)
         if await self._held_back(claim):
             return Result(requeue_after=self.settings.poll)
-        await self._repair(node, claim, decision, now)
+        try:
+            await self._repair(node, claim, decision, now)
+        finally:
+            self._repairing.discard(claim.name)
         return Result()
 
     def _candidate(self, node: NodeInfo, claim: NodeClaim) -> bool:
@@ -389,7 +395,9 @@ class NodeRepair:
         return True
 
     async def _held_back(self, claim: NodeClaim) -> bool:
-        """karpy's pause, or (v1.15 path, initialized nodes) no ``Unhealthy`` budget left in the NodePool."""
+        """karpy's pause, or (v1.15 path, initialized nodes) no ``Unhealthy`` budget left in the NodePool. A
+        NodeClaim let through takes its budget slot at once (:attr:`_repairing`, no await between the check and the
+        claim), so concurrent reconciles never pass one slot twice."""
         pool = self.state.nodepool_view(claim.nodepool) if claim.nodepool else None
         if pool is not None and controls.paused(pool.meta.annotations):
             return True
@@ -399,6 +407,7 @@ class NodeRepair:
             return False
         total, disrupting = self._budget_counts(claim.nodepool)
         if allowed_disruptions(pool, BUDGET_REASON, total, disrupting) > 0:
+            self._repairing.add(claim.name)
             return False
         if allowed_disruptions(pool, BUDGET_REASON, total, 0) == 0:
             self.events.record(ev.nodepool_blocked_for_disruption_reason(pool, BUDGET_REASON))
@@ -407,14 +416,15 @@ class NodeRepair:
     def _budget_counts(self, pool: str) -> tuple[int, int]:
         """(total, disrupting) for the ``Unhealthy`` budget (Karpenter ``NodePoolStatsFromNodes``): initialized
         NodeClaims with a Node; disrupting: being deleted or in a disruption command — NotReady Nodes do not
-        consume the repair budget, since NotReady is what repair repairs."""
+        consume the repair budget, since NotReady is what repair repairs; this reconciler's own repairs under way
+        count as disrupting."""
         total = disrupting = 0
         for claim in self.state.nodeclaim_views_of(pool):
             node = self.state.node_for_nodeclaim(claim)
             if node is None or not claim.is_true(wk.COND_INITIALIZED):
                 continue
             total += 1
-            if claim.deleting or node.deleting or claim.name in self.in_flight:
+            if claim.deleting or node.deleting or claim.name in self.in_flight or claim.name in self._repairing:
                 disrupting += 1
         return total, disrupting
 

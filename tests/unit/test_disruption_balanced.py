@@ -174,3 +174,13 @@ async def test_a_multi_node_balanced_move_is_approved_on_the_nodepool() -> None:
     (event,) = h.kube.events("ConsolidationApproved", name="multi")
     assert event["message"] == "score 0.83 >= threshold 0.50 (k: 2, savings 83.3%, disruption 100.0%)"
     assert event["involvedObject"]["kind"] == "NodePool"
+
+
+async def test_an_empty_node_is_never_consolidated_under_any_policy() -> None:
+    """Karpenter v1.15 ``consolidation.go`` ``ShouldDisrupt``: ``IsEmpty`` candidates are emptiness's under every
+    policy, so an ``Empty`` budget of 0 holds an empty WhenEmptyOrUnderutilized node: consolidation must not delete
+    it under the ``Underutilized`` budget instead."""
+    pool = nodepool("weou-empty", policy=WEOU, budgets=[{"nodes": "0", "reasons": ["Empty"]}, {"nodes": "100%"}])
+    claim = nodeclaim("a", pool, instance_type="c.xlarge")
+    h = await decide([nodeclass(), pool, claim, node(claim)], 0.08)
+    assert h.command is None

@@ -200,11 +200,27 @@ async def test_multi_node_prefers_fewer_pods_moved_on_equal_savings() -> None:
     objs = cluster({"a": "c.xlarge", "b": "c.xlarge", "c": "c.xlarge"}, {"a": ["1"], "b": ["1"], "c": ["1"]})
     _, sim, c = await setup(objs, types=[CATALOGUE[1], CATALOGUE[2]])
     ordered = cons.sort_for_multi(list(c.values()))
-    three, _ = cons.consolidation_command(ordered, sim(ordered), method="multi-node", spot_to_spot=False)
+    three, _ = cons.consolidation_command(ordered, sim(ordered), method="single-node", spot_to_spot=False)
     assert three is not None and three.decision == "replace" and three.savings == pytest.approx(0.40)
+    # as a multi-node move it is none: the replacement would be the candidates' own c.xlarge
+    assert cons.consolidation_command(ordered, sim(ordered), method="multi-node", spot_to_spot=False)[0] is None
     command = cons.multi_node(ordered, sim, spot_to_spot=False, accept=lambda cmd: True)
     assert command is not None and command.decision == "delete" and len(command.candidates) == 2
     assert command.savings == pytest.approx(0.40) and command.pods_moved == 2
+
+
+async def test_multi_node_never_replaces_nodes_by_their_own_instance_type() -> None:
+    """Karpenter ``multinodeconsolidation.go`` ``filterOutSameInstanceType``: two c.xlarge nodes are not replaced
+    by one c.xlarge (deleting one of them does the same with half the evictions): the replacement must be
+    cheaper than the candidates' own type, here leaving nothing, so multi-node finds no move."""
+    objs = cluster({"a": "c.xlarge", "b": "c.xlarge"}, {"a": ["1500m"], "b": ["1500m"]})
+    _, sim, c = await setup(objs, types=[CATALOGUE[1], CATALOGUE[2]])
+    ordered = cons.sort_for_multi(list(c.values()))
+    same, _ = cons.consolidation_command(ordered, sim(ordered), method="single-node", spot_to_spot=False)
+    assert same is not None and [it.name for it in same.replacements[0].instance_types] == ["c.xlarge"]
+    assert cons.multi_node(ordered, sim, spot_to_spot=False, accept=lambda cmd: True) is None
+    command, why = cons.consolidation_command(ordered, sim(ordered), method="multi-node", spot_to_spot=False)
+    assert command is None and "own instance type" in why  # what validation re-derives
 
 
 async def test_method_timeouts() -> None:

@@ -696,6 +696,22 @@ async def test_emptiness_takes_in_nodes_that_stayed_empty_through_the_validation
     assert sorted(h.deleted()) == ["a", "b"]
 
 
+async def test_emptiness_validation_takes_in_no_node_of_a_static_nodepool() -> None:
+    """A static NodePool's nodes are never emptiness's (Karpenter ``emptiness.go`` ``OwnedByStaticNodePool``), in
+    the validation window's take-in too: an empty static node stays (else static provisioning relaunches it)."""
+    settings = attrs.evolve(FAST, validation_delay=0.5)
+    pool = nodepool(budgets=[{"nodes": "100%"}])
+    static = nodepool("static", budgets=[{"nodes": "100%"}])
+    static["spec"]["replicas"] = 1
+    claims = [nodeclaim("a", pool), nodeclaim("s", static)]
+    h = Harness([nodeclass(), pool, static, *claims, *(node(c) for c in claims)], settings)
+    command = await h.evaluate()
+    assert command is not None and command.reason == "Empty"
+    assert [c.name for c in command.candidates] == ["a"]
+    assert await h.finish() == [True]
+    assert h.deleted() == ["a"]
+
+
 def test_the_loop_wakes_when_a_node_becomes_consolidatable_before_the_next_poll() -> None:
     pool = nodepool(after="30s")
     claim = nodeclaim("a", pool)

@@ -4,6 +4,7 @@ legacy path, the metric, and the gate wiring."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -297,6 +298,24 @@ async def test_the_unhealthy_budget_holds_repair_back() -> None:
     )
     await other.reconcile()
     assert other.deleted() == ["a"], "a budget for another reason does not apply"
+
+
+async def test_concurrent_repairs_share_the_unhealthy_budget() -> None:
+    """The reconciler runs on several workers: two unhealthy Nodes reconciled at once, whose writes interleave,
+    must not both pass a budget of one (Karpenter's repair takes one command per pass, and its queue counts it)."""
+    names = ("a", "b", "c", "d", "e", "f")  # 2 of 6 unhealthy: under the 20 % breaker (2 allowed)
+    unhealthy = {n: ("StorageReady", "False", "x", T0 - 60 * MIN) for n in ("a", "b")}
+    h = Harness(names, unhealthy, pool=nodepool(budgets=[{"nodes": "1"}]))
+    patch = h.kube.merge_patch
+
+    async def yielding_patch(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0)  # a real apiserver answers later: let the other worker run meanwhile
+        return await patch(*args, **kwargs)
+
+    h.kube.merge_patch = yielding_patch  # type: ignore[method-assign]
+    await asyncio.gather(h.repair.reconcile("node-a"), h.repair.reconcile("node-b"))
+    assert len(h.deleted()) == 1
+    await h.events.flush()
 
 
 async def test_a_notready_node_does_not_consume_the_repair_budget() -> None:

@@ -73,8 +73,13 @@ def consolidation_command(
     method: str,
     spot_to_spot: bool,
 ) -> tuple[Command | None, str]:
-    """The delete or single-replacement command the simulation allows, or (None, why not)."""
+    """The delete or single-replacement command the simulation allows, or (None, why not); a multi-node replace
+    by the candidates' own instance type is none (:func:`karpy.consolidation.search.without_own_types`), so
+    validation re-derives exactly what the search decided."""
     move, why = search.consolidation_move(candidates, result, method=method, spot_to_spot=spot_to_spot)
+    if move is not None and method == search.MULTI:
+        move = search.without_own_types(move)
+        why = "" if move is not None else "no replacement cheaper than the candidates' own instance type"
     return (command(move) if move is not None else None), why
 
 

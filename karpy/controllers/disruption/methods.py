@@ -18,7 +18,6 @@ from karpy.apis import labels as wk
 from karpy.apis.hashing import legacy_nodeclass_hash, legacy_nodepool_hash, nodeclass_hash, nodepool_hash
 from karpy.apis.nodepool import NodePool
 from karpy.consolidation import search
-from karpy.consolidation.balanced import BALANCED
 from karpy.controllers import events as ev
 from karpy.controllers.budgets import allowed_disruptions
 from karpy.controllers.disruption import consolidation as cons
@@ -206,10 +205,10 @@ class Methods:
         return halted or controls.drift_halted(nodepool, *legacy)
 
     def underutilized(self, ctx: Context) -> list[Candidate]:
-        """Candidates consolidation may move: policy ``WhenEmptyOrUnderutilized`` or ``Balanced`` (a Balanced
-        node with pods: an empty one is emptiness's, never scored — Karpenter ``consolidation.go`` ``ShouldDisrupt``
-        ``IsEmpty``), priced, Consolidatable and out of karpy's cooldown (the cooled-down ones go to
-        ``ctx.blocked``)."""
+        """Candidates consolidation may move: policy ``WhenEmptyOrUnderutilized`` or ``Balanced``, with pods (an
+        empty node is emptiness's under every policy, deleted under the ``Empty`` budget and never scored — Karpenter
+        v1.15 ``consolidation.go`` ``ShouldDisrupt`` ``IsEmpty``; an ``Empty`` budget of 0 holds it), priced,
+        Consolidatable and out of karpy's cooldown (the cooled-down ones go to ``ctx.blocked``)."""
         out = []
         for c in ctx.candidates:
             if c.name in ctx.eventual_only or is_static(c.nodepool):  # consolidation.go: OwnedByStaticNodePool
@@ -223,7 +222,7 @@ class Methods:
             if when_empty and c.pods:
                 message = f'NodePool "{c.pool}" has consolidation policy WhenEmpty, but node is not empty'
                 self.queue.events.record(*ev.unconsolidatable(c.node, c.claim, message))
-            if when_empty or c.price is None or (policy == BALANCED and not c.pods):
+            if when_empty or c.price is None or not c.pods:
                 continue
             if not self.consolidatable(ctx, c):
                 continue

@@ -26,6 +26,7 @@ from karpy.controllers.disruption.emptiness import empty_command
 from karpy.controllers.disruption.helpers import Clock, Context, Sleep
 from karpy.controllers.disruption.methods import Methods
 from karpy.controllers.disruption.types import EMPTY, UNDERUTILIZED, Candidate, Command
+from karpy.controllers.static_capacity import is_static
 from karpy.kube.events import EventRecorder
 from karpy.state.cluster import ClusterState
 
@@ -136,6 +137,7 @@ class Validation:
                 if c.name not in names
                 and not c.pods
                 and c.name not in ctx.eventual_only
+                and not is_static(c.nodepool)  # never emptiness's (Karpenter emptiness.go OwnedByStaticNodePool)
                 and self.state.last_pod_event.get(c.node.name, self.state.started_at) <= decided
             ]
         allowed = {pool: self.methods.allowed(pool, EMPTY) for pool in {c.pool for c in still}}
