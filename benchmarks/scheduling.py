@@ -578,6 +578,8 @@ def optimum_ratios(row: Row) -> tuple[float, float] | None:
 def cost_over_optimum(row: Row) -> str:
     """``1.25`` when proven optimal, ``1.25 (<=1.29)`` with the bound's ratio when the MILP timed out."""
     ratios = optimum_ratios(row)
+    if row.optimum is not None and not math.isfinite(row.optimum.cost):
+        return "none found"  # the MILP found no packing within its time limit
     if ratios is None or row.optimum is None:
         return "-"
     best, bound = ratios
