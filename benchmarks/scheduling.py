@@ -49,8 +49,10 @@ check is printed and the exit status is 1.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
+import math
 import os
 import random
 import statistics
@@ -64,6 +66,7 @@ from typing import Any
 
 import attrs
 
+from benchmarks.optimum import Optimum, available, optimum
 from benchmarks.plan_checks import plan_checks
 from karpy.cloudprovider.types import InstanceType, Offering
 from karpy.scheduling.model import (
@@ -397,6 +400,7 @@ class Row:
     cpu_util: float
     mem_util: float
     checks: tuple[str, ...]
+    optimum: Optimum | None = None
 
     @property
     def over(self) -> float:
@@ -507,16 +511,101 @@ def rows(sizes: Sequence[int], repeat: int, mixed_size: int) -> list[Row]:
     return out
 
 
+# -- cost against the optimum (benchmarks/optimum.py) -------------------------------------------------------
+
+OPTIMUM_MAX_PODS = 100
+MIXED_SMALL = 100
+
+
+def optimum_inputs(row: Row) -> tuple[list[Pod], list[NodePool], dict[str, dict[str, int]]] | None:
+    """The pods, NodePools and DaemonSet overhead per pool of a row, re-created (None: too big or unknown)."""
+    if row.pods > OPTIMUM_MAX_PODS:
+        return None
+    if row.workload in ("diverse", "generic"):
+        kbi = load_inputs()
+        pool = bench_nodepool(fake_catalogue(kbi))
+        if row.workload == "diverse":
+            raw = kbi.inputs_for([f"D{row.pods}"])[0]
+        else:
+            raw = []
+            kbi.BenchInputs()._generic(row.pods, raw)
+        return [to_pod(p) for p in raw], [pool], {}
+    if row.workload == "mixed":
+        pools, daemons = mixed_nodepools(), mixed_daemonsets()
+        return mixed_pods(row.pods), pools, {p.name: dict(daemons[0].pod.requests) for p in pools}
+    return None
+
+
+def row_optimum(row: Row, seconds: float, cache: dict[tuple[str, int], Optimum]) -> Optimum | None:
+    """The MILP optimum of a row's input (both policies share it: preferences are not constraints), with
+    up to karpy's node count per NodePool + 2 node slots; None when not computed."""
+    inputs = optimum_inputs(row)
+    if inputs is None or not available():
+        return None
+    key = (row.workload, row.pods)
+    if key not in cache:
+        pods, pools, daemon = inputs
+        daemons = mixed_daemonsets() if row.workload == "mixed" else []
+        plan = solve(pods, pools, [], daemons, preference_policy="Ignore")
+        per_pool = {p.name: 2 for p in pools}
+        for claim in plan.new_nodeclaims:
+            per_pool[claim.nodepool] += 1
+        best = optimum(pods, pools, per_pool, daemon, time_limit=seconds)
+        if row.lower_bound > best.bound:  # the reference's integer bound may be the tighter one
+            proven = best.cost <= row.lower_bound * (1 + 1e-9)
+            best = attrs.evolve(best, bound=min(best.cost, row.lower_bound), optimal=best.optimal or proven)
+        cache[key] = best
+    return cache[key]
+
+
+def with_optimum(table: Sequence[Row], seconds: float) -> list[Row]:
+    """``table`` with each small row's optimum, and a small ``mixed`` row pair (``MIXED_SMALL`` pods)."""
+    out = list(table)
+    if available() and not any(r.workload == "mixed" and r.pods <= OPTIMUM_MAX_PODS for r in out):
+        pools, daemons = mixed_nodepools(), mixed_daemonsets()
+        pods = mixed_pods(MIXED_SMALL)
+        bound = mixed_lower_bound(pods, pools, dict(daemons[0].pod.requests))
+        for policy in POLICIES:
+            run = functools.partial(_solve_mixed, pools=pools, daemons=daemons, policy=policy)
+            out.append(measure("mixed", pods, run, 1, bound, policy, None))
+    cache: dict[tuple[str, int], Optimum] = {}
+    return [attrs.evolve(r, optimum=row_optimum(r, seconds, cache)) for r in out]
+
+
+def _solve_mixed(pods: list[Pod], pools: list[NodePool], daemons: list[DaemonSet], policy: str) -> SchedulingResult:
+    return solve(pods, pools, [], daemons, preference_policy=policy)
+
+
+def optimum_ratios(row: Row) -> tuple[float, float] | None:
+    """``(cost / best packing found, cost / proven bound)`` — equal when the MILP proved its optimum."""
+    best = row.optimum
+    if best is None or not math.isfinite(best.cost) or best.cost <= 0:
+        return None
+    return row.cost / best.cost, row.cost / best.bound if best.bound > 0 else math.inf
+
+
+def cost_over_optimum(row: Row) -> str:
+    """``1.25`` when proven optimal, ``1.25 (<=1.29)`` with the bound's ratio when the MILP timed out."""
+    ratios = optimum_ratios(row)
+    if row.optimum is not None and not math.isfinite(row.optimum.cost):
+        return "none found"  # the MILP found no packing within its time limit
+    if ratios is None or row.optimum is None:
+        return "-"
+    best, bound = ratios
+    return f"{best:.3f}" if row.optimum.optimal else f"{best:.3f} (<={bound:.3f})"
+
+
 def format_table(table: Sequence[Row]) -> str:
     head = (
         f"{'workload':<10} {'pods':>6} {'policy':<7} {'pods/s':>8} {'solve s':>8} {'nodes':>6} "
-        f"{'$/h':>9} {'LB $/h':>9} {'over':>7} {'cpu':>5} {'mem':>5}"
+        f"{'$/h':>9} {'LB $/h':>9} {'over':>7} {'cpu':>5} {'mem':>5} {'cost/opt':>15}"
     )
     lines = [head, "-" * len(head)]
     for r in table:
         lines.append(
             f"{r.workload:<10} {r.pods:>6} {r.policy:<7} {r.pods_per_second:>8,.0f} {r.seconds:>8.3f} {r.nodes:>6} "
-            f"{r.cost:>9.2f} {r.lower_bound:>9.2f} {r.over:>+7.1%} {r.cpu_util:>5.0%} {r.mem_util:>5.0%}"
+            f"{r.cost:>9.2f} {r.lower_bound:>9.2f} {r.over:>+7.1%} {r.cpu_util:>5.0%} {r.mem_util:>5.0%} "
+            f"{cost_over_optimum(r):>15}"
         )
         lines += [f"    check failed: {c}" for c in r.checks]
     return "\n".join(lines)
@@ -608,16 +697,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also run Karpenter's Go BenchmarkScheduling* COUNT times per input on this machine (needs go; "
         "median pods/sec) and print karpy's ratio to it",
     )
+    parser.add_argument(
+        "--optimum",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="MILP time limit per row for cost/opt on rows of at most 100 pods (0: off; needs karpy[bench])",
+    )
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     table = rows(sizes, max(1, args.repeat), args.mixed)
+    if args.optimum > 0:
+        table = with_optimum(table, args.optimum)
     if args.json:
         for r in table:
-            print(json.dumps({**attrs.asdict(r), "over": r.over}))
+            print(json.dumps({**attrs.asdict(r), "over": r.over, "cost_over_optimum": optimum_ratios(r)}))
     else:
         print(format_table(table))
         slowest = min(r.pods_per_second for r in table)
         print(f"\nslowest row: {slowest:,.0f} pods/s; rows with failed checks: {sum(1 for r in table if r.checks)}")
+        if args.optimum > 0 and not available():
+            print("optimum: n/a (install karpy[bench])")
     if args.go > 0:
         names = [n for r in table if (n := go_benchmark_name(r)) is not None]
         print("\n" + format_go_table(table, go_pods_per_second(names, args.go)))

@@ -97,6 +97,7 @@ from karpy.scheduling.nodeclaim import (
 )
 from karpy.scheduling.pricing import grows_too_much, place_open
 from karpy.scheduling.queue import Group, Level, Variant, group_pods
+from karpy.scheduling.rebalance import rebalance
 from karpy.scheduling.repack import repack
 from karpy.scheduling.state import BEST_EFFORT, HOSTNAME, IGNORE, NO_NODEPOOLS, RESPECT, STRICT, SolveState
 from karpy.scheduling.taints import PREFER_NO_SCHEDULE
@@ -329,6 +330,7 @@ def topo_new(s: SolveState, g: Group, level: Level, variant: Variant, pod: Pod) 
 
 
 def build_result(s: SolveState) -> SchedulingResult:
+    rebalance(s)
     repack(s)
     new: list[NewNodeClaim] = []
     for claim in s.claims:
