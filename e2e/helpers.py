@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import attrs
 import yaml
 
 from karpy.apis import labels as wk
@@ -191,6 +193,18 @@ def nodepool(
     return {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": metadata, "spec": {**pool_spec, **spec}}
 
 
+def tainted_nodepool(name: str, taint: str, requirements: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """A :func:`nodepool` only the pods tolerating ``<taint>=true:NoSchedule`` land on (so a scenario sees just
+    the nodes its own pods asked for), whose nodes are never consolidated (``WhenEmpty``, ``consolidateAfter:
+    Never``)."""
+    return nodepool(
+        name,
+        requirements=requirements,
+        taints=[{"key": taint, "value": "true", "effect": "NoSchedule"}],
+        disruption={"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"},
+    )
+
+
 def deployment(app: str, replicas: int, spec: dict[str, Any]) -> dict[str, Any]:
     """A Deployment of ``replicas`` pods labelled ``app=<app>`` with the pod ``spec``."""
     return {
@@ -202,6 +216,26 @@ def deployment(app: str, replicas: int, spec: dict[str, Any]) -> dict[str, Any]:
             "selector": {"matchLabels": {"app": app}},
             "template": {"metadata": {"labels": {"app": app}}, "spec": spec},
         },
+    }
+
+
+PAUSE_IMAGE = "public.ecr.aws/eks-distro/kubernetes/pause:3.7"
+
+
+def pool_pod_spec(
+    pool: str, taint: str, requests: Mapping[str, str], limits: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The pod spec of a workload pinned to NodePool ``pool`` (node selector ``karpenter.sh/nodepool=<pool>``),
+    tolerating the ``NoSchedule`` taint key ``taint`` (any value): one pause container ``app`` with the resource
+    ``requests`` (and ``limits`` when given; quantities as strings), no termination grace period."""
+    resources: dict[str, Any] = {"requests": dict(requests)}
+    if limits is not None:
+        resources["limits"] = dict(limits)
+    return {
+        "terminationGracePeriodSeconds": 0,
+        "nodeSelector": {wk.LABEL_NODEPOOL: pool},
+        "tolerations": [{"key": taint, "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": [{"name": "app", "image": PAUSE_IMAGE, "resources": resources}],
     }
 
 
@@ -345,6 +379,83 @@ async def stop_karpy(karpy: KarpyProcess, client: KubeClient, cleanup: Awaitable
         karpy.stop()
         print(f"\nkarpy log: {karpy.log_path}\n{karpy.tail(20)}")
         await client.close()
+
+
+# An object an e2e module deletes before its NodePool: (resource, name, namespace or None when cluster-scoped).
+Workload = tuple[Resource, str, str | None]
+
+
+@attrs.define
+class PoolEnv:
+    """What an e2e module's ``env`` fixture gives its tests (:func:`pool_env`): ``cluster`` (the ``local_cluster``
+    fixture), ``client`` (admin), ``karpy`` (started, its own process), ``pool`` (the module's NodePool, whose
+    EC2NodeClass has the same name)."""
+
+    cluster: Any
+    client: KubeClient
+    karpy: KarpyProcess
+    pool: str
+
+    @functools.cached_property
+    def ec2(self) -> Any:
+        """A boto3 EC2 client on the cluster's moto (made on first use)."""
+        return aws_client("ec2", self.cluster.aws_env["AWS_ENDPOINT_URL"])
+
+    async def claims(self) -> list[dict[str, Any]]:
+        """The NodeClaims of the NodePool (terminating ones included)."""
+        return await nodeclaims_of(self.client, self.pool)
+
+    async def pods(self, *apps: str, terminating: bool = False) -> list[dict[str, Any]]:
+        """The pods in ``default`` labelled ``app=<app>`` for each of ``apps`` in turn (the pool's name when none
+        is given), without the ones being deleted unless ``terminating``."""
+        items: list[dict[str, Any]] = []
+        for app in apps or (self.pool,):
+            items += (await self.client.list(r.PODS, "default", query={"labelSelector": f"app={app}"}))[0]
+        return items if terminating else [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+
+E = TypeVar("E", bound=PoolEnv)
+
+
+async def delete_pool(client: KubeClient, pool: str, workloads: Iterable[Workload] | None = None) -> None:
+    """End of a NodePool's e2e module, in the order that lets karpy drain and release its nodes: the
+    ``workloads`` deleted (by default the Deployment ``default/<pool>``), then the NodePool ``pool``, then its
+    NodeClaims deleted and waited gone (120 s; AssertionError after), then the EC2NodeClass ``pool``. An object
+    already gone (any API error on a delete) is passed over."""
+    for res, name, namespace in [(r.DEPLOYMENTS, pool, "default")] if workloads is None else workloads:
+        with contextlib.suppress(ApiError):
+            await client.delete(res, name, namespace)
+    with contextlib.suppress(ApiError):
+        await client.delete(r.NODEPOOLS, pool)
+    claims = functools.partial(nodeclaims_of, client, pool)
+    await delete_nodeclaims(client, claims, timeout=120, what=f"NodeClaims of {pool} gone", interval=1)
+    with contextlib.suppress(ApiError):
+        await client.delete(r.EC2NODECLASSES, pool)
+
+
+@contextlib.asynccontextmanager
+async def pool_env(
+    cluster: Any,
+    work: Path,
+    pool: str,
+    env_type: Callable[[Any, KubeClient, KarpyProcess, str], E],
+    *,
+    workloads: Iterable[Workload] | None = None,
+    **settings: str,
+) -> AsyncIterator[E]:
+    """karpy started for an e2e module's NodePool ``pool`` on the local ``cluster`` (:func:`karpy_process`: logs
+    and kubeconfig in ``work``; ``settings`` such as ``FEATURE_GATES="NodeRepair=true"`` add to or override its
+    environment), yielding ``env_type(cluster, client, karpy, pool)`` (:class:`PoolEnv` or a subclass). On exit,
+    while karpy still runs, :func:`delete_pool` with ``workloads``; then karpy is stopped and the client closed
+    (:func:`stop_karpy`)."""
+    client = await KubeClient.from_environment(str(cluster.kubeconfig))
+    karpy = await karpy_process(client, cluster.server, cluster.cluster_name, work, cluster.aws_env, **settings)
+    env = env_type(cluster, client, karpy, pool)
+    karpy.start()
+    try:
+        yield env
+    finally:
+        await stop_karpy(karpy, client, delete_pool(client, pool, workloads))
 
 
 async def scrape_metrics(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

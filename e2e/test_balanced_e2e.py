@@ -12,7 +12,6 @@ left.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,24 +19,19 @@ import pytest
 
 from e2e import metrics_check
 from e2e.helpers import (
-    KarpyProcess,
+    PoolEnv,
     apply,
     assert_nodeclaim_counters,
-    delete_nodeclaims,
     deployment,
     ec2nodeclass,
-    karpy_process,
-    nodeclaims_of,
     nodepool,
+    pool_env,
     scrape_metrics,
-    stop_karpy,
     wait_for,
 )
 from karpy.apis import labels as wk
 from karpy.controllers.disruption import controls
 from karpy.kube import resources as r
-from karpy.kube.client import KubeClient
-from karpy.kube.errors import ApiError
 
 pytestmark = [pytest.mark.e2e]
 POOL = "bal"
@@ -45,38 +39,12 @@ TAINT = "karpy-e2e/balanced"
 BIG, SMALL = "bal-big", "bal-small"  # a bare pod the test deletes; a one-replica Deployment that stays
 
 
-class Env:
-    def __init__(self, client: KubeClient, karpy: KarpyProcess) -> None:
-        self.client = client
-        self.karpy = karpy
-
-    async def claims(self) -> list[dict[str, Any]]:
-        return await nodeclaims_of(self.client, POOL)
-
-
 @pytest.fixture(scope="module")
-async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
-    client = await KubeClient.from_environment(str(local_cluster.kubeconfig))
-    c = local_cluster
-    karpy = await karpy_process(client, c.server, c.cluster_name, tmp_path_factory.mktemp("karpy-balanced"), c.aws_env)
-    karpy.start()
-    e = Env(client, karpy)
-    try:
+async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[PoolEnv]:
+    work = tmp_path_factory.mktemp("karpy-balanced")
+    workloads = [(r.PODS, BIG, "default"), (r.DEPLOYMENTS, SMALL, "default")]
+    async with pool_env(local_cluster, work, POOL, PoolEnv, workloads=workloads) as e:
         yield e
-    finally:
-        await stop_karpy(karpy, client, _cleanup(e))
-
-
-async def _cleanup(env: Env) -> None:
-    with contextlib.suppress(ApiError):
-        await env.client.delete(r.PODS, BIG, "default")
-    with contextlib.suppress(ApiError):
-        await env.client.delete(r.DEPLOYMENTS, SMALL, "default")
-    with contextlib.suppress(ApiError):
-        await env.client.delete(r.NODEPOOLS, POOL)
-    await delete_nodeclaims(env.client, env.claims, timeout=120, what="balanced test nodeclaims gone", interval=1)
-    with contextlib.suppress(ApiError):
-        await env.client.delete(r.EC2NODECLASSES, POOL)
 
 
 def _spec(cpu: str) -> dict[str, Any]:
@@ -88,20 +56,19 @@ def _spec(cpu: str) -> dict[str, Any]:
     }
 
 
-async def _bound(env: Env, name: str) -> str:
+async def _bound(env: PoolEnv, name: str) -> str:
     return str((await env.client.get(r.PODS, name, "default"))["spec"].get("nodeName") or "")
 
 
-async def _small_nodes(env: Env, running: bool = False) -> list[str]:
+async def _small_nodes(env: PoolEnv, running: bool = False) -> list[str]:
     """The nodes of the small Deployment's live pods ("" for a pod not bound; only Running ones if ``running``)."""
-    pods = (await env.client.list(r.PODS, "default", query={"labelSelector": f"app={SMALL}"}))[0]
-    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    live = await env.pods(SMALL)
     if running:
         live = [p for p in live if p["status"].get("phase") == "Running"]
     return [str(p["spec"].get("nodeName") or "") for p in live]
 
 
-async def _events(env: Env, name: str, reason: str) -> list[dict[str, Any]]:
+async def _events(env: PoolEnv, name: str, reason: str) -> list[dict[str, Any]]:
     query = {"fieldSelector": f"involvedObject.name={name}"}
     return [e for e in (await env.client.list(r.EVENTS, "default", query=query))[0] if e["reason"] == reason]
 
@@ -110,7 +77,7 @@ def _sum(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], metric: s
     return sum(v for (n, lab), v in samples.items() if n == metric and set(labels.items()) <= lab)
 
 
-async def test_balanced_replaces_an_oversized_node(local_cluster: Any, env: Env) -> None:
+async def test_balanced_replaces_an_oversized_node(local_cluster: Any, env: PoolEnv) -> None:
     requirements = [
         {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
         {"key": wk.LABEL_INSTANCE_TYPE, "operator": "In", "values": ["c5.large", "m5.2xlarge"]},

@@ -12,7 +12,6 @@ as on-demand and karpy relabels its NodeClaim and Node ``on-demand`` without the
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,24 +19,19 @@ from typing import Any
 import pytest
 
 from e2e.helpers import (
-    KarpyProcess,
+    PoolEnv,
     apply,
     assert_nodeclaim_counters,
-    aws_client,
     condition_ready,
-    delete_nodeclaims,
     ec2nodeclass,
-    karpy_process,
-    nodeclaims_of,
-    stop_karpy,
+    pool_env,
+    pool_pod_spec,
+    tainted_nodepool,
     wait_for,
 )
 from e2e.helpers import deployment as shared_deployment
-from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
-from karpy.kube.client import KubeClient
-from karpy.kube.errors import ApiError
 
 pytestmark = [pytest.mark.e2e]
 POOL = "reserved"
@@ -47,72 +41,28 @@ ZONE = "us-east-1a"
 
 
 def nodepool() -> dict[str, Any]:
-    return shared_nodepool(
+    return tainted_nodepool(
         POOL,
-        requirements=[
+        TAINT_KEY,
+        [
             {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["reserved", "on-demand"]},
             {"key": wk.LABEL_INSTANCE_TYPE, "operator": "In", "values": [TYPE, "c5.large"]},
         ],
-        taints=[{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}],
-        disruption={"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"},
     )
 
 
 def deployment() -> dict[str, Any]:
-    spec = {
-        "terminationGracePeriodSeconds": 0,
-        "nodeSelector": {wk.LABEL_NODEPOOL: POOL},
-        "tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
-        "containers": [
-            {
-                "name": "app",
-                "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
-                "resources": {"requests": {"cpu": "1500m", "memory": "256Mi"}},
-            }
-        ],
-    }
+    spec = pool_pod_spec(POOL, TAINT_KEY, {"cpu": "1500m", "memory": "256Mi"})
     return shared_deployment(POOL, 2, spec)
 
 
-class Env:
-    def __init__(self, cluster: Any, client: KubeClient, karpy: KarpyProcess) -> None:
-        self.cluster = cluster
-        self.client = client
-        self.karpy = karpy
-        self.ec2 = aws_client("ec2", cluster.aws_env["AWS_ENDPOINT_URL"])
-
-    async def claims(self) -> list[dict[str, Any]]:
-        return await nodeclaims_of(self.client, POOL)
-
-    async def pods(self) -> list[dict[str, Any]]:
-        items = (await self.client.list(r.PODS, "default", query={"labelSelector": f"app={POOL}"}))[0]
-        return [p for p in items if not p["metadata"].get("deletionTimestamp")]
-
-
 @pytest.fixture(scope="module")
-async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
-    client = await KubeClient.from_environment(str(local_cluster.kubeconfig))
-    c = local_cluster
-    karpy = await karpy_process(client, c.server, c.cluster_name, tmp_path_factory.mktemp("karpy-reserved"), c.aws_env)
-    e = Env(local_cluster, client, karpy)
-    karpy.start()
-    try:
+async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[PoolEnv]:
+    async with pool_env(local_cluster, tmp_path_factory.mktemp("karpy-reserved"), POOL, PoolEnv) as e:
         yield e
-    finally:
-        await stop_karpy(karpy, client, _cleanup(e))
 
 
-async def _cleanup(env: Env) -> None:
-    with contextlib.suppress(ApiError):
-        await env.client.delete(r.DEPLOYMENTS, POOL, "default")
-    with contextlib.suppress(ApiError):
-        await env.client.delete(r.NODEPOOLS, POOL)
-    await delete_nodeclaims(env.client, env.claims, timeout=120, what=f"NodeClaims of {POOL} gone", interval=1)
-    with contextlib.suppress(ApiError):
-        await env.client.delete(r.EC2NODECLASSES, POOL)
-
-
-async def test_one_node_in_the_reservation_one_on_demand_then_demoted_when_it_ends(env: Env) -> None:
+async def test_one_node_in_the_reservation_one_on_demand_then_demoted_when_it_ends(env: PoolEnv) -> None:
     team = f"e2e-{uuid.uuid4().hex[:8]}"
     created = env.ec2.create_capacity_reservation(
         InstanceType=TYPE,

@@ -16,7 +16,6 @@ A buffer keeps room for 2 pods of Deployment ``cbuf``'s template (``scalableRef`
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,23 +23,20 @@ from typing import Any
 import pytest
 
 from e2e.helpers import (
-    KarpyProcess,
+    PoolEnv,
     apply,
     assert_nodeclaim_counters,
-    delete_nodeclaims,
     ec2nodeclass,
-    karpy_process,
-    nodeclaims_of,
+    pool_env,
+    pool_pod_spec,
     scale,
-    stop_karpy,
     wait_for,
 )
+from e2e.helpers import deployment as shared_deployment
 from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
 from karpy.apis.times import parse_time
 from karpy.kube import resources as r
-from karpy.kube.client import KubeClient
-from karpy.kube.errors import ApiError
 
 pytestmark = [pytest.mark.e2e]
 POOL = "cbuf"
@@ -63,28 +59,8 @@ def nodepool() -> dict[str, Any]:
 
 
 def deployment() -> dict[str, Any]:
-    spec = {
-        "terminationGracePeriodSeconds": 0,
-        "nodeSelector": {wk.LABEL_NODEPOOL: POOL},
-        "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
-        "containers": [
-            {
-                "name": "app",
-                "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
-                "resources": {"requests": {"cpu": "1", "memory": "512Mi"}},
-            }
-        ],
-    }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": POOL, "namespace": "default"},
-        "spec": {
-            "replicas": 0,
-            "selector": {"matchLabels": {"app": POOL}},
-            "template": {"metadata": {"labels": {"app": POOL}}, "spec": spec},
-        },
-    }
+    spec = pool_pod_spec(POOL, TAINT, {"cpu": "1", "memory": "512Mi"})
+    return shared_deployment(POOL, 0, spec)
 
 
 def capacity_buffer() -> dict[str, Any]:
@@ -96,14 +72,7 @@ def capacity_buffer() -> dict[str, Any]:
     }
 
 
-class Env:
-    def __init__(self, client: KubeClient, karpy: KarpyProcess) -> None:
-        self.client = client
-        self.karpy = karpy
-
-    async def claims(self) -> list[dict[str, Any]]:
-        return await nodeclaims_of(self.client, POOL)
-
+class Env(PoolEnv):
     async def buffer(self) -> dict[str, Any]:
         return await self.client.get(r.CAPACITYBUFFERS, BUFFER, "default")
 
@@ -111,41 +80,13 @@ class Env:
         conditions = (await self.buffer()).get("status", {}).get("conditions") or []
         return next((c["reason"] for c in conditions if c["type"] == "Provisioning"), "")
 
-    async def pods(self) -> list[dict[str, Any]]:
-        return (await self.client.list(r.PODS, "default", query={"labelSelector": f"app={POOL}"}))[0]
-
 
 @pytest.fixture(scope="module")
 async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
-    client = await KubeClient.from_environment(str(local_cluster.kubeconfig))
-    c = local_cluster
-    karpy = await karpy_process(
-        client,
-        c.server,
-        c.cluster_name,
-        tmp_path_factory.mktemp("karpy-capacitybuffer"),
-        c.aws_env,
-        FEATURE_GATES="CapacityBuffer=true",
-    )
-    karpy.start()
-    e = Env(client, karpy)
-    try:
+    work = tmp_path_factory.mktemp("karpy-capacitybuffer")
+    workloads = [(r.CAPACITYBUFFERS, BUFFER, "default"), (r.DEPLOYMENTS, POOL, "default")]
+    async with pool_env(local_cluster, work, POOL, Env, workloads=workloads, FEATURE_GATES="CapacityBuffer=true") as e:
         yield e
-    finally:
-        await stop_karpy(karpy, client, _cleanup(e))
-
-
-async def _cleanup(env: Env) -> None:
-    for res, name, ns in (
-        (r.CAPACITYBUFFERS, BUFFER, "default"),
-        (r.DEPLOYMENTS, POOL, "default"),
-        (r.NODEPOOLS, POOL, None),
-    ):
-        with contextlib.suppress(ApiError):
-            await env.client.delete(res, name, ns)
-    await delete_nodeclaims(env.client, env.claims, timeout=120, what="buffer nodeclaims gone", interval=1)
-    with contextlib.suppress(ApiError):
-        await env.client.delete(r.EC2NODECLASSES, POOL)
 
 
 def _planned(claim: dict[str, Any]) -> list[str]:
@@ -193,7 +134,7 @@ async def test_pods_start_on_the_headroom_and_the_buffer_refills(env: Env, local
     await scale(client, POOL, 2)
 
     async def bound() -> list[dict[str, Any]] | None:
-        pods = await env.pods()
+        pods = await env.pods(terminating=True)
         return pods if len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods) else None
 
     pods = await wait_for(bound, timeout=60, what="both pods bound", interval=0.5)

@@ -21,15 +21,12 @@ from typing import Any
 import pytest
 
 from e2e.helpers import (
-    KarpyProcess,
+    PoolEnv,
     apply,
     assert_nodeclaim_counters,
     condition_ready,
-    delete_nodeclaims,
     ec2nodeclass,
-    karpy_process,
-    nodeclaims_of,
-    stop_karpy,
+    pool_env,
     wait_for,
 )
 from e2e.helpers import deployment as shared_deployment
@@ -37,7 +34,6 @@ from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
-from karpy.kube.errors import ApiError
 
 pytestmark = [pytest.mark.e2e]
 POOL = "launch-noami"
@@ -77,48 +73,15 @@ def deployment(app: str, replicas: int, resource: str) -> dict[str, Any]:
     return shared_deployment(app, replicas, spec)
 
 
-class Env:
-    def __init__(self, cluster: Any, client: KubeClient, karpy: KarpyProcess) -> None:
-        self.cluster = cluster
-        self.client = client
-        self.karpy = karpy
-
-    async def claims(self) -> list[dict[str, Any]]:
-        return await nodeclaims_of(self.client, POOL)
-
-    async def pods(self) -> list[dict[str, Any]]:
-        out = []
-        for app in DEPLOYMENTS:
-            out += (await self.client.list(r.PODS, "default", query={"labelSelector": f"app={app}"}))[0]
-        return [p for p in out if not p["metadata"].get("deletionTimestamp")]
-
-
 @pytest.fixture(scope="module")
-async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
-    client = await KubeClient.from_environment(str(local_cluster.kubeconfig))
+async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[PoolEnv]:
     work = tmp_path_factory.mktemp("karpy-launch")
-    c = local_cluster
-    karpy = await karpy_process(client, c.server, c.cluster_name, work, c.aws_env)
-    e = Env(local_cluster, client, karpy)
-    karpy.start()
-    try:
+    workloads = [(r.DEPLOYMENTS, app, "default") for app in DEPLOYMENTS]
+    async with pool_env(local_cluster, work, POOL, PoolEnv, workloads=workloads) as e:
         yield e
-    finally:
-        await stop_karpy(karpy, client, _cleanup(e))
 
 
-async def _cleanup(env: Env) -> None:
-    for app in DEPLOYMENTS:
-        with contextlib.suppress(ApiError):
-            await env.client.delete(r.DEPLOYMENTS, app, "default")
-    with contextlib.suppress(ApiError):
-        await env.client.delete(r.NODEPOOLS, POOL)
-    await delete_nodeclaims(env.client, env.claims, timeout=120, what=f"NodeClaims of {POOL} gone", interval=1)
-    with contextlib.suppress(ApiError):
-        await env.client.delete(r.EC2NODECLASSES, POOL)
-
-
-async def _karpy_synced(env: Env) -> bool:
+async def _karpy_synced(env: PoolEnv) -> bool:
     return any(line.get("message") == "cluster state synced" for line in env.karpy.logs())
 
 
@@ -147,7 +110,7 @@ async def created_nodeclaims(client: KubeClient, pool: str, since: str, seconds:
     return added
 
 
-async def test_no_churn_and_failed_scheduling_names_the_ami(env: Env) -> None:
+async def test_no_churn_and_failed_scheduling_names_the_ami(env: PoolEnv) -> None:
     cluster = env.cluster.cluster_name
     await apply(env.client, [ec2nodeclass(POOL, cluster), nodepool()])
     await wait_for(lambda: condition_ready(env.client, r.EC2NODECLASSES, POOL), timeout=60, what="EC2NodeClass Ready")
@@ -166,7 +129,7 @@ async def test_no_churn_and_failed_scheduling_names_the_ami(env: Env) -> None:
     expected = sum(n for n, _ in DEPLOYMENTS.values())
 
     async def told() -> dict[str, str]:
-        pods = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await env.pods()}
+        pods = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await env.pods(*DEPLOYMENTS)}
         events = (await env.client.list(r.EVENTS, "default"))[0]
         out = {
             e["involvedObject"]["name"]: e["message"]
@@ -191,5 +154,5 @@ async def test_no_churn_and_failed_scheduling_names_the_ami(env: Env) -> None:
     print(f"NodeClaims created in {WINDOW:.0f}s: {created}")
     assert len(created) <= MAX_NODECLAIMS, f"{len(created)} NodeClaims in {WINDOW:.0f}s: {created}"
     assert env.karpy.alive
-    assert all(not p["spec"].get("nodeName") for p in await env.pods())
+    assert all(not p["spec"].get("nodeName") for p in await env.pods(*DEPLOYMENTS))
     await assert_nodeclaim_counters(env.client, env.karpy, [POOL])

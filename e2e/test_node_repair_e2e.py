@@ -17,7 +17,6 @@ due at once. The v1.15 path is covered by ``tests/integration/test_node_repair_c
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,26 +25,21 @@ import pytest
 
 from e2e.cluster.nodeagent import condition_tag
 from e2e.helpers import (
-    KarpyProcess,
+    PoolEnv,
     apply,
     assert_nodeclaim_counters,
-    aws_client,
     condition_ready,
-    delete_nodeclaims,
     deployment,
     ec2nodeclass,
     instance_id_of,
-    karpy_process,
-    nodeclaims_of,
+    pool_env,
+    pool_pod_spec,
     scrape_metrics,
-    stop_karpy,
+    tainted_nodepool,
     wait_for,
 )
-from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
-from karpy.kube.client import KubeClient
-from karpy.kube.errors import ApiError
 
 pytestmark = [pytest.mark.e2e]
 POOL = "repair-e2e"
@@ -54,44 +48,23 @@ TAINT = "karpy-e2e/repair"
 
 def manifests(cluster: str) -> list[dict[str, Any]]:
     """A tainted on-demand NodePool (never consolidated), its EC2NodeClass and a one-pod Deployment."""
-    pool = shared_nodepool(
+    pool = tainted_nodepool(
         POOL,
-        requirements=[
+        TAINT,
+        [
             {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
             {"key": wk.LABEL_ARCH, "operator": "In", "values": ["amd64"]},
             {"key": wk.LABEL_INSTANCE_CATEGORY, "operator": "In", "values": ["c", "m"]},
         ],
-        taints=[{"key": TAINT, "value": "true", "effect": "NoSchedule"}],
-        disruption={"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"},
     )
-    spec = {
-        "terminationGracePeriodSeconds": 0,
-        "nodeSelector": {wk.LABEL_NODEPOOL: POOL},
-        "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
-        "containers": [
-            {
-                "name": "app",
-                "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
-                "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}},
-            }
-        ],
-    }
+    spec = pool_pod_spec(POOL, TAINT, {"cpu": "500m", "memory": "256Mi"})
     return [ec2nodeclass(POOL, cluster), pool, deployment(POOL, 1, spec)]
 
 
-class Env:
-    def __init__(self, cluster: Any, client: KubeClient, karpy: KarpyProcess) -> None:
-        self.cluster = cluster
-        self.client = client
-        self.karpy = karpy
-
-    async def claims(self) -> list[dict[str, Any]]:
-        return await nodeclaims_of(self.client, POOL)
-
+class Env(PoolEnv):
     async def running_on(self) -> str | None:
         """The node the Deployment's one pod runs on (None while it does not run)."""
-        items = (await self.client.list(r.PODS, "default", query={"labelSelector": f"app={POOL}"}))[0]
-        live = [p for p in items if not p["metadata"].get("deletionTimestamp")]
+        live = await self.pods()
         if len(live) == 1 and live[0]["status"].get("phase") == "Running":
             return str(live[0]["spec"].get("nodeName") or "") or None
         return None
@@ -99,33 +72,11 @@ class Env:
 
 @pytest.fixture(scope="module")
 async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
-    client = await KubeClient.from_environment(str(local_cluster.kubeconfig))
-    c = local_cluster
-    karpy = await karpy_process(
-        client,
-        c.server,
-        c.cluster_name,
-        tmp_path_factory.mktemp("karpy-repair"),
-        c.aws_env,
-        FEATURE_GATES="NodeRepair=true",
-        LEGACY_NODE_REPAIR="true",
-    )
-    e = Env(local_cluster, client, karpy)
-    karpy.start()
-    try:
+    work = tmp_path_factory.mktemp("karpy-repair")
+    async with pool_env(
+        local_cluster, work, POOL, Env, FEATURE_GATES="NodeRepair=true", LEGACY_NODE_REPAIR="true"
+    ) as e:
         yield e
-    finally:
-        await stop_karpy(karpy, client, _cleanup(e))
-
-
-async def _cleanup(env: Env) -> None:
-    with contextlib.suppress(ApiError):
-        await env.client.delete(r.DEPLOYMENTS, POOL, "default")
-    with contextlib.suppress(ApiError):
-        await env.client.delete(r.NODEPOOLS, POOL)
-    await delete_nodeclaims(env.client, env.claims, timeout=120, what=f"NodeClaims of {POOL} gone", interval=1)
-    with contextlib.suppress(ApiError):
-        await env.client.delete(r.EC2NODECLASSES, POOL)
 
 
 def unhealthy_total(scrape: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str) -> float:
@@ -138,10 +89,9 @@ async def test_a_node_reporting_networking_not_ready_past_its_toleration_is_repl
     first = await wait_for(env.running_on, timeout=180, what="the pod Running on a node karpy launched")
     (claim,) = await env.claims()
     assert claim["status"]["nodeName"] == first
-    ec2 = aws_client("ec2", env.cluster.aws_env["AWS_ENDPOINT_URL"])
     since = datetime.now(UTC) - timedelta(minutes=31)
     tag = condition_tag("NetworkingReady", "False", "IPAMDNotRunning", since=since)
-    ec2.create_tags(Resources=[instance_id_of(claim["status"]["providerID"])], Tags=[tag])
+    env.ec2.create_tags(Resources=[instance_id_of(claim["status"]["providerID"])], Tags=[tag])
 
     async def reported() -> bool:
         node = await env.client.get(r.NODES, first)

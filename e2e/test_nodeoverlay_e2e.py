@@ -11,31 +11,26 @@ so the NodeClaim initializes and the pod runs there. Both overlays are ``Ready``
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from e2e.helpers import (
+    PoolEnv,
     apply,
-    aws_client,
     condition_ready,
-    delete_nodeclaims,
     ec2nodeclass,
     instance_id_of,
-    karpy_process,
-    nodeclaims_of,
-    stop_karpy,
+    pool_env,
+    pool_pod_spec,
+    tainted_nodepool,
     wait_for,
 )
 from e2e.helpers import deployment as shared_deployment
-from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
 from karpy.apis.conditions import condition
 from karpy.kube import resources as r
-from karpy.kube.client import KubeClient
-from karpy.kube.errors import ApiError
 
 pytestmark = [pytest.mark.e2e]
 POOL = "ovl-e2e"
@@ -60,74 +55,30 @@ def overlays() -> list[dict[str, Any]]:
 
 
 def nodepool() -> dict[str, Any]:
-    return shared_nodepool(
+    return tainted_nodepool(
         POOL,
-        requirements=[
+        TAINT_KEY,
+        [
             {"key": wk.LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
             {"key": wk.LABEL_INSTANCE_TYPE, "operator": "In", "values": ["c5.large", "m5.large"]},
         ],
-        taints=[{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}],
-        disruption={"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"},
     )
 
 
 def deployment() -> dict[str, Any]:
-    spec = {
-        "terminationGracePeriodSeconds": 0,
-        "nodeSelector": {wk.LABEL_NODEPOOL: POOL},
-        "tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
-        "containers": [
-            {
-                "name": "app",
-                "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
-                "resources": {"requests": {"cpu": "250m", DEVICE: "1"}, "limits": {DEVICE: "1"}},
-            }
-        ],
-    }
+    spec = pool_pod_spec(POOL, TAINT_KEY, {"cpu": "250m", DEVICE: "1"}, limits={DEVICE: "1"})
     return shared_deployment(POOL, 1, spec)
 
 
-class Env:
-    def __init__(self, cluster: Any, client: KubeClient) -> None:
-        self.cluster = cluster
-        self.client = client
-
-    async def claims(self) -> list[dict[str, Any]]:
-        return await nodeclaims_of(self.client, POOL)
-
-    async def pods(self) -> list[dict[str, Any]]:
-        items = (await self.client.list(r.PODS, "default", query={"labelSelector": f"app={POOL}"}))[0]
-        return [p for p in items if not p["metadata"].get("deletionTimestamp")]
-
-
 @pytest.fixture(scope="module")
-async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
-    client = await KubeClient.from_environment(str(local_cluster.kubeconfig))
-    c = local_cluster
+async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[PoolEnv]:
     work = tmp_path_factory.mktemp("karpy-overlay")
-    karpy = await karpy_process(client, c.server, c.cluster_name, work, c.aws_env, FEATURE_GATES="NodeOverlay=true")
-    e = Env(local_cluster, client)
-    karpy.start()
-    try:
+    workloads = [(r.DEPLOYMENTS, POOL, "default"), *((r.NODEOVERLAYS, name, None) for name in OVERLAYS)]
+    async with pool_env(local_cluster, work, POOL, PoolEnv, workloads=workloads, FEATURE_GATES="NodeOverlay=true") as e:
         yield e
-    finally:
-        await stop_karpy(karpy, client, _cleanup(e))
 
 
-async def _cleanup(env: Env) -> None:
-    with contextlib.suppress(ApiError):
-        await env.client.delete(r.DEPLOYMENTS, POOL, "default")
-    for name in OVERLAYS:
-        with contextlib.suppress(ApiError):
-            await env.client.delete(r.NODEOVERLAYS, name)
-    with contextlib.suppress(ApiError):
-        await env.client.delete(r.NODEPOOLS, POOL)
-    await delete_nodeclaims(env.client, env.claims, timeout=120, what=f"NodeClaims of {POOL} gone", interval=1)
-    with contextlib.suppress(ApiError):
-        await env.client.delete(r.EC2NODECLASSES, POOL)
-
-
-async def test_overlaid_price_and_device_capacity_place_the_pod_on_an_m5(env: Env) -> None:
+async def test_overlaid_price_and_device_capacity_place_the_pod_on_an_m5(env: PoolEnv) -> None:
     tags = {f"karpy-e2e/resource/{DEVICE}": "4"}
     await apply(env.client, [ec2nodeclass(POOL, env.cluster.cluster_name, tags=tags), nodepool()])
     for overlay in overlays():
@@ -161,7 +112,6 @@ async def test_overlaid_price_and_device_capacity_place_the_pod_on_an_m5(env: En
     node = await env.client.get(r.NODES, pod["spec"]["nodeName"])
     assert node["metadata"]["labels"][wk.LABEL_INSTANCE_TYPE] == "m5.large"
     assert node["status"]["allocatable"][DEVICE] == "4"
-    ec2 = aws_client("ec2", env.cluster.aws_env["AWS_ENDPOINT_URL"])
-    reservations = ec2.describe_instances(InstanceIds=[instance_id_of(claim["status"]["providerID"])])
+    reservations = env.ec2.describe_instances(InstanceIds=[instance_id_of(claim["status"]["providerID"])])
     (instance,) = [i for res in reservations["Reservations"] for i in res["Instances"]]
     assert instance["InstanceType"] == "m5.large"

@@ -11,7 +11,6 @@ pod moved there, replacement first.
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,21 +18,18 @@ from typing import Any
 import pytest
 
 from e2e.helpers import (
-    KarpyProcess,
+    PoolEnv,
     apply,
-    aws_client,
     deployment,
     ec2nodeclass,
-    karpy_process,
     nodeclaims_of,
-    stop_karpy,
+    pool_env,
     wait_for,
 )
 from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
-from karpy.kube.errors import ApiError
 
 pytestmark = [pytest.mark.e2e]
 POOL = "pg-e2e"
@@ -53,30 +49,9 @@ def _app() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-async def env(
-    local_cluster: Any, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[tuple[KubeClient, KarpyProcess]]:
-    client = await KubeClient.from_environment(str(local_cluster.kubeconfig))
-    c = local_cluster
-    karpy = await karpy_process(client, c.server, c.cluster_name, tmp_path_factory.mktemp("karpy-pg"), c.aws_env)
-    karpy.start()
-
-    async def cleanup() -> None:
-        for res, name, ns in ((r.DEPLOYMENTS, POOL, "default"), (r.NODEPOOLS, POOL, None)):
-            with contextlib.suppress(ApiError):
-                await client.delete(res, name, namespace=ns)
-
-        async def gone() -> bool:
-            return not await nodeclaims_of(client, POOL)
-
-        await wait_for(gone, timeout=120, what="the placement-group NodeClaims deleted")
-        with contextlib.suppress(ApiError):
-            await client.delete(r.EC2NODECLASSES, POOL)
-
-    try:
-        yield client, karpy
-    finally:
-        await stop_karpy(karpy, client, cleanup())
+async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[PoolEnv]:
+    async with pool_env(local_cluster, tmp_path_factory.mktemp("karpy-pg"), POOL, PoolEnv) as e:
+        yield e
 
 
 async def _ready_claim(client: KubeClient, group_id: str) -> dict[str, Any] | None:
@@ -103,11 +78,8 @@ async def _pod_on(client: KubeClient, node_name: str) -> bool:
     )
 
 
-async def test_nodes_launched_into_the_group_and_replaced_into_the_new_one(
-    local_cluster: Any, env: tuple[KubeClient, KarpyProcess]
-) -> None:
-    client, _ = env
-    ec2 = aws_client("ec2", local_cluster.aws_env["AWS_ENDPOINT_URL"])
+async def test_nodes_launched_into_the_group_and_replaced_into_the_new_one(local_cluster: Any, env: PoolEnv) -> None:
+    client, ec2 = env.client, env.ec2
     first_name, second_name = f"e2e-{uuid.uuid4().hex[:8]}", f"e2e-{uuid.uuid4().hex[:8]}"
     first = ec2.create_placement_group(GroupName=first_name, Strategy="cluster")["PlacementGroup"]["GroupId"]
     second = ec2.create_placement_group(GroupName=second_name, Strategy="cluster")["PlacementGroup"]["GroupId"]

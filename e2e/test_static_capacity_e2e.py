@@ -10,29 +10,23 @@ NodeClaim counters match the NodeClaims left at the end (created − terminated 
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from e2e.helpers import (
-    KarpyProcess,
+    PoolEnv,
     apply,
     assert_nodeclaim_counters,
-    delete_nodeclaims,
     ec2nodeclass,
-    karpy_process,
-    nodeclaims_of,
     nodepool,
+    pool_env,
     record_figures,
-    stop_karpy,
     wait_for,
 )
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
-from karpy.kube.client import KubeClient
-from karpy.kube.errors import ApiError
 
 pytestmark = [pytest.mark.e2e]
 POOL = "static"
@@ -40,14 +34,7 @@ PROVISIONING = "provisioning nodeclaims to satisfy replica count"
 DEPROVISIONING = "deprovisioning nodeclaims to satisfy replica count"
 
 
-class Env:
-    def __init__(self, client: KubeClient, karpy: KarpyProcess) -> None:
-        self.client = client
-        self.karpy = karpy
-
-    async def claims(self) -> list[dict[str, Any]]:
-        return await nodeclaims_of(self.client, POOL)
-
+class Env(PoolEnv):
     async def nodes(self) -> list[dict[str, Any]]:
         query = {"labelSelector": f"{wk.LABEL_NODEPOOL}={POOL}"}
         return (await self.client.list(r.NODES, query=query))[0]
@@ -87,30 +74,9 @@ def _true(obj: dict[str, Any], type_: str) -> bool:
 
 @pytest.fixture(scope="module")
 async def env(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
-    client = await KubeClient.from_environment(str(local_cluster.kubeconfig))
-    c = local_cluster
-    karpy = await karpy_process(
-        client,
-        c.server,
-        c.cluster_name,
-        tmp_path_factory.mktemp("karpy-static"),
-        c.aws_env,
-        FEATURE_GATES="StaticCapacity=true",
-    )
-    karpy.start()
-    e = Env(client, karpy)
-    try:
+    work = tmp_path_factory.mktemp("karpy-static")
+    async with pool_env(local_cluster, work, POOL, Env, workloads=(), FEATURE_GATES="StaticCapacity=true") as e:
         yield e
-    finally:
-        await stop_karpy(karpy, client, _cleanup(e))
-
-
-async def _cleanup(env: Env) -> None:
-    with contextlib.suppress(ApiError):
-        await env.client.delete(r.NODEPOOLS, POOL)
-    await delete_nodeclaims(env.client, env.claims, timeout=120, what="static test nodeclaims gone", interval=1)
-    with contextlib.suppress(ApiError):
-        await env.client.delete(r.EC2NODECLASSES, POOL)
 
 
 def static_pool(count: int) -> dict[str, Any]:
