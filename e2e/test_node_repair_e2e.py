@@ -40,6 +40,7 @@ from e2e.helpers import (
 )
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
+from karpy.kube.errors import ApiError
 
 pytestmark = [pytest.mark.e2e]
 POOL = "repair-e2e"
@@ -93,12 +94,19 @@ async def test_a_node_reporting_networking_not_ready_past_its_toleration_is_repl
     tag = condition_tag("NetworkingReady", "False", "IPAMDNotRunning", since=since)
     env.ec2.create_tags(Resources=[instance_id_of(claim["status"]["providerID"])], Tags=[tag])
 
-    async def reported() -> bool:
-        node = await env.client.get(r.NODES, first)
-        return any(
-            c.get("type") == "NetworkingReady" and c.get("status") == "False"
-            for c in node["status"].get("conditions") or []
-        )
+    async def reported() -> str:
+        """ "reported" once the Node carries the condition; "gone" when karpy repaired it between two polls (the
+        condition is 31 minutes old, so the repair may follow at once): the unhealthy-disrupted counter below,
+        labelled by condition, then proves it was NetworkingReady that karpy acted on."""
+        try:
+            node = await env.client.get(r.NODES, first)
+        except ApiError as err:
+            if err.status == 404:
+                return "gone"
+            raise
+        conditions = node["status"].get("conditions") or []
+        seen = any(c.get("type") == "NetworkingReady" and c.get("status") == "False" for c in conditions)
+        return "reported" if seen else ""
 
     await wait_for(reported, timeout=30, what="the node agent reporting NetworkingReady=False")
 
