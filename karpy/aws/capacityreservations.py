@@ -60,7 +60,7 @@ import structlog
 from karpy.apis import labels as wk
 from karpy.apis.meta import JSON
 from karpy.aws.cache import CacheTTL, Timer, ttl_cache
-from karpy.aws.errors import is_not_found
+from karpy.aws.errors import ICE_CODES, is_not_found
 from karpy.cloudprovider.types import CloudInstance, InstanceType, Offering
 
 log = structlog.get_logger("karpy.aws.capacityreservations")
@@ -95,19 +95,8 @@ EXPIRING_WINDOW: Final = timedelta(minutes=40)
 POLL_PERIOD: Final = 60.0
 EXCEEDED: Final = "ReservationCapacityExceeded"
 STATE_UNAVAILABLE: Final = "InvalidCapacityReservationState.Unavailable"
-UNFULFILLABLE: Final = frozenset(
-    {
-        "InsufficientInstanceCapacity",
-        "MaxSpotInstanceCountExceeded",
-        "VcpuLimitExceeded",
-        "UnfulfillableCapacity",
-        "Unsupported",
-        "InsufficientFreeAddressesInSubnet",
-        "MaxFleetCountExceeded",
-        EXCEEDED,
-        STATE_UNAVAILABLE,
-    }
-)
+# A reserved launch's CreateFleet errors that mean no capacity: the one ICE list (``errors.ICE_CODES``).
+UNFULFILLABLE: Final = ICE_CODES
 LIFECYCLE_CAPACITY_BLOCK: Final = "capacity-block"
 LIFECYCLE_INTERRUPTIBLE: Final = "interruptible-capacity-reservation"
 PREFERENCE_ONLY: Final = "capacity-reservations-only"

@@ -28,7 +28,8 @@ NOT_FOUND_CODES: Final = frozenset(
 )
 
 # Codes meaning "no capacity for this offering right now": the offering goes into the ICE cache for 3 minutes
-# (Karpenter: ``unfulfillableCapacityErrorCodes``).
+# (Karpenter v1.15 ``unfulfillableCapacityErrorCodes``, pkg/errors/errors.go; the last two also mark a capacity
+# reservation full or reclaimed), plus EC2's ``InsufficientCapacityOnHost`` (dedicated hosts), which karpy adds.
 ICE_CODES: Final = frozenset(
     {
         "InsufficientInstanceCapacity",
@@ -38,7 +39,9 @@ ICE_CODES: Final = frozenset(
         "Unsupported",
         "InsufficientFreeAddressesInSubnet",
         "MaxFleetCountExceeded",
+        "SpotMaxPriceTooLow",
         "ReservationCapacityExceeded",
+        "InvalidCapacityReservationState.Unavailable",
         "InsufficientCapacityOnHost",
     }
 )

@@ -288,9 +288,9 @@ class InstanceProvider:
             else:
                 self._mark_unavailable(errors, status, capacity_type)
             codes = sorted({str(e.get("ErrorCode")) for e in errors})
-            # a reserved launch also knows the reservation codes (InvalidCapacityReservationState.Unavailable: the
-            # reservation ended since the plan), unfulfillable capacity in Karpenter's errors.go
-            if not errors or any(is_ice(c) or c in cr.UNFULFILLABLE for c in codes):
+            # unfulfillable capacity in Karpenter's errors.go, the reservation codes among them
+            # (InvalidCapacityReservationState.Unavailable: the reservation ended since the plan)
+            if not errors or any(is_ice(c) for c in codes):
                 raise InsufficientCapacityError(f"CreateFleet launched nothing ({', '.join(codes) or 'no error'})")
             raise CloudProviderError(f"CreateFleet failed: {errors[0].get('ErrorMessage') or codes}")
         for extra in instance_ids[1:]:  # TotalTargetCapacity=1: never keep more than one

@@ -110,6 +110,8 @@ def test_error_codes() -> None:
     err = ClientError({"Error": {"Code": "InvalidInstanceID.NotFound", "Message": "x"}}, "DescribeInstances")
     assert error_code(err) == "InvalidInstanceID.NotFound" and is_not_found(err)
     assert is_ice("InsufficientInstanceCapacity") and not is_ice("InvalidParameterValue")
+    # Karpenter v1.15's unfulfillableCapacityErrorCodes include these two as well
+    assert is_ice("SpotMaxPriceTooLow") and is_ice("InvalidCapacityReservationState.Unavailable")
     assert is_unauthorized("UnauthorizedOperation")
     assert error_code(ValueError("x")) == ""
 
