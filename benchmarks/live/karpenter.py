@@ -378,16 +378,11 @@ class KarpenterProcess:
         """
         if not self.alive():
             raise KarpenterError(f"Karpenter exited early (code {self.proc and self.proc.returncode})\n{self.tail()}")
+        from e2e.cluster.controlplane import terminate_group
+
         used = self.usage()
         assert self.proc is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+        terminate_group(self.proc, timeout)
         return used
 
 

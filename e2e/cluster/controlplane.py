@@ -89,6 +89,21 @@ def tail_of(path: Path, lines: int = 40) -> str:
     return ""
 
 
+def terminate_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM ``proc``'s process group (it was started with ``start_new_session``), wait up to ``timeout`` seconds,
+    then SIGKILL the group; a process that already ended is left alone."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
 @dataclass
 class Child:
     """One running component."""

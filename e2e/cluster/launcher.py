@@ -6,17 +6,14 @@ kernel sends the supervisor SIGTERM and it tears the cluster down (its own child
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from e2e.cluster.controlplane import tail_of
+from e2e.cluster.controlplane import tail_of, terminate_group
 from e2e.helpers import ROOT
 
 AWS_KEYS = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_DEFAULT_REGION")
@@ -82,15 +79,7 @@ class LocalCluster:
 
     def stop(self, timeout: float = 60.0) -> None:
         """SIGTERM the supervisor (it tears everything down), SIGKILL its group after ``timeout`` seconds."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        terminate_group(self.proc, timeout)
 
     def tail(self, lines: int = 60) -> str:
         return tail_of(self.log, lines)
