@@ -61,7 +61,7 @@ from karpy.runtime.clock import Clock, LoopClock, Timer
 from karpy.runtime.controller import Result
 from karpy.scheduling import buffers as cb
 from karpy.scheduling import model
-from karpy.scheduling.daemons import with_live_pods
+from karpy.scheduling.daemons import LiveMemo, with_live_pods
 from karpy.scheduling.nodeoverlay import OverlayStore, overlay_annotations
 from karpy.scheduling.scheduler import solve
 from karpy.scheduling.translate import (
@@ -137,6 +137,9 @@ class Provisioner:
         # (karpy.metrics_state); None when cluster-state observability is off.
         self.on_decision: Callable[[str, bool], None] | None = None
         self._batches = itertools.count(1)
+        # The DaemonSets as the last pass saw them: unchanged DaemonSets and live pods give the same objects back,
+        # which the solve's per-DaemonSet-set caches are keyed by.
+        self._daemonset_memo: LiveMemo = {}
         self._started = int(state.clock())
         # Per-pod back-off after failed launches; the NodeClaim lifecycle records failures into the same one.
         self.launch_backoff = launch_backoff or LaunchBackoff()
@@ -364,7 +367,7 @@ class Provisioner:
         """The DaemonSets as every simulation sees them: each by its newest live pod when one exists (requests
         after LimitRange defaults and webhooks), else by its template (Karpenter ``getDaemonSetPods``)."""
         live = (info.pod for info in self.state.pods.values() if info.daemonset)
-        return with_live_pods(self.state.daemonsets.values(), live)
+        return with_live_pods(self.state.daemonsets.values(), live, self._daemonset_memo)
 
     async def simulation_inputs(self) -> tuple[list[model.NodePool], dict[str, NodePool], list[model.ExistingNode]]:
         """What a disruption simulation starts from: Ready NodePools (with instance types), their views by

@@ -18,13 +18,23 @@ from karpy.scheduling.model import DaemonSet, Pod
 DAEMONSET_OWNER = "DaemonSet/"
 
 
-def with_live_pods(daemonsets: Iterable[DaemonSet], pods: Iterable[Pod]) -> list[DaemonSet]:
+LiveMemo = dict[str, tuple[DaemonSet, Pod, DaemonSet]]
+"""DaemonSet uid → (the DaemonSet, its live pod, the DaemonSet standing for it), for :func:`with_live_pods`."""
+
+
+def with_live_pods(
+    daemonsets: Iterable[DaemonSet], pods: Iterable[Pod], memo: LiveMemo | None = None
+) -> list[DaemonSet]:
     """``daemonsets`` with each one's pod replaced by the newest pod it controls, where one exists.
 
     ``pods`` may be any pods: only those whose controller owner is a DaemonSet (``Pod.owner`` is
     ``DaemonSet/<uid>``, matched against the template pod's uid, which is the DaemonSet's) are looked at. The
     chosen pod keeps the template's identity (uid, namespace, name) and required node affinity and is unbound;
     everything else (requests, overhead, tolerations, nodeSelector, host ports) is the live pod's.
+
+    ``memo`` (kept by the caller across passes): while a DaemonSet and its live pod are the same objects, the same
+    result object is returned, so the solve's caches keyed by the DaemonSets' identity (allocatable per instance
+    type) keep hitting; entries of DaemonSets not passed are dropped.
     """
     newest: dict[str, Pod] = {}
     for pod in pods:
@@ -42,6 +52,10 @@ def with_live_pods(daemonsets: Iterable[DaemonSet], pods: Iterable[Pod]) -> list
         if live is None:
             out.append(ds)
             continue
+        hit = memo.get(ds.pod.uid) if memo is not None else None
+        if hit is not None and hit[0] is ds and hit[1] is live:
+            out.append(hit[2])
+            continue
         template = ds.pod
         pod = attrs.evolve(
             live,
@@ -51,5 +65,12 @@ def with_live_pods(daemonsets: Iterable[DaemonSet], pods: Iterable[Pod]) -> list
             required_terms=template.required_terms,
             node_name="",
         )
-        out.append(attrs.evolve(ds, pod=pod))
+        standing = attrs.evolve(ds, pod=pod)
+        if memo is not None:
+            memo[ds.pod.uid] = (ds, live, standing)
+        out.append(standing)
+    if memo is not None:
+        kept = {ds.pod.uid for ds in out}
+        for uid in [u for u in memo if u not in kept]:
+            del memo[uid]
     return out

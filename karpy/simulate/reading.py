@@ -26,7 +26,6 @@ from karpy.apis.meta import JSON
 from karpy.simulate import yamlload
 from karpy.simulate.defaulting import generate_name
 from karpy.simulate.validation import ManifestError, check_metadata, check_type_fields
-from karpy.simulate.yamlload import LoaderClass
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -92,7 +91,7 @@ def to_object(item: Any, where: str) -> JSON:
     return check_metadata(generate_name(check_type_fields(item, where), where), where)
 
 
-def _yaml_documents(text: str, origin: str, loader: LoaderClass | None) -> Iterator[Any]:
+def _yaml_documents(text: str, origin: str, loader: yamlload.LoaderClass | None) -> Iterator[Any]:
     """The non-empty YAML documents of ``text``, one at a time.
 
     Raises:
@@ -110,7 +109,7 @@ def _yaml_documents(text: str, origin: str, loader: LoaderClass | None) -> Itera
         raise ManifestError(f"{origin}: invalid YAML{where}: {problem}") from err
 
 
-def iter_documents(text: str, origin: str, loader: LoaderClass | None = None) -> Iterator[Document]:
+def iter_documents(text: str, origin: str, loader: yamlload.LoaderClass | None = None) -> Iterator[Document]:
     """Every object of a multi-document YAML (or JSON) text, in order, as it is parsed; ``kind: List`` objects
     are flattened. ``loader`` defaults to
     :func:`karpy.simulate.yamlload.safe_loader` (libyaml's parser when PyYAML has it).
@@ -125,7 +124,7 @@ def iter_documents(text: str, origin: str, loader: LoaderClass | None = None) ->
             yield Document(where, to_object(item, where))
 
 
-def parse_documents(text: str, origin: str, loader: LoaderClass | None = None) -> list[Document]:
+def parse_documents(text: str, origin: str, loader: yamlload.LoaderClass | None = None) -> list[Document]:
     """:func:`iter_documents` as a list.
 
     Raises:

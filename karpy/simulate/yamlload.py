@@ -28,6 +28,8 @@ STR_TAG = "tag:yaml.org,2002:str"
 MAP_TAG = "tag:yaml.org,2002:map"
 SEQ_TAG = "tag:yaml.org,2002:seq"
 MERGE_TAG = "tag:yaml.org,2002:merge"
+# A plain ``=`` key: PyYAML's mapping flattening turns it back into the string "=".
+VALUE_TAG = "tag:yaml.org,2002:value"
 PY_LOADER: type[yaml.SafeLoader] = yaml.SafeLoader
 C_LOADER: type[yaml.CSafeLoader] | None = getattr(yaml, "CSafeLoader", None)
 
@@ -36,9 +38,8 @@ LoaderClass = type[yaml.SafeLoader] | type[yaml.CSafeLoader]
 
 def safe_loader() -> LoaderClass:
     """The libyaml loader when PyYAML has it (``yaml.__with_libyaml__``), else the pure-Python one."""
-    if C_LOADER is not None and getattr(yaml, "CSafeLoader", None) is not None:
-        return C_LOADER
-    return PY_LOADER
+    loader: LoaderClass | None = getattr(yaml, "CSafeLoader", None)
+    return loader or PY_LOADER
 
 
 def load_all(text: str, loader_class: LoaderClass | None = None) -> Iterator[Any]:
@@ -83,14 +84,14 @@ def _build(loader: Any, node: Node, anchored: dict[int, Any]) -> Any:
 
 
 def _build_mapping(loader: Any, node: Node, anchored: dict[int, Any]) -> Any:
-    """A ``!!map`` node as a dict; PyYAML's constructor takes over for merge keys and unhashable keys (it
-    flattens the first and raises its own error for the second)."""
+    """A ``!!map`` node as a dict; PyYAML's constructor takes over for merge keys, ``=`` keys and unhashable keys
+    (it flattens the first two and raises its own error for the last)."""
     out: dict[Any, Any] = {}
     anchored[id(node)] = out
     for key, value in node.value:
         if key.__class__ is ScalarNode and key.tag == STR_TAG:
             k = key.value
-        elif key.tag == MERGE_TAG:
+        elif key.tag in (MERGE_TAG, VALUE_TAG):
             del anchored[id(node)]
             return loader.construct_object(node, deep=True)
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 from sched_builders import daemonset, nodepool, pod, req, res
 
-from karpy.scheduling.daemons import with_live_pods
+from karpy.scheduling.daemons import LiveMemo, with_live_pods
 from karpy.scheduling.model import HostPort, Pod, Toleration
 from karpy.scheduling.scheduler import solve
 
@@ -57,3 +57,21 @@ def test_the_live_pods_requests_size_the_new_nodeclaim() -> None:
     claim = solve([web], [nodepool()], [], with_live_pods([agent], [live])).new_nodeclaims[0]
     assert claim.requests["cpu"] == 2_500
     assert all(it.capacity["cpu"] >= 4_000 for it in claim.instance_types)
+
+
+def test_the_memo_gives_the_same_object_while_the_daemonset_and_its_live_pod_are_unchanged() -> None:
+    """The solve caches allocatable per DaemonSet set by identity: a pass with nothing changed must hand it the
+    same objects, a changed live pod a new one, and a DaemonSet gone leaves the memo."""
+    agent = daemonset("agent", cpu="100m")
+    other = daemonset("other", cpu="200m")
+    live = live_pod(agent.pod.uid, "agent-x", "300m", created=1.0)
+    other_live = live_pod(other.pod.uid, "other-x", "400m", created=1.0)
+    memo: LiveMemo = {}
+    first = with_live_pods([agent, other], [live, other_live], memo)
+    again = with_live_pods([agent, other], [live, other_live], memo)
+    assert all(a is b for a, b in zip(first, again, strict=True))
+    newer = live_pod(agent.pod.uid, "agent-y", "700m", created=2.0)
+    changed = with_live_pods([agent], [live, newer], memo)
+    assert changed[0] is not first[0] and changed[0].pod.requests == newer.requests
+    assert set(memo) == {agent.pod.uid}, "the DaemonSet not passed is dropped"
+    assert with_live_pods([agent], [live, newer]) == changed, "without a memo: the same value"

@@ -35,6 +35,7 @@ merged:
 alias: *base
 list: [1, two, null, true, {k: v}]
 empty: {}
+=: plain equals key
 ---
 ---
 - plain
