@@ -539,23 +539,24 @@ def optimum_inputs(row: Row) -> tuple[list[Pod], list[NodePool], dict[str, dict[
 def row_optimum(row: Row, seconds: float, cache: dict[tuple[str, int], Optimum]) -> Optimum | None:
     """The MILP optimum of a row's input (both policies share it: preferences are not constraints), with
     up to karpy's node count per NodePool + 2 node slots; None when not computed."""
-    inputs = optimum_inputs(row)
-    if inputs is None or not available():
-        return None
     key = (row.workload, row.pods)
-    if key not in cache:
-        pods, pools, daemon = inputs
-        daemons = mixed_daemonsets() if row.workload == "mixed" else []
-        plan = solve(pods, pools, [], daemons, preference_policy="Ignore")
-        per_pool = {p.name: 2 for p in pools}
-        for claim in plan.new_nodeclaims:
-            per_pool[claim.nodepool] += 1
-        best = optimum(pods, pools, per_pool, daemon, time_limit=seconds)
-        if row.lower_bound > best.bound:  # the reference's integer bound may be the tighter one
-            proven = best.cost <= row.lower_bound * (1 + 1e-9)
-            best = attrs.evolve(best, bound=min(best.cost, row.lower_bound), optimal=best.optimal or proven)
-        cache[key] = best
-    return cache[key]
+    if key in cache:  # the other policy's row: the inputs are not built again
+        return cache[key]
+    inputs = optimum_inputs(row) if available() else None
+    if inputs is None:
+        return None
+    pods, pools, daemon = inputs
+    daemons = mixed_daemonsets() if row.workload == "mixed" else []
+    plan = solve(pods, pools, [], daemons, preference_policy="Ignore")
+    per_pool = {p.name: 2 for p in pools}
+    for claim in plan.new_nodeclaims:
+        per_pool[claim.nodepool] += 1
+    best = optimum(pods, pools, per_pool, daemon, time_limit=seconds)
+    if row.lower_bound > best.bound:  # the reference's integer bound may be the tighter one
+        proven = best.cost <= row.lower_bound * (1 + 1e-9)
+        best = attrs.evolve(best, bound=min(best.cost, row.lower_bound), optimal=best.optimal or proven)
+    cache[key] = best
+    return best
 
 
 def with_optimum(table: Sequence[Row], seconds: float) -> list[Row]:

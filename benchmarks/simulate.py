@@ -285,11 +285,10 @@ class Run:
     placed: int
 
 
-def run_once(directory: Path, timings: bool) -> Run:
-    """``python -m karpy simulate`` on ``directory`` as a subprocess; raises RuntimeError when it fails."""
-    cmd = [sys.executable, "-m", "karpy", "simulate", "-f", str(directory), "--spot-price-ratio", "0.35", "-o", "json"]
-    if timings:
-        cmd.append("--timings")
+def run_once(directory: Path) -> Run:
+    """``python -m karpy simulate --timings`` on ``directory`` as a subprocess; raises RuntimeError when it fails."""
+    cmd = [sys.executable, "-m", "karpy", "simulate", "-f", str(directory), "--spot-price-ratio", "0.35"]
+    cmd += ["-o", "json", "--timings"]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err)
@@ -318,14 +317,8 @@ def parse_timings(stderr: str) -> dict[str, float]:
     for line in stderr.splitlines():
         if line.startswith("karpy simulate timings:"):
             pairs = (item.split("=", 1) for item in line.split(":", 1)[1].split())
-            return {k: float(v.rstrip("s")) for k, v in pairs}
+            return {k: float(v) for k, v in pairs}
     return {}
-
-
-def supports_timings() -> bool:
-    """Whether this karpy's ``simulate`` has ``--timings``."""
-    proc = subprocess.run([sys.executable, "-m", "karpy", "simulate", "--help"], capture_output=True, text=True)
-    return "--timings" in proc.stdout
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -336,7 +329,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", metavar="DIR", help="write the manifests under DIR/<size> and keep them")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
-    timings = supports_timings()
     failed = False
     with tempfile.TemporaryDirectory(prefix="karpy-bench-simulate-") as tmp:
         root = Path(args.keep) if args.keep else Path(tmp)
@@ -345,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
             directory = root / str(size)
             write_manifests(directory, size)
             try:
-                runs = [run_once(directory, timings) for _ in range(args.repeat)]
+                runs = [run_once(directory) for _ in range(args.repeat)]
             except RuntimeError as err:
                 print(f"{size} pods: {err}", file=sys.stderr)
                 failed = True
@@ -388,7 +380,7 @@ def _row(size: int, runs: list[Run]) -> str:
     return f"{size} pods: wall {walls} s; peak {max(r.rss_mb for r in runs):.0f} MB"
 
 
-PHASE_ORDER = ("read", "collect", "catalogue", "prepare", "solve", "launch", "output")
+PHASE_ORDER = ("read", "catalogue", "prepare", "solve", "launch", "output")
 
 
 def _phase_order(name: str) -> tuple[int, str]:

@@ -20,9 +20,10 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Mapping, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from karpy.aws.pricing import static_on_demand_prices
 
 CAPACITY_TYPE = "karpenter.sh/capacity-type"
 ZONE = "topology.kubernetes.io/zone"
@@ -30,8 +31,7 @@ ZONE = "topology.kubernetes.io/zone"
 
 def karpy_prices(region: str = "us-east-1") -> dict[str, float]:
     """karpy's static on-demand prices for ``region``: instance type -> USD/hour."""
-    table = json.loads(resources.files("karpy").joinpath("data/ec2-on-demand-prices.json").read_text())
-    return {str(k): float(v) for k, v in table["regions"][region].items()}
+    return static_on_demand_prices(region)
 
 
 # EC2's architecture names (which Karpenter's AWS example file uses) to the kubernetes.io/arch values the KWOK

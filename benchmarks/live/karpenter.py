@@ -52,8 +52,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 HERE = Path(__file__).resolve().parent
 BUILD_SCRIPT = HERE / "build_karpenter.sh"
 KARPENTER_VERSION = "v1.15.0"
@@ -113,15 +111,10 @@ def crd_documents(source: Path | None = None) -> list[dict[str, Any]]:
     """The CRDs Karpenter's KWOK provider needs, parsed from Karpenter's module (``source``: its root; default
     :func:`module_dir`): NodePool, NodeClaim, NodeOverlay, CapacityBuffer (``kwok/charts/crds``, which the
     controller watches whether or not their gates are on) and KWOKNodeClass (``kwok/apis/crds``)."""
+    from e2e.helpers import load_documents
+
     root = source or module_dir()
-    files = [
-        *sorted((root / "kwok" / "charts" / "crds").glob("*.yaml")),
-        *(root / "kwok" / "apis" / "crds").glob("*.yaml"),
-    ]
-    docs: list[dict[str, Any]] = []
-    for path in files:
-        docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
-    return docs
+    return load_documents(root / "kwok" / "charts" / "crds", root / "kwok" / "apis" / "crds")
 
 
 def kwok_nodeclass(name: str = "default", registration_delay: str | None = None) -> dict[str, Any]:
@@ -266,11 +259,9 @@ def environment(
 
 
 def _free_port() -> int:
-    import socket
+    from e2e.helpers import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()
 
 
 @dataclass
@@ -324,9 +315,9 @@ class KarpenterProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def tail(self, lines: int = 30) -> str:
-        with contextlib.suppress(OSError):
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        return ""
+        from e2e.cluster.controlplane import tail_of
+
+        return tail_of(self.log, lines)
 
     def probe(self, path: str = "/readyz") -> int:
         """HTTP status of ``path`` on the health port (0 when it does not answer)."""

@@ -67,7 +67,7 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "--timings",
         action="store_true",
-        help="print the seconds of each phase on stderr (read+collect, catalogue, prepare, solve, launch, output)",
+        help="print the seconds of each phase on stderr (read, catalogue, prepare, solve, launch, consolidate, output)",
     )
 
 
