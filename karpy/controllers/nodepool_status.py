@@ -44,7 +44,7 @@ from karpy.kube.resources import NODEPOOLS
 from karpy.runtime.controller import Result
 from karpy.scheduling import requirements as rq
 from karpy.scheduling.instancetypes import labels_allow, offering_allowed, reservation_of, type_labels
-from karpy.scheduling.translate import requirement_from_json
+from karpy.scheduling.translate import template_requirements as translate_template_requirements
 from karpy.state.cluster import ClusterState
 
 log = structlog.get_logger("karpy.nodepool")
@@ -124,12 +124,7 @@ def unsupported_features(
 
 def template_requirements(nodepool: NodePool) -> rq.Reqs:
     """The NodePool template's requirements narrowed by its template labels (what a NodeClaim of it requires)."""
-    # The scheduling translation reads the requirements' JSON (legacy label keys normalised there).
-    template_spec = ((nodepool.raw.get("spec") or {}).get("template") or {}).get("spec") or {}
-    reqs = rq.build(requirement_from_json(r) for r in template_spec.get("requirements") or [])
-    for req in rq.from_labels(nodepool.template.labels).values():
-        rq.add(reqs, req)
-    return reqs
+    return translate_template_requirements(nodepool.raw)
 
 
 def _features_condition(conditions: list[Any], unsupported: list[Unsupported], generation: int | None) -> list[Any]:

@@ -42,7 +42,7 @@ from karpy.apis.taints import taints
 from karpy.scheduling import model
 from karpy.scheduling import requirements as rq
 from karpy.scheduling.nodeclaim import is_restricted_node_label
-from karpy.scheduling.translate import requirement_from_json
+from karpy.scheduling.translate import template_requirements as translate_template_requirements
 
 GATE: Final = "StaticCapacity"
 NODES: Final = "nodes"
@@ -184,10 +184,7 @@ class Reservations:
 def template_requirements(nodepool: NodePool) -> rq.Reqs:
     """The NodeClaim template's requirements (Karpenter ``NewNodeClaimTemplate``): the NodePool's requirements,
     ``key In [value]`` per template label, and ``karpenter.sh/nodepool In [name]``."""
-    template_spec = ((nodepool.raw.get("spec") or {}).get("template") or {}).get("spec") or {}
-    reqs = rq.build(requirement_from_json(r) for r in template_spec.get("requirements") or [])
-    for req in rq.from_labels(nodepool.template.labels).values():
-        rq.add(reqs, req)
+    reqs = translate_template_requirements(nodepool.raw)
     rq.add(reqs, rq.Req(wk.LABEL_NODEPOOL, False, frozenset((nodepool.name,))))
     return reqs
 

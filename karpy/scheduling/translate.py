@@ -13,12 +13,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
 from karpy.apis import labels as wk
-from karpy.apis.meta import JSON
+from karpy.apis.meta import JSON, text_map
 from karpy.apis.quantity import QuantityError, parse_resource_list
 from karpy.apis.resources import Resources, add, max_of
 from karpy.apis.taints import taints
 from karpy.apis.times import parse_time
 from karpy.scheduling import model
+from karpy.scheduling import requirements as rq
 from karpy.scheduling.model import (
     DaemonSet,
     HostPort,
@@ -324,6 +325,16 @@ def requirement_from_json(req: Mapping[str, Any]) -> Requirement:
         values=tuple(str(v) for v in req.get("values") or ()),
         min_values=req.get("minValues"),
     )
+
+
+def template_requirements(nodepool: Mapping[str, Any]) -> rq.Reqs:
+    """A NodePool's (JSON) template requirements narrowed by its template labels: what a NodeClaim of it requires
+    (Karpenter ``NewNodeClaimTemplate``, without the ``karpenter.sh/nodepool`` requirement it adds)."""
+    template = (nodepool.get("spec") or {}).get("template") or {}
+    reqs = rq.build(requirement_from_json(r) for r in (template.get("spec") or {}).get("requirements") or [])
+    for req in rq.from_labels(text_map((template.get("metadata") or {}).get("labels"))).values():
+        rq.add(reqs, req)
+    return reqs
 
 
 def requirement_to_json(req: Requirement) -> JSON:

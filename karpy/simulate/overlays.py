@@ -19,7 +19,7 @@ from karpy.cloudprovider.types import InstanceType
 from karpy.scheduling import requirements as rq
 from karpy.scheduling.instancetypes import labels_allow, type_labels
 from karpy.scheduling.nodeoverlay import Evaluation, PoolTypes, evaluate, matched, overlay_requirements
-from karpy.scheduling.translate import requirement_from_json
+from karpy.scheduling.translate import template_requirements
 
 
 @attrs.frozen
@@ -55,16 +55,13 @@ def overlaid(
     for pool in inputs:
         applied = evaluation.apply(pool.name, pool.instance_types)
         out[pool.name] = applied if applied is not None else list(pool.instance_types)
-    allowed = [
-        attrs.evolve(pool, instance_types=[it for it in pool.instance_types if labels_allow(type_labels(it), reqs)])
-        for pool, (np_obj, _) in zip(inputs, pools, strict=True)
-        for reqs in [rq.build(requirement_from_json(r) for r in _template_requirements(np_obj))]
-    ]
+    allowed = [_allowed(pool, template_requirements(np_obj)) for pool, (np_obj, _) in zip(inputs, pools, strict=True)]
     return out, reports(views, allowed, evaluation)
 
 
-def _template_requirements(nodepool: JSON) -> list[JSON]:
-    return list(((((nodepool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("requirements")) or [])
+def _allowed(pool: PoolTypes, reqs: rq.Reqs) -> PoolTypes:
+    """``pool`` with only the instance types its NodePool's template requirements allow."""
+    return attrs.evolve(pool, instance_types=[it for it in pool.instance_types if labels_allow(type_labels(it), reqs)])
 
 
 def reports(overlays: Sequence[NodeOverlay], pools: Sequence[PoolTypes], evaluation: Evaluation) -> list[OverlayReport]:
