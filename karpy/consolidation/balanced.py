@@ -36,11 +36,13 @@ BALANCED_K: Final = 2
 """Karpenter ``v1.BalancedK``: a move is approved when its score is at least ``1/k`` (0.5)."""
 PER_NODE_BASE_DISRUPTION_COST: Final = 1.0
 _PRIORITY_SCALE: Final = 2.0**25
+_DELETION_COST_SCALE: Final = 2.0**27
 
 
-def eviction_cost(priority: int) -> float:
-    """Karpenter ``EvictionCost`` of a pod without disruption-cost annotations: ``1 + priority/2²⁵`` in [-10, 10]."""
-    return max(-10.0, min(10.0, 1.0 + priority / _PRIORITY_SCALE))
+def eviction_cost(priority: int, deletion_cost: float = 0.0) -> float:
+    """Karpenter ``EvictionCost`` (core ``disruption/utils``): ``1 + deletion-cost/2²⁷ + priority/2²⁵`` clamped to
+    [-10, 10] (``deletion_cost``: the pod's ``controller.kubernetes.io/pod-deletion-cost``, 0 without it)."""
+    return max(-10.0, min(10.0, 1.0 + deletion_cost / _DELETION_COST_SCALE + priority / _PRIORITY_SCALE))
 
 
 def reschedule_disruption_cost(priorities: Iterable[int]) -> float:

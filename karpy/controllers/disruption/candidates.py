@@ -24,8 +24,6 @@ from karpy.state.plans import Plans, planned_pods
 from karpy.state.views import NodeInfo, PodInfo
 
 # Karpenter ``disruption.go``: pod deletion cost and priority scale the per-pod eviction cost.
-_DELETION_COST_SCALE = 2.0**27
-_PRIORITY_SCALE = 2.0**25
 ANNOTATION_POD_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 
 
@@ -148,9 +146,8 @@ def guarded_pods(state: ClusterState, node_name: str) -> tuple[PodInfo, ...]:
 
 
 def pod_cost(pod: PodInfo, deletion_cost: float = 0.0) -> float:
-    """Karpenter ``EvictionCost``: 1 + deletion-cost/2²⁷ + priority/2²⁵, clamped to [-10, 10]."""
-    cost = 1.0 + deletion_cost / _DELETION_COST_SCALE + pod.pod.priority / _PRIORITY_SCALE
-    return max(-10.0, min(10.0, cost))
+    """Karpenter ``EvictionCost`` of ``pod`` (:func:`karpy.consolidation.balanced.eviction_cost`)."""
+    return balanced.eviction_cost(pod.pod.priority, deletion_cost)
 
 
 def lifetime_remaining(claim: NodeClaim, now: float) -> float:
