@@ -227,16 +227,6 @@ def status_entries(reservations: Iterable[Mapping[str, Any]], now: datetime) -> 
     return out
 
 
-def requeue_after(entries: Iterable[Mapping[str, Any]], now: datetime) -> float:
-    """Seconds until the status should be read again: a minute, or sooner when a reservation ends before
-    (Karpenter ``CapacityReservation.requeueAfter``); 0 when one has already ended."""
-    ends = [end for e in entries if (end := _as_datetime(e.get("endTime"))) is not None]
-    if not ends:
-        return POLL_PERIOD
-    soonest = (min(ends) - now).total_seconds()
-    return max(0.0, soonest) if soonest < POLL_PERIOD else POLL_PERIOD
-
-
 # Provider -------------------------------------------------------------------------------------------------
 
 Reservations = list[Mapping[str, Any]]

@@ -151,25 +151,6 @@ def interfaces_fit(info: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
     return wanted == 0 or (offered is not None and wanted <= int(offered))
 
 
-def validation_error(spec: Mapping[str, Any]) -> str:
-    """Why ``spec.networkInterfaces`` breaks the CRD's rules ("" when it does not): a primary ``interface`` on
-    card 0 / device 0 is required, (card, device) pairs are unique, and a card has at most one ``efa-only``."""
-    items = [ni for ni in spec.get("networkInterfaces") or [] if isinstance(ni, Mapping)]
-    if not items:
-        return ""
-    pairs = [(int(ni.get("networkCardIndex") or 0), int(ni.get("deviceIndex") or 0)) for ni in items]
-    kinds = [str(ni.get("interfaceType") or "") for ni in items]
-    if not any(p == (0, 0) and k == INTERFACE for p, k in zip(pairs, kinds, strict=True)):
-        return "networkInterfaces must include a primary interface with interfaceType='interface'"
-    efa_cards = [p[0] for p, k in zip(pairs, kinds, strict=True) if k == EFA_ONLY]
-    if len(set(pairs)) != len(pairs) or len(set(efa_cards)) != len(efa_cards):
-        return (
-            "networkInterfaces must not have duplicate networkCardIndex and deviceIndex pairs, "
-            "and can have at most one efa device per network card"
-        )
-    return ""
-
-
 __all__ = [
     "EFA",
     "EFA_ONLY",
@@ -179,5 +160,4 @@ __all__ = [
     "efa_only_on_card_zero",
     "interfaces_fit",
     "network_interfaces",
-    "validation_error",
 ]

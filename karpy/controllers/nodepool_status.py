@@ -86,10 +86,8 @@ class Unsupported(NamedTuple):
     blocking: bool
 
 
-def unsupported_features(
-    nodepool: NodePool, nodeclass_raw: Mapping[str, Any] | None, *, static_capacity: bool = False
-) -> list[Unsupported]:
-    """The Karpenter v1.15 capabilities ``nodepool`` (with its EC2NodeClass's JSON, if found) uses that karpy does
+def unsupported_features(nodepool: NodePool, *, static_capacity: bool = False) -> list[Unsupported]:
+    """The Karpenter v1.15 capabilities ``nodepool`` uses that karpy does
     not implement yet, in field order. Per capability (gates from core ``pkg/operator/options/options.go``):
 
     * ``spec.replicas`` (static NodePool; gate ``StaticCapacity``, default off; ``static_capacity`` is the gate).
@@ -209,10 +207,7 @@ class NodePoolStatusReconciler:
         await self._ensure_hash(nodepool)
         generation = nodepool.meta.generation
         stored = conditions_json(nodepool.raw)
-        nodeclass = self.state.nodeclass_view(nodepool.template.node_class_ref.name)
-        unsupported = unsupported_features(
-            nodepool, nodeclass.raw if nodeclass is not None else None, static_capacity=self.static_capacity
-        )
+        unsupported = unsupported_features(nodepool, static_capacity=self.static_capacity)
         validation = ("True", "ValidationSucceeded", "")
         if invalid := validate(nodepool):
             validation = ("False", "ValidationFailed", invalid)

@@ -135,13 +135,6 @@ def test_unknown_criteria_or_type_is_left_out_of_the_status() -> None:
     assert [e["id"] for e in entries] == ["cr-a", "cr-b"]
 
 
-def test_status_is_read_again_when_a_reservation_ends_within_the_minute() -> None:
-    assert cr.requeue_after([entry()], NOW) == 60.0
-    soon = entry(endTime="2026-01-01T12:00:20Z")
-    assert cr.requeue_after([entry(), soon], NOW) == 20.0
-    assert cr.requeue_after([entry(endTime="2026-01-01T11:00:00Z")], NOW) == 0.0
-
-
 # Offerings ------------------------------------------------------------------------------------------------
 
 

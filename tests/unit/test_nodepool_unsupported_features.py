@@ -60,8 +60,8 @@ def nodeclass(**spec: Any) -> dict[str, Any]:
     }
 
 
-def fields(pool: dict[str, Any], nc: dict[str, Any] | None = None) -> list[tuple[str, bool]]:
-    return [(u.field, u.blocking) for u in unsupported_features(NodePool.from_json(pool), nc)]
+def fields(pool: dict[str, Any]) -> list[tuple[str, bool]]:
+    return [(u.field, u.blocking) for u in unsupported_features(NodePool.from_json(pool))]
 
 
 def req(key: str, op: str, *values: str) -> dict[str, Any]:
@@ -69,38 +69,32 @@ def req(key: str, op: str, *values: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("pool", "nc", "expected"),
+    ("pool", "expected"),
     [
-        (nodepool(), nodeclass(), []),
-        (nodepool(policy="WhenEmpty"), nodeclass(), []),
-        (nodepool(policy="WhenEmptyOrUnderutilized"), nodeclass(), []),
-        (nodepool(policy="Balanced"), nodeclass(), []),  # implemented (karpy.consolidation.balanced)
+        (nodepool(), []),
+        (nodepool(policy="WhenEmpty"), []),
+        (nodepool(policy="WhenEmptyOrUnderutilized"), []),
+        (nodepool(policy="Balanced"), []),  # implemented (karpy.consolidation.balanced)
         # Static NodePools with the StaticCapacity gate off (Karpenter's default): Ready, a notice only.
-        (nodepool(replicas=3), nodeclass(), [("spec.replicas", False)]),
-        (nodepool(replicas=0), nodeclass(), [("spec.replicas", False)]),
+        (nodepool(replicas=3), [("spec.replicas", False)]),
+        (nodepool(replicas=0), [("spec.replicas", False)]),
         # Karpenter ignores consolidationPolicy on a static NodePool.
-        (nodepool(policy="Balanced", replicas=2), nodeclass(), [("spec.replicas", False)]),
+        (nodepool(policy="Balanced", replicas=2), [("spec.replicas", False)]),
         # Capacity reservations are implemented (karpy.aws.capacityreservations): never an unsupported feature.
-        (nodepool(req(CT, "In", "reserved")), nodeclass(), []),
-        (nodepool(req(CT, "In", "reserved")), nodeclass(capacityReservationSelectorTerms=TERMS), []),
-        (nodepool(req(CT, "In", "reserved", "on-demand")), nodeclass(), []),
-        (nodepool(req(CT, "In", "reserved", "on-demand")), nodeclass(capacityReservationSelectorTerms=TERMS), []),
-        (nodepool(), nodeclass(capacityReservationSelectorTerms=TERMS), []),
-        (nodepool(req(CT, "NotIn", "reserved")), nodeclass(capacityReservationSelectorTerms=TERMS), []),
-        (nodepool(req(CT, "In", "spot")), nodeclass(capacityReservationSelectorTerms=TERMS), []),
-        (nodepool(req(CT, "In", "spot")), None, []),
+        (nodepool(req(CT, "In", "reserved")), []),
+        (nodepool(req(CT, "In", "reserved", "on-demand")), []),
+        (nodepool(req(CT, "NotIn", "reserved")), []),
+        (nodepool(req(CT, "In", "spot")), []),
     ],
 )
-def test_unsupported_features(
-    pool: dict[str, Any], nc: dict[str, Any] | None, expected: list[tuple[str, bool]]
-) -> None:
-    assert fields(pool, nc) == expected
+def test_unsupported_features(pool: dict[str, Any], expected: list[tuple[str, bool]]) -> None:
+    assert fields(pool) == expected
 
 
 def test_static_nodepool_with_the_gate_on_is_supported() -> None:
     """StaticCapacity=true: spec.replicas is implemented, nothing to report (Balanced is still ignored on it)."""
     for pool in (nodepool(replicas=3), nodepool(policy="Balanced", replicas=2)):
-        assert unsupported_features(NodePool.from_json(pool), nodeclass(), static_capacity=True) == []
+        assert unsupported_features(NodePool.from_json(pool), static_capacity=True) == []
 
 
 class Harness:

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import pytest
 from botocore.exceptions import ClientError
 
 from karpy.apis import labels as wk
@@ -282,33 +281,6 @@ def test_interfaces_fit_instance_type() -> None:
     deep = spec(networkInterfaces=[{"networkCardIndex": 0, "deviceIndex": 3, "interfaceType": "interface"}])
     assert not ni.interfaces_fit(m5, deep), "device index beyond the card's interfaces"
     assert not ni.interfaces_fit({"NetworkInfo": {**m5["NetworkInfo"], "EnaSupport": "unsupported"}}, efa)
-
-
-@pytest.mark.parametrize(
-    ("interfaces", "error"),
-    [
-        ([{"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"}], ""),
-        ([{"networkCardIndex": 0, "deviceIndex": 1, "interfaceType": "interface"}], "primary interface"),
-        (
-            [
-                {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"},
-                {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "efa-only"},
-            ],
-            "duplicate",
-        ),
-        (
-            [
-                {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"},
-                {"networkCardIndex": 1, "deviceIndex": 0, "interfaceType": "efa-only"},
-                {"networkCardIndex": 1, "deviceIndex": 1, "interfaceType": "efa-only"},
-            ],
-            "at most one efa",
-        ),
-    ],
-)
-def test_validation_repeats_the_crd_rules(interfaces: list[dict[str, Any]], error: str) -> None:
-    found = ni.validation_error(spec(networkInterfaces=interfaces))
-    assert (error in found) if error else found == ""
 
 
 def test_template_data_carries_interfaces_and_placement_not_security_group_ids() -> None:
