@@ -39,25 +39,17 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from benchmarks.plan_checks import selects
+from benchmarks.plan_checks import selects, term_matcher
+from karpy.apis.selectors import value_matches
 from karpy.cloudprovider.types import InstanceType
-from karpy.scheduling.model import (
-    DOES_NOT_EXIST,
-    EXISTS,
-    IN,
-    NOT_IN,
-    NodePool,
-    Pod,
-    PodAffinityTerm,
-    Requirement,
-    Taint,
-    Toleration,
-)
+from karpy.scheduling import requirements as rq
+from karpy.scheduling.model import IN, NodePool, Pod, Requirement
+from karpy.scheduling.taints import tolerates
 
 ZONE = "topology.kubernetes.io/zone"
 HOST = "kubernetes.io/hostname"
@@ -94,45 +86,14 @@ class Optimum:
 # -- compatibility -------------------------------------------------------------------------------------------
 
 
-def _req_holds(req: Requirement, labels: Mapping[str, str]) -> bool:
-    found = labels.get(req.key)
-    op = req.operator
-    if op == IN:
-        return found is not None and found in req.values
-    if op == NOT_IN:
-        return found is None or found not in req.values
-    if op == EXISTS:
-        return found is not None
-    if op == DOES_NOT_EXIST:
-        return found is None
-    if op in ("Gt", "Lt") and found is not None and req.values:
-        try:
-            a, b = int(found), int(req.values[0])
-        except ValueError:
-            return False
-        return a > b if op == "Gt" else a < b
-    return False
-
-
-def _tolerates(tolerations: Iterable[Toleration], taint: Taint) -> bool:
-    for t in tolerations:
-        if t.effect and t.effect != taint.effect:
-            continue
-        if not t.key and t.operator == "Exists":
-            return True
-        if t.key == taint.key and (t.operator == "Exists" or t.value == taint.value):
-            return True
-    return False
-
-
 def _compatible(pod: Pod, pool: NodePool, labels: Mapping[str, str]) -> bool:
-    if not all(_tolerates(pod.tolerations, t) for t in pool.taints if t.effect in ("NoSchedule", "NoExecute")):
+    if not all(tolerates(pod.tolerations, t) for t in pool.taints if t.effect in ("NoSchedule", "NoExecute")):
         return False
     if any(labels.get(k) != v for k, v in pod.node_selector.items()):
         return False
-    if pod.required_terms and not any(all(_req_holds(r, labels) for r in term) for term in pod.required_terms):
+    if pod.required_terms and not any(rq.matches(term, labels) for term in pod.required_terms):
         return False
-    return not pod.volume_terms or any(all(_req_holds(r, labels) for r in term) for term in pod.volume_terms)
+    return not pod.volume_terms or any(rq.matches(term, labels) for term in pod.volume_terms)
 
 
 @attrs.frozen
@@ -153,7 +114,7 @@ def _configs(pool: NodePool, zone: str, daemon: Mapping[str, int]) -> list[_Conf
             if not o.available or o.zone != zone:
                 continue
             labels = {**t.labels, **pool.labels, ZONE: zone, CAPACITY_TYPE: o.capacity_type, NODEPOOL: pool.name}
-            if all(_req_holds(r, labels) for r in pool.requirements) and (best is None or o.price < best[0]):
+            if rq.matches(pool.requirements, labels) and (best is None or o.price < best[0]):
                 best = (o.price, o.capacity_type)
         if best is None:
             continue
@@ -197,24 +158,6 @@ def _group_key(p: Pod) -> tuple[object, ...]:
         p.topology_spread,
         p.volume_terms,
         p.host_ports,
-    )
-
-
-def _term_selects(owner: Pod, term: PodAffinityTerm) -> Callable[[Pod], bool]:
-    extra = [Requirement(k, IN, (owner.labels[k],)) for k in term.match_label_keys if k in owner.labels]
-    extra += [Requirement(k, NOT_IN, (owner.labels[k],)) for k in term.mismatch_label_keys if k in owner.labels]
-
-    def in_scope(ns: str) -> bool:
-        if not term.namespaces and term.namespace_selector is None:
-            return ns == owner.namespace
-        if ns in term.namespaces:
-            return True
-        return term.namespace_selector is not None and selects(
-            term.namespace_selector, {"kubernetes.io/metadata.name": ns}
-        )
-
-    return lambda q: (
-        selects(term.selector, q.labels) and all(_req_holds(e, q.labels) for e in extra) and in_scope(q.namespace)
     )
 
 
@@ -421,7 +364,7 @@ def optimum(
                 exact = False
                 notes.append(f"anti-affinity on {term.topology_key} not modelled")
                 continue
-            sel = [h for h, q in enumerate(reps) if _term_selects(pod, term)(q)]
+            sel = [h for h, q in enumerate(reps) if term_matcher(pod, term)(q)]
             owners = [h for h, q in enumerate(reps) if term in q.pod_anti_affinity and q.namespace == pod.namespace]
             self_sel = g in sel
             if self_sel and sorted(sel) == sorted(owners):
@@ -454,7 +397,7 @@ def optimum(
                 exact = False
                 notes.append(f"affinity on {term.topology_key} not modelled")
                 continue
-            sel = [h for h, q in enumerate(reps) if _term_selects(pod, term)(q)]
+            sel = [h for h, q in enumerate(reps) if term_matcher(pod, term)(q)]
             owners = [h for h, q in enumerate(reps) if term in q.pod_affinity and q.namespace == pod.namespace]
             if g in sel and set(sel) <= set(owners):
                 ident = ("aff", pod.namespace, term)
@@ -492,7 +435,7 @@ def optimum(
                 return (
                     q.namespace == ns
                     and selects(tsc.selector, q.labels)
-                    and all(_req_holds(e, q.labels) for e in extra)
+                    and all(value_matches(e.operator, e.values, q.labels.get(e.key)) for e in extra)
                 )
 
             sel = [h for h, q in enumerate(reps) if chosen(q)]

@@ -122,7 +122,7 @@ def selects(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
     )
 
 
-def _term_matcher(owner: Pod, term: PodAffinityTerm) -> Callable[[Pod], bool]:
+def term_matcher(owner: Pod, term: PodAffinityTerm) -> Callable[[Pod], bool]:
     """Whether a pod is selected by ``owner``'s term: selector, match/mismatch label keys, namespaces."""
     extra = tuple(Requirement(k, IN, (owner.labels[k],)) for k in term.match_label_keys if k in owner.labels)
     extra += tuple(Requirement(k, NOT_IN, (owner.labels[k],)) for k in term.mismatch_label_keys if k in owner.labels)
@@ -220,7 +220,7 @@ class _Index:
         key = (owner.namespace, term, tuple(owner.labels.get(k) for k in label_keys), value)
         hit = self._counts.get(key)
         if hit is None:
-            matches = _term_matcher(owner, term)
+            matches = term_matcher(owner, term)
             hit = self._counts[key] = sum(1 for q in self.pods_in(term.topology_key, value) if matches(q))
         return hit
 
@@ -231,7 +231,7 @@ def anti_affinity_checks(nodes: Sequence[_Node], index: _Index) -> list[str]:
     for node in nodes:
         for pod in node.pods:
             for term in pod.pod_anti_affinity:
-                matches = _term_matcher(pod, term)
+                matches = term_matcher(pod, term)
                 itself = 1 if matches(pod) else 0
                 for value in sorted(node.domains(term.topology_key)):
                     if index.selected(pod, term, value) > itself:
@@ -255,7 +255,7 @@ def affinity_checks(nodes: Sequence[_Node], index: _Index) -> list[str]:
                     failed.append(f"required affinity of {pod.key} on {key}: domain not decided ({sorted(doms)})")
                     continue
                 value = next(iter(doms))
-                itself = 1 if _term_matcher(pod, term)(pod) else 0
+                itself = 1 if term_matcher(pod, term)(pod) else 0
                 if index.selected(pod, term, value) <= itself < index.selected(pod, term, None):
                     failed.append(f"required affinity of {pod.key} on {key}: no selected pod in {value}")
                 if itself:

@@ -20,15 +20,14 @@ cheaper. The new pairing replaces the old only when its cheapest fitting types c
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
-from karpy.scheduling.instancetypes import Vector, min_values_keys
+from karpy.scheduling.instancetypes import min_values_keys
 from karpy.scheduling.model import Pod
 from karpy.scheduling.nodeclaim import Claim
 from karpy.scheduling.queue import Group
+from karpy.scheduling.repack import price_of
 from karpy.scheduling.state import SolveState
-
-SWAP_WIDTHS = (1,)
-"""Distances (in the sorted order) of the NodeClaim pairs whose pods are tried swapped after the pairing."""
 
 
 def class_key(pod: Pod) -> tuple[object, ...] | None:
@@ -53,33 +52,6 @@ def class_key(pod: Pod) -> tuple[object, ...] | None:
     )
 
 
-class _Prices:
-    """Cheapest fitting candidate type's price of a claim for a requests vector (types cached per signature)."""
-
-    def __init__(self, cpu: int, mem: int) -> None:
-        self.ladders: dict[tuple[int, object], list[tuple[float, Vector]]] = {}
-        self.first = (cpu, mem)
-
-    def __call__(self, claim: Claim, used: Sequence[int]) -> float:
-        table = claim.table
-        key = (table.order, claim.sig)
-        ladder = self.ladders.get(key)
-        if ladder is None:
-            ladder = self.ladders[key] = [
-                (table.price(t, claim.reqs), table.avail[t]) for t in table.by_price(claim.reqs, claim.sig)
-            ]
-        first = self.first
-        for price, avail in ladder:
-            # the first dimensions (cpu, memory) decide most checks: test them before the loop
-            if avail[first[0]] >= used[first[0]] and avail[first[1]] >= used[first[1]]:
-                for a, u in zip(avail, used, strict=True):
-                    if a < u:
-                        break
-                else:
-                    return price
-        return float("inf")
-
-
 def rebalance(s: SolveState) -> None:
     """Re-pair the pods of each class held one per NodeClaim with those NodeClaims when that is cheaper."""
     cpu, mem = s.res_pos.get("cpu"), s.res_pos.get("memory")
@@ -98,18 +70,18 @@ def rebalance(s: SolveState) -> None:
         for key, found in held.items():
             if len(found) == 1:
                 seats.setdefault((claim.table.order, key), []).append((claim, *found[0]))
-    prices = _Prices(cpu, mem)
+    biggest: dict[int, list[int]] = {}
     for members in seats.values():
-        if len({tuple(g.vec) for _, g, _ in members}) > 1:
+        if len({g.vec for _, g, _ in members}) > 1:
             table = members[0][0].table
-            biggest = [max((a[i] for a in table.avail), default=0) for i in range(len(s.index))]
-            if biggest[cpu] > 0 and biggest[mem] > 0:
-                _repair(members, prices, cpu, mem, biggest)
+            top = biggest.get(table.order)
+            if top is None:
+                top = biggest[table.order] = [max((a[i] for a in table.avail), default=0) for i in range(len(s.index))]
+            if top[cpu] > 0 and top[mem] > 0:
+                _repair(s, members, cpu, mem, top)
 
 
-def _repair(
-    members: list[tuple[Claim, Group, Pod]], prices: _Prices, cpu: int, mem: int, biggest: Sequence[int]
-) -> None:
+def _repair(s: SolveState, members: list[tuple[Claim, Group, Pod]], cpu: int, mem: int, biggest: Sequence[int]) -> None:
     dims = range(len(biggest))
 
     def lean(vec: Sequence[int]) -> float:
@@ -126,15 +98,15 @@ def _repair(
         hit = known.get((seat, pod))
         if hit is None:
             vec = members[pod][1].vec
-            hit = known[seat, pod] = prices(members[seat][0], [r + v for r, v in zip(rests[seat], vec, strict=True)])
+            hit = known[seat, pod] = price_of(
+                s, members[seat][0], [r + v for r, v in zip(rests[seat], vec, strict=True)]
+            )
         return hit
 
-    for width in SWAP_WIDTHS:
-        for x in range(len(seats) - width):
-            a, b = seats[x], seats[x + width]
-            pa, pb = given[a], given[b]
-            if cost(a, pb) + cost(b, pa) < cost(a, pa) + cost(b, pb):
-                given[a], given[b] = pb, pa
+    for a, b in pairwise(seats):  # neighbouring NodeClaims try their pods swapped
+        pa, pb = given[a], given[b]
+        if cost(a, pb) + cost(b, pa) < cost(a, pa) + cost(b, pb):
+            given[a], given[b] = pb, pa
     before = sum(cost(k, k) for k in range(len(members)))
     after = sum(cost(seat, pod) for seat, pod in given.items())
     if after >= before * (1 - 1e-9):
