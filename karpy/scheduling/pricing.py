@@ -144,23 +144,37 @@ def marginal_price(s: SolveState, deal: _DealtClaim, need: Sequence[tuple[int, i
 
 
 def grows_too_much(s: SolveState, claim: Claim, cands: Candidates, g: Group, level: Level, variant: Variant) -> bool:
-    """True when one more pod would raise the claim's launch price by more than a new claim costs."""
+    """True when one more pod would raise the claim's launch price by more than a new claim costs.
+
+    The launch price is that of the cheapest type (price order) fitting the claim's pods; one more pod
+    moves it to the cheapest type fitting them all. Only types within ``fresh`` of the current price are
+    scanned: when none of them fits, the pod is too expensive here whatever fits further on.
+    """
     if cands.limited:
         return False
     table = claim.table
     order, prices = price_list(s, table, cands.reqs, cands.sig)
     avail = table.avail
-    start = first_fit(order, avail, claim.used, 0) if cands.sig != claim.price_sig else claim.price_pos
-    start = first_fit(order, avail, claim.used, start)
+    used = claim.used
+    start = first_fit(order, avail, used, claim.price_pos if cands.sig == claim.price_sig else 0)
     claim.price_sig, claim.price_pos = cands.sig, start
-    grown = list(claim.used)
-    for i, amount in g.need:
-        grown[i] += amount
-    nxt = first_fit(order, avail, grown, start)
-    if nxt >= len(order) or start >= len(order) or prices[nxt] == prices[start]:
-        return nxt >= len(order)
+    if start >= len(order):
+        return True
     key = (id(g), id(level), variant.sig)
     fresh = s.fresh.get(key)
     if fresh is None:
         fresh = s.fresh[key] = fresh_price(s, g, level, variant)
-    return prices[nxt] - prices[start] > fresh * (1 + 1e-9)
+    slack = fresh * (1 + 1e-9)
+    base = prices[start]
+    grown = list(used)
+    for i, amount in g.need:
+        grown[i] += amount
+    for j in range(start, len(order)):
+        if prices[j] - base > slack:
+            return True
+        for x, u in zip(avail[order[j]], grown):  # noqa: B905 (equal lengths: one resource index)
+            if x < u:
+                break
+        else:
+            return False
+    return True
