@@ -71,6 +71,7 @@ class Claim:
         "ports",
         "price_pos",
         "price_sig",
+        "pricey",
         "reqs",
         "sig",
         "table",
@@ -101,6 +102,8 @@ class Claim:
         self.neutral = True
         self.price_sig: rq.Signature | None = None
         self.price_pos = 0
+        # (group fit key, variant id, pns, topology keys) found too pricey to grow since the last commit.
+        self.pricey: set[tuple[object, ...]] | None = None
 
     def refresh(self, min_need: Sequence[int]) -> None:
         """Recompute the per-resource headroom (best over frontier types) and close a claim nothing fits."""
@@ -289,6 +292,7 @@ def commit(s: SolveState, claim: Claim, cands: Candidates, g: Group, variant: Va
     old_reqs, old_sig = claim.reqs, claim.sig
     claim.reqs, claim.sig = cands.reqs, cands.sig
     claim.merged.add(variant.sig)
+    claim.pricey = None
     claim.types, claim.front = cands.types, cands.front
     for i, amount in g.need:
         claim.used[i] += amount * k

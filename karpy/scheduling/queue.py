@@ -76,6 +76,7 @@ class Group:
     """Equivalent pods: same requests, requirements, tolerations, host ports, priority and topology."""
 
     __slots__ = (
+        "fit_key",
         "levels",
         "need",
         "neutral",
@@ -101,6 +102,9 @@ class Group:
         self.owns = owns
         self.levels: list[Level] = []
         self.neutral = False
+        # Equal for groups whose pods fit the same claims and price the same new claim (requests,
+        # tolerations, host ports): the key of a claim's memo of groups it is too pricey for.
+        self.fit_key = 0
 
 
 def variant_of(s: SolveState, raw: tuple[Requirement, ...]) -> Variant:
@@ -157,6 +161,7 @@ def group_pods(s: SolveState, pods: Sequence[Pod]) -> list[Group]:
     cache: dict[tuple[object, ...], Spec] = {}
     specs = [pod_spec(s, p, cache) for p in ordered]
     groups: dict[tuple[object, ...], Group] = {}
+    fit_keys: dict[tuple[object, ...], int] = {}
     for pod, spec in zip(ordered, specs, strict=True):
         vec = requests_vector(pod, s.index)
         selects = s.topo.selecting(pod)
@@ -177,6 +182,7 @@ def group_pods(s: SolveState, pods: Sequence[Pod]) -> list[Group]:
         group = groups.get(key)
         if group is None:
             group = groups[key] = Group(pod, vec, selects, spec.owns)
+            group.fit_key = fit_keys.setdefault((vec, pod.tolerations, pod.host_ports), len(fit_keys))
             group.levels = relaxation_levels(s, pod, spec, inverse)
             # Pods nothing topological refers to may be moved between equal NodeClaims (see repack.py).
             group.neutral = not (selects or spec.owns or group.ports or any(lv.cons for lv in group.levels))

@@ -233,7 +233,16 @@ def try_claim(
     s: SolveState, claim: Claim, g: Group, level: Level, variant: Variant, pod: Pod, check_price: bool = True
 ) -> int:
     """Place one pod of the group on ``claim`` if it can take it: PLACED, or why not (NEVER for this group
-    and level, NOT_NOW, PRICEY when growing it costs more than a new claim)."""
+    and level, NOT_NOW, PRICEY when growing it costs more than a new claim).
+
+    A claim found too pricey with its domains already decided stays so for equal groups (requests,
+    tolerations, host ports, alternative, keys) until it takes more pods: later tries answer PRICEY at
+    once. Where the full check would have said NOT_NOW or NEVER instead, nothing changes: the claim
+    could not take a pod of this group before it changes either way (see ``topo_open``).
+    """
+    memo = (g.fit_key, id(variant), level.pns, level.keys)
+    if check_price and claim.pricey is not None and memo in claim.pricey:
+        return PRICEY
     cands = candidates_on_claim(s, claim, g, variant, level.pns)
     if cands is None:
         return NEVER
@@ -249,6 +258,10 @@ def try_claim(
             return NOT_NOW
         cands = pinned
     if check_price and grows_too_much(s, claim, cands, g, level, variant):
+        if all(len(d) == 1 for d in dom.values()):
+            if claim.pricey is None:
+                claim.pricey = set()
+            claim.pricey.add(memo)
         return PRICEY
     commit(s, claim, cands, g, variant, [pod])
     return PLACED
