@@ -295,7 +295,7 @@ class ResourceView:
     Holds the DaemonSet objects it was built from, so their ids (its cache key) stay theirs while it lives.
     """
 
-    __slots__ = ("avail", "daemon_ports", "daemons", "fitting", "frontiers", "overhead")
+    __slots__ = ("avail", "daemon_ports", "daemons", "fitting", "frontiers", "overhead", "steps")
 
     def __init__(self, cat: Catalogue, index: Sequence[str], daemons: Sequence[DaemonSet]) -> None:
         self.daemons = tuple(daemons)
@@ -320,6 +320,7 @@ class ResourceView:
         self.daemon_ports = ports
         self.frontiers: dict[rq.Signature, list[int]] = {}
         self.fitting: dict[tuple[rq.Signature, tuple[tuple[int, int], ...]], list[int]] = {}
+        self.steps: dict[rq.Signature, list[int]] = {}
 
 
 _CATALOGUES: dict[tuple[int, ...], Catalogue] = {}
@@ -406,6 +407,14 @@ class PoolTable:
         """:meth:`by_price` and the price of each (USD/hour)."""
         return self.cat.price_list(reqs, sig)
 
+    def price_steps(self, reqs: rq.Reqs, sig: rq.Signature) -> list[int]:
+        """Positions in :meth:`by_price` of the types no cheaper (earlier) type has at least as much of every
+        resource as (:func:`price_steps`; cached with the resource view)."""
+        cached = self.view.steps.get(sig)
+        if cached is None:
+            cached = self.view.steps[sig] = price_steps(self.avail, self.by_price(reqs, sig))
+        return cached
+
     def frontier(self, reqs: rq.Reqs, sig: rq.Signature) -> list[int]:
         """The Pareto-maximal viable types by allocatable (see :func:`karpy.scheduling.state.frontier`)."""
         cached = self.view.frontiers.get(sig)
@@ -464,6 +473,25 @@ def pareto_frontier(avail: Sequence[Vector], types: Sequence[int]) -> list[int]:
     return out
 
 
+def price_steps(avail: Sequence[Vector], order: Sequence[int]) -> list[int]:
+    """Positions in ``order`` (types cheapest first) of the types that no earlier type dominates (has at
+    least as much of every resource).
+
+    A dominated type is never the first in ``order`` to fit some requests: the type dominating it fits them
+    too and comes earlier. So a first-fit search only needs these positions (the cheapest of each shape: a
+    few dozen of the hundreds of EC2 types).
+    """
+    kept: list[Vector] = []
+    out: list[int] = []
+    for j, t in enumerate(order):
+        a = avail[t]
+        if any(all(x >= y for x, y in zip(k, a, strict=True)) for k in kept):
+            continue
+        kept.append(a)
+        out.append(j)
+    return out
+
+
 def pod_matches_type(pod: Pod, labels: Mapping[str, str]) -> bool:
     """True when one of the pod's requirement alternatives is compatible with a type's labels."""
     return any(labels_allow(labels, rq.build(alt)) for alt in pod_requirement_sets(pod))
@@ -471,6 +499,11 @@ def pod_matches_type(pod: Pod, labels: Mapping[str, str]) -> bool:
 
 def min_values_keys(reqs: rq.Reqs) -> list[tuple[str, int]]:
     """``(key, minValues)`` of the requirements that carry minValues."""
+    for r in reqs.values():
+        if r.min_values:
+            break
+    else:
+        return []
     return [(k, r.min_values) for k, r in sorted(reqs.items()) if r.min_values]
 
 

@@ -10,6 +10,7 @@ NodePool limits follow ``scheduler.go`` (``subtractMax``), minValues ``pkg/sched
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Mapping, Sequence
 
@@ -56,6 +57,7 @@ class Claim:
 
     __slots__ = (
         "batches",
+        "buckets",
         "closed",
         "front",
         "headroom",
@@ -96,6 +98,8 @@ class Claim:
         self.closed = False
         self.hostname = f"hostname-placeholder-{index:05d}"
         self.in_heap: int | None = None
+        # The domain heaps it belongs in, and the requirement signature they were computed for.
+        self.buckets: tuple[rq.Signature, tuple[tuple[str, str | None], ...]] | None = None
         self.members: dict[int, int] = {}
         self.owner_members: dict[int, int] = {}
         self.batches: list[tuple[Group, list[Pod]]] = []
@@ -149,13 +153,55 @@ def push_claim(s: SolveState, claim: Claim) -> None:
     count = claim.in_heap = len(claim.pods)
     entry = (count, claim.index)
     heapq.heappush(s.heap, entry)
-    for key in s.domain_keys:
-        doms = claim_domains(s, claim, key)
-        bucket = (key, next(iter(doms))) if len(doms) == 1 else (key, None)
+    for bucket in claim_buckets(s, claim):
         heap = s.domain_heaps.get(bucket)
         if heap is None:
             heap = s.domain_heaps[bucket] = []
         heapq.heappush(heap, entry)
+
+
+def claim_buckets(s: SolveState, claim: Claim) -> tuple[tuple[str, str | None], ...]:
+    """Per indexed topology key, the claim's domain, or None while it is still open (cached per signature)."""
+    cached = claim.buckets
+    if cached is not None and cached[0] == claim.sig:
+        return cached[1]
+    out = []
+    for key in s.domain_keys:
+        doms = claim_domains(s, claim, key)
+        out.append((key, next(iter(doms))) if len(doms) == 1 else (key, None))
+    buckets = tuple(out)
+    claim.buckets = (claim.sig, buckets)
+    return buckets
+
+
+def push_claims(s: SolveState, claims: Sequence[Claim]) -> None:
+    """:func:`push_claim` for many claims at once. When they are a large share of all claims, the heaps are
+    rebuilt from the claims in them instead (the same (pod count, index) entries, so the same pops follow,
+    without the stale entries one push per claim leaves behind)."""
+    if len(claims) * 4 < len(s.claims):
+        for claim in claims:
+            push_claim(s, claim)
+        return
+    for claim in claims:
+        if not claim.closed:
+            claim.in_heap = len(claim.pods)
+    main: list[tuple[int, int]] = []
+    domain_heaps: dict[tuple[str, str | None], list[tuple[int, int]]] = {}
+    for claim in s.claims:
+        if claim.closed or claim.in_heap is None:
+            continue
+        entry = (claim.in_heap, claim.index)
+        main.append(entry)
+        for bucket in claim_buckets(s, claim):
+            heap = domain_heaps.get(bucket)
+            if heap is None:
+                heap = domain_heaps[bucket] = []
+            heap.append(entry)
+    heapq.heapify(main)
+    for heap in domain_heaps.values():
+        heapq.heapify(heap)
+    s.heap = main
+    s.domain_heaps = domain_heaps
 
 
 def top_claim(s: SolveState, heap: list[tuple[int, int]] | None = None) -> tuple[int, int] | None:
@@ -274,6 +320,30 @@ def price_list(s: SolveState, table: PoolTable, reqs: rq.Reqs, sig: rq.Signature
     if hit is None:
         hit = s.price_lists[key] = table.price_list(reqs, sig)
     return hit
+
+
+def price_steps(s: SolveState, table: PoolTable, reqs: rq.Reqs, sig: rq.Signature) -> list[int]:
+    """:meth:`PoolTable.price_steps` (positions in :func:`price_list` order worth a first-fit look), cached."""
+    key = (table.order, sig)
+    hit = s.price_steps.get(key)
+    if hit is None:
+        hit = s.price_steps[key] = table.price_steps(reqs, sig)
+    return hit
+
+
+def first_step(
+    order: Sequence[int], steps: Sequence[int], avail: Sequence[Vector], used: Sequence[int], start: int
+) -> int:
+    """:func:`first_fit` looking only at ``steps`` (:func:`price_steps` of ``order``): the same answer
+    provided no type before ``start`` fits ``used`` (``start`` is 0 or a first fit of fewer requests)."""
+    for q in range(bisect.bisect_left(steps, start), len(steps)):
+        j = steps[q]
+        for x, u in zip(avail[order[j]], used):  # noqa: B905 (equal lengths: one resource index)
+            if x < u:
+                break
+        else:
+            return j
+    return len(order)
 
 
 def first_fit(order: Sequence[int], avail: Sequence[Vector], used: Sequence[int], start: int) -> int:

@@ -9,6 +9,7 @@ that new claim. Each choice still opens a NodeClaim only when Karpenter would, o
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 
 from karpy.scheduling.model import Pod
@@ -17,10 +18,11 @@ from karpy.scheduling.nodeclaim import (
     Claim,
     candidates_on_claim,
     commit,
-    first_fit,
+    first_step,
     pool_candidates,
     pop_claim,
     price_list,
+    price_steps,
     push_claim,
 )
 from karpy.scheduling.queue import Group, Level, Variant
@@ -125,18 +127,20 @@ def marginal_price(s: SolveState, deal: _DealtClaim, need: Sequence[tuple[int, i
     cands = deal.cands
     if cands.limited:
         return 0.0
-    order, prices = price_list(s, deal.claim.table, cands.reqs, cands.sig)
-    avail = deal.claim.table.avail
+    table = deal.claim.table
+    order, prices = price_list(s, table, cands.reqs, cands.sig)
+    steps = price_steps(s, table, cands.reqs, cands.sig)
+    avail = table.avail
     used = deal.used
     start = deal.pos
     if start < 0:
-        start = first_fit(order, avail, used, 0)
+        start = first_step(order, steps, avail, used, 0)
         deal.pos = start
         deal.base = prices[start] if start < len(order) else float("inf")
     grown = list(used)
     for i, amount in need:
         grown[i] += amount
-    nxt = first_fit(order, avail, grown, start)
+    nxt = first_step(order, steps, avail, grown, start)
     if nxt >= len(order):
         return float("inf")
     deal.next_pos = nxt
@@ -154,9 +158,10 @@ def grows_too_much(s: SolveState, claim: Claim, cands: Candidates, g: Group, lev
         return False
     table = claim.table
     order, prices = price_list(s, table, cands.reqs, cands.sig)
+    steps = price_steps(s, table, cands.reqs, cands.sig)
     avail = table.avail
     used = claim.used
-    start = first_fit(order, avail, used, claim.price_pos if cands.sig == claim.price_sig else 0)
+    start = first_step(order, steps, avail, used, claim.price_pos if cands.sig == claim.price_sig else 0)
     claim.price_sig, claim.price_pos = cands.sig, start
     if start >= len(order):
         return True
@@ -169,7 +174,8 @@ def grows_too_much(s: SolveState, claim: Claim, cands: Candidates, g: Group, lev
     grown = list(used)
     for i, amount in g.need:
         grown[i] += amount
-    for j in range(start, len(order)):
+    for q in range(bisect.bisect_left(steps, start), len(steps)):
+        j = steps[q]
         if prices[j] - base > slack:
             return True
         for x, u in zip(avail[order[j]], grown):  # noqa: B905 (equal lengths: one resource index)

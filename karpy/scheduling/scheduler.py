@@ -94,6 +94,7 @@ from karpy.scheduling.nodeclaim import (
     pool_candidates,
     pop_claim,
     push_claim,
+    push_claims,
 )
 from karpy.scheduling.pricing import grows_too_much, place_open
 from karpy.scheduling.queue import Group, Level, Variant, group_pods
@@ -212,8 +213,7 @@ def place_topo(s: SolveState, g: Group, level: Level, todo: list[Pod]) -> tuple[
             why = topo_new(s, g, level, variant, pod)
             if why and not topo_pricey(s, g, level, variant, pod, pricey):
                 failed.append(pod)
-        for claim in never:
-            push_claim(s, claim)
+        push_claims(s, never)
         if failed:
             reasons.append((vi, why))
         todo = failed

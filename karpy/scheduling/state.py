@@ -111,6 +111,7 @@ class SolveState:
         "pool_candidates_cache",
         "port_types",
         "price_lists",
+        "price_steps",
         "relax_min_values",
         "remaining",
         "res_pos",
@@ -168,5 +169,6 @@ class SolveState:
         self.max_caps: dict[tuple[int, rq.Signature], dict[str, int]] = {}
         self.offered: dict[tuple[object, ...], frozenset[str]] = {}
         self.price_lists: dict[tuple[int, rq.Signature], tuple[list[int], list[float]]] = {}
+        self.price_steps: dict[tuple[int, rq.Signature], list[int]] = {}
         self.fresh: dict[tuple[int, int, rq.Signature], float] = {}
         self.port_types: dict[tuple[int, tuple[HostPort, ...]], tuple[str, ...]] = {}
