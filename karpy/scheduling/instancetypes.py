@@ -481,15 +481,24 @@ def price_steps(avail: Sequence[Vector], order: Sequence[int]) -> list[int]:
     too and comes earlier. So a first-fit search only needs these positions (the cheapest of each shape: a
     few dozen of the hundreds of EC2 types).
     """
-    kept: list[Vector] = []
+    front: list[Vector] = []  # the Pareto-maximal types seen so far: they dominate whatever came before
     out: list[int] = []
     for j, t in enumerate(order):
         a = avail[t]
-        if any(all(x >= y for x, y in zip(k, a, strict=True)) for k in kept):
+        if any(_covers(k, a) for k in front):
             continue
-        kept.append(a)
+        front = [k for k in front if not _covers(a, k)]
+        front.append(a)
         out.append(j)
     return out
+
+
+def _covers(a: Vector, b: Vector) -> bool:
+    """At least as much of every resource in ``a`` as in ``b``."""
+    for x, y in zip(a, b):  # noqa: B905 (equal lengths: one resource index)
+        if x < y:
+            return False
+    return True
 
 
 def pod_matches_type(pod: Pod, labels: Mapping[str, str]) -> bool:
