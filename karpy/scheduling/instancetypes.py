@@ -295,7 +295,7 @@ class ResourceView:
     Holds the DaemonSet objects it was built from, so their ids (its cache key) stay theirs while it lives.
     """
 
-    __slots__ = ("avail", "daemon_ports", "daemons", "fitting", "frontiers", "overhead", "steps")
+    __slots__ = ("avail", "daemon_ports", "daemons", "fitting", "frontiers", "overhead", "steps", "uniform_overhead")
 
     def __init__(self, cat: Catalogue, index: Sequence[str], daemons: Sequence[DaemonSet]) -> None:
         self.daemons = tuple(daemons)
@@ -316,6 +316,7 @@ class ResourceView:
             alloc = it.allocatable
             avail.append(tuple(alloc.get(name, 0) - o for name, o in zip(index, vec, strict=True)))
         self.overhead = overhead
+        self.uniform_overhead = overhead[0] if overhead and all(o == overhead[0] for o in overhead) else None
         self.avail = avail
         self.daemon_ports = ports
         self.frontiers: dict[rq.Signature, list[int]] = {}
@@ -386,6 +387,8 @@ class PoolTable:
         self.capacity = cat.capacity
         view = self.view = cat.view(index, [d for d in daemonsets if self._daemon_runs_here(d)])
         self.overhead = view.overhead
+        # The DaemonSet overhead when it is the same on every type (no DaemonSet, or one that runs everywhere).
+        self.uniform_overhead: Vector | None = view.uniform_overhead
         self.avail = view.avail
         self.daemon_ports = view.daemon_ports
 
@@ -495,7 +498,7 @@ def price_steps(avail: Sequence[Vector], order: Sequence[int]) -> list[int]:
 
 def _covers(a: Vector, b: Vector) -> bool:
     """At least as much of every resource in ``a`` as in ``b``."""
-    for x, y in zip(a, b):  # noqa: B905 (equal lengths: one resource index)
+    for x, y in zip(a, b):  # noqa: B905, SIM110 (equal lengths; a loop is faster than all() here)
         if x < y:
             return False
     return True

@@ -112,7 +112,11 @@ class Claim:
     def refresh(self, min_need: Sequence[int]) -> None:
         """Recompute the per-resource headroom (best over frontier types) and close a claim nothing fits."""
         avail = self.table.avail
-        self.headroom = [max((avail[t][i] for t in self.front), default=0) - u for i, u in enumerate(self.used)]
+        front = self.front
+        if len(front) == 1:
+            self.headroom = [a - u for a, u in zip(avail[front[0]], self.used)]  # noqa: B905 (one index)
+        else:
+            self.headroom = [max((avail[t][i] for t in front), default=0) - u for i, u in enumerate(self.used)]
         self.closed = any(h < m for h, m in zip(self.headroom, min_need, strict=True))
 
 
@@ -237,7 +241,7 @@ def candidate_heaps(s: SolveState, g: Group, level: Level) -> list[list[tuple[in
     if key is None:
         return None
     universe = domain_universe(s, key)
-    allowed = allowed_domains(s, g, level, {key: universe}, None, key)
+    allowed = allowed_domains(s, g, level, {key: universe}, None, key, explain=False)
     heaps = [s.domain_heaps.setdefault((key, None), [])]
     if isinstance(allowed, dict):
         heaps += [s.domain_heaps.setdefault((key, d), []) for d in sorted(allowed.get(key, universe))]
@@ -530,7 +534,12 @@ def pod_cap(
     mv = min_values_keys(reqs)
     avail = table.avail
     if not mv or s.relax_min_values:
-        return max(max((fit_count(avail[t], used, need) for t in front), default=0), 0)
+        best = 0
+        for t in front:
+            k = fit_count(avail[t], used, need)
+            if k > best:
+                best = k
+        return best
     fits = [fit_count(avail[t], used, need) for t in types]
     seen: dict[str, set[str]] = {k: set() for k, _ in mv}
     for j in sorted(range(len(types)), key=lambda j: -fits[j]):
@@ -609,27 +618,39 @@ def finalize(s: SolveState, claim: Claim) -> NewNodeClaim | str:
         for key in sorted([*out, wk.LABEL_INSTANCE_TYPE])
         for r in ([type_req] if key == wk.LABEL_INSTANCE_TYPE else out[key].to_model())
     )
-    overhead = [min(table.overhead[t][i] for t in priced) for i in range(len(s.index))]
+    overhead = table.uniform_overhead
+    if overhead is None:
+        overhead = [min(table.overhead[t][i] for t in priced) for i in range(len(s.index))]
     requests = {n: claim.used[i] + overhead[i] for i, n in enumerate(s.index) if claim.used[i] + overhead[i] > 0}
-    labels = {**table.pool.labels, wk.LABEL_NODEPOOL: table.name}
-    for key, req in sorted(reqs.items()):
-        if is_restricted_node_label(key):
-            continue
-        if req.operator() == IN and len(req.values) == 1:
-            labels[key] = next(iter(req.values))
-        elif (value := rq.bounded_value(req)) is not None:
-            labels[key] = value
     return NewNodeClaim(
         nodepool=table.name,
         requirements=requirements,
         instance_types=tuple(table.types[t] for t in priced),
         pods=tuple(claim.pods),
         requests=requests,
-        labels=labels,
+        labels=claim_labels(s, table, reqs, claim.sig),
         taints=table.pool.taints,
         startup_taints=table.pool.startup_taints,
         annotations={ANNOTATION_MIN_VALUES_RELAXED: "true"} if relaxed else {},
     )
+
+
+def claim_labels(s: SolveState, table: PoolTable, reqs: rq.Reqs, sig: rq.Signature) -> dict[str, str]:
+    """A NodeClaim's labels: the NodePool template's, ``karpenter.sh/nodepool``, and each unrestricted
+    requirement with a single value (cached per requirement set; every NodeClaim gets its own copy)."""
+    key = (table.order, sig)
+    hit = s.claim_labels.get(key)
+    if hit is None:
+        hit = {**table.pool.labels, wk.LABEL_NODEPOOL: table.name}
+        for name, req in sorted(reqs.items()):
+            if is_restricted_node_label(name):
+                continue
+            if req.operator() == IN and len(req.values) == 1:
+                hit[name] = next(iter(req.values))
+            elif (value := rq.bounded_value(req)) is not None:
+                hit[name] = value
+        s.claim_labels[key] = hit
+    return dict(hit)
 
 
 def _narrowed(reqs: rq.Reqs, key: str, values: set[str]) -> rq.Req:

@@ -162,6 +162,8 @@ def group_pods(s: SolveState, pods: Sequence[Pod]) -> list[Group]:
     specs = [pod_spec(s, p, cache) for p in ordered]
     groups: dict[tuple[object, ...], Group] = {}
     fit_keys: dict[tuple[object, ...], int] = {}
+    # Groups that differ only in requests, host ports or priority share their relaxation ladder.
+    ladders: dict[tuple[object, ...], list[Level]] = {}
     for pod, spec in zip(ordered, specs, strict=True):
         vec = requests_vector(pod, s.index)
         selects = s.topo.selecting(pod)
@@ -183,7 +185,11 @@ def group_pods(s: SolveState, pods: Sequence[Pod]) -> list[Group]:
         if group is None:
             group = groups[key] = Group(pod, vec, selects, spec.owns)
             group.fit_key = fit_keys.setdefault((vec, pod.tolerations, pod.host_ports), len(fit_keys))
-            group.levels = relaxation_levels(s, pod, spec, inverse)
+            ladder_key = key[1:6] + key[8:]
+            levels = ladders.get(ladder_key)
+            if levels is None:
+                levels = ladders[ladder_key] = relaxation_levels(s, pod, spec, inverse)
+            group.levels = levels
             # Pods nothing topological refers to may be moved between equal NodeClaims (see repack.py).
             group.neutral = not (selects or spec.owns or group.ports or any(lv.cons for lv in group.levels))
         group.pods.append(pod)

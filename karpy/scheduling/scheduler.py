@@ -247,7 +247,7 @@ def try_claim(
     if cands is None:
         return NEVER
     dom = {k: claim_domains(s, claim, k) for k in level.keys}
-    allowed = allowed_domains(s, g, level, dom, claim.members)
+    allowed = allowed_domains(s, g, level, dom, claim.members, explain=False)
     if isinstance(allowed, tuple):
         return NEVER if allowed[1] else NOT_NOW
     pins = domain_pins(s, level, dom, allowed)

@@ -90,6 +90,7 @@ class SolveState:
 
     __slots__ = (
         "claim_by_host",
+        "claim_labels",
         "claims",
         "domain_cache",
         "domain_heaps",
@@ -170,5 +171,6 @@ class SolveState:
         self.offered: dict[tuple[object, ...], frozenset[str]] = {}
         self.price_lists: dict[tuple[int, rq.Signature], tuple[list[int], list[float]]] = {}
         self.price_steps: dict[tuple[int, rq.Signature], list[int]] = {}
+        self.claim_labels: dict[tuple[int, rq.Signature], dict[str, str]] = {}
         self.fresh: dict[tuple[int, int, rq.Signature], float] = {}
         self.port_types: dict[tuple[int, tuple[HostPort, ...]], tuple[str, ...]] = {}

@@ -209,6 +209,7 @@ def allowed_domains(
     dom: Mapping[str, frozenset[str]],
     members: Mapping[int, int] | None,
     only: str | None = None,
+    explain: bool = True,
 ) -> dict[str, frozenset[str]] | tuple[str, bool, str]:
     """Per topology key, the target's domains every constraint allows; or (reason, permanent, the
     kube-scheduler filter it corresponds to).
@@ -216,7 +217,8 @@ def allowed_domains(
     ``dom`` holds the target's possible domains per key; ``members`` the pods already on the target
     whose domain is still open (counted against a spread as if they landed where this pod does).
     A failure is permanent (for this group and level) when counts only grow against it: hostname spread
-    and anti-affinity. ``only`` restricts the check to one key.
+    and anti-affinity. ``only`` restricts the check to one key. ``explain=False`` leaves the reason
+    empty (for callers that only look at the flag).
     """
     out: dict[str, frozenset[str]] = {}
     for tg, role in level.cons:
@@ -252,7 +254,8 @@ def allowed_domains(
             if role in (ANTI, INVERSE) and not full:
                 continue  # a node without the topology key is outside every anti-affinity domain
             plugin = POD_TOPOLOGY_SPREAD if role == SPREAD else INTER_POD_AFFINITY
-            return topology_why(s, tg, role, full), key == HOSTNAME and role != AFFINITY, plugin
+            why = topology_why(s, tg, role, full) if explain else ""
+            return why, key == HOSTNAME and role != AFFINITY, plugin
         out[key] = ok
     return out
 
