@@ -160,6 +160,7 @@ class Catalogue:
         "_viable",
         "capacity",
         "labels",
+        "max_caps",
         "names",
         "offer_shape",
         "offerings",
@@ -171,6 +172,7 @@ class Catalogue:
         self.types = tuple(types)
         self.labels = [type_labels(it) for it in self.types]
         self.names = [it.name for it in self.types]
+        self.max_caps: dict[rq.Signature, dict[str, int]] = {}
         self.offerings: list[list[Offer]] = [
             [(o.zone, o.capacity_type, o.zone_id, o.price, reservation_of(o)) for o in it.offerings if o.available]
             for it in self.types

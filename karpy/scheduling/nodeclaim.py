@@ -383,7 +383,7 @@ def commit(s: SolveState, claim: Claim, cands: Candidates, g: Group, variant: Va
 def pool_candidates(s: SolveState, table: PoolTable, g: Group, variant: Variant, pns: bool) -> Candidates | str:
     """The candidate types of a new NodeClaim from ``table`` for this group alternative, or why there is none
     (cached)."""
-    key = (table.order, variant.sig, pns, g.vec, g.tolerations, g.ports)
+    key = (table.order, variant.sig, pns, g.fit_key)
     hit = s.pool_candidates_cache.get(key)
     if hit is None:
         hit = s.pool_candidates_cache[key] = new_pool_candidates(s, table, g, variant, pns)
@@ -499,16 +499,16 @@ def cheapest_per_pod(s: SolveState, table: PoolTable, cands: Candidates, g: Grou
 
 
 def max_capacity(s: SolveState, table: PoolTable, sig: rq.Signature, types: Sequence[int]) -> dict[str, int]:
-    """Per resource, the largest capacity among ``types`` (the viable set of ``sig``; cached)."""
-    key = (table.order, sig)
-    hit = s.max_caps.get(key)
+    """Per resource, the largest capacity among ``types`` (the viable set of ``sig``; cached with the
+    catalogue, which the capacities come from)."""
+    hit = table.cat.max_caps.get(sig)
     if hit is None:
         hit = {}
         for t in types:
             for name, value in table.capacity[t].items():
                 if value > hit.get(name, 0):
                     hit[name] = value
-        s.max_caps[key] = hit
+        table.cat.max_caps[sig] = hit
     return hit
 
 
@@ -618,9 +618,10 @@ def finalize(s: SolveState, claim: Claim) -> NewNodeClaim | str:
         for key in sorted([*out, wk.LABEL_INSTANCE_TYPE])
         for r in ([type_req] if key == wk.LABEL_INSTANCE_TYPE else out[key].to_model())
     )
-    overhead = table.uniform_overhead
-    if overhead is None:
-        overhead = [min(table.overhead[t][i] for t in priced) for i in range(len(s.index))]
+    uniform = table.uniform_overhead
+    overhead = (
+        uniform if uniform is not None else [min(table.overhead[t][i] for t in priced) for i in range(len(s.index))]
+    )
     requests = {n: claim.used[i] + overhead[i] for i, n in enumerate(s.index) if claim.used[i] + overhead[i] > 0}
     return NewNodeClaim(
         nodepool=table.name,

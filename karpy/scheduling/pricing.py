@@ -165,7 +165,7 @@ def grows_too_much(s: SolveState, claim: Claim, cands: Candidates, g: Group, lev
     claim.price_sig, claim.price_pos = cands.sig, start
     if start >= len(order):
         return True
-    key = (id(g), id(level), variant.sig)
+    key = (g.fit_key, level.pns, variant.sig)
     fresh = s.fresh.get(key)
     if fresh is None:
         fresh = s.fresh[key] = fresh_price(s, g, level, variant)

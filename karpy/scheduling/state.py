@@ -104,7 +104,6 @@ class SolveState:
         "heap",
         "index",
         "inverse",
-        "max_caps",
         "merge_cache",
         "min_need",
         "no_room",
@@ -167,10 +166,9 @@ class SolveState:
         self.merge_cache: dict[tuple[rq.Signature, rq.Signature], tuple[rq.Reqs, rq.Signature] | None] = {}
         self.viable_sets: dict[tuple[int, rq.Signature], frozenset[int]] = {}
         self.pool_candidates_cache: dict[tuple[object, ...], Candidates | str] = {}
-        self.max_caps: dict[tuple[int, rq.Signature], dict[str, int]] = {}
         self.offered: dict[tuple[object, ...], frozenset[str]] = {}
         self.price_lists: dict[tuple[int, rq.Signature], tuple[list[int], list[float]]] = {}
         self.price_steps: dict[tuple[int, rq.Signature], list[int]] = {}
         self.claim_labels: dict[tuple[int, rq.Signature], dict[str, str]] = {}
-        self.fresh: dict[tuple[int, int, rq.Signature], float] = {}
+        self.fresh: dict[tuple[int, bool, rq.Signature], float] = {}
         self.port_types: dict[tuple[int, tuple[HostPort, ...]], tuple[str, ...]] = {}
