@@ -570,7 +570,33 @@ def finalize(s: SolveState, claim: Claim) -> NewNodeClaim | str:
     minValues is checked over the (at most ``MAX_INSTANCE_TYPES``) cheapest fitting types; when they do not
     give enough distinct values, Strict fails the NodeClaim, BestEffort lowers minValues to the values they
     give and annotates it (Karpenter ``InstanceTypes.Truncate`` and ``Scheduler.addToNewNodeClaim``, core
-    ``pkg/cloudprovider/types.go`` and ``pkg/controllers/provisioning/scheduling/scheduler.go``)."""
+    ``pkg/cloudprovider/types.go`` and ``pkg/controllers/provisioning/scheduling/scheduler.go``).
+
+    Everything but the pods follows from the NodePool, the requirements and the summed requests, so claims
+    equal in those (one pod per node of one Deployment, say) are finalized once.
+    """
+    if claim.limited:
+        return _finalize(s, claim)
+    key = (claim.table.order, claim.sig, tuple(claim.used))
+    hit = s.finalized.get(key)
+    if hit is None:
+        hit = s.finalized[key] = _finalize(s, claim)
+    if isinstance(hit, str):
+        return hit
+    return NewNodeClaim(
+        nodepool=hit.nodepool,
+        requirements=hit.requirements,
+        instance_types=hit.instance_types,
+        pods=tuple(claim.pods),
+        requests=dict(hit.requests),
+        labels=dict(hit.labels),
+        taints=hit.taints,
+        startup_taints=hit.startup_taints,
+        annotations=dict(hit.annotations),
+    )
+
+
+def _finalize(s: SolveState, claim: Claim) -> NewNodeClaim | str:
     table, reqs, used, avail = claim.table, claim.reqs, claim.used, claim.table.avail
     members = set(claim.types) if claim.limited else None
     priced: list[int] = []

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Final
 from karpy.apis import labels as wk
 from karpy.scheduling import requirements as rq
 from karpy.scheduling.instancetypes import PoolTable, Vector, pareto_frontier
-from karpy.scheduling.model import HostPort, Requirement
+from karpy.scheduling.model import HostPort, NewNodeClaim, Requirement
 from karpy.scheduling.topology import Topology
 
 if TYPE_CHECKING:
@@ -96,6 +96,7 @@ class SolveState:
         "domain_heaps",
         "domain_keys",
         "errors",
+        "finalized",
         "fresh",
         "frontiers",
         "group_of",
@@ -170,5 +171,6 @@ class SolveState:
         self.price_lists: dict[tuple[int, rq.Signature], tuple[list[int], list[float]]] = {}
         self.price_steps: dict[tuple[int, rq.Signature], list[int]] = {}
         self.claim_labels: dict[tuple[int, rq.Signature], dict[str, str]] = {}
+        self.finalized: dict[tuple[int, rq.Signature, tuple[int, ...]], NewNodeClaim | str] = {}
         self.fresh: dict[tuple[int, bool, rq.Signature], float] = {}
         self.port_types: dict[tuple[int, tuple[HostPort, ...]], tuple[str, ...]] = {}
