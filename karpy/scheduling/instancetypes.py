@@ -297,7 +297,17 @@ class ResourceView:
     Holds the DaemonSet objects it was built from, so their ids (its cache key) stay theirs while it lives.
     """
 
-    __slots__ = ("avail", "daemon_ports", "daemons", "fitting", "frontiers", "overhead", "steps", "uniform_overhead")
+    __slots__ = (
+        "avail",
+        "cheapest",
+        "daemon_ports",
+        "daemons",
+        "fitting",
+        "frontiers",
+        "overhead",
+        "steps",
+        "uniform_overhead",
+    )
 
     def __init__(self, cat: Catalogue, index: Sequence[str], daemons: Sequence[DaemonSet]) -> None:
         self.daemons = tuple(daemons)
@@ -324,6 +334,7 @@ class ResourceView:
         self.frontiers: dict[rq.Signature, list[int]] = {}
         self.fitting: dict[tuple[rq.Signature, tuple[tuple[int, int], ...]], list[int]] = {}
         self.steps: dict[rq.Signature, list[int]] = {}
+        self.cheapest: dict[tuple[rq.Signature, tuple[tuple[int, int], ...]], float | None] = {}
 
 
 _CATALOGUES: dict[tuple[int, ...], Catalogue] = {}
@@ -419,6 +430,23 @@ class PoolTable:
         if cached is None:
             cached = self.view.steps[sig] = price_steps(self.avail, self.by_price(reqs, sig))
         return cached
+
+    def cheapest_fit(self, reqs: rq.Reqs, sig: rq.Signature, need: tuple[tuple[int, int], ...]) -> float | None:
+        """USD/hour of the cheapest viable type whose allocatable holds ``need`` (``(resource index, amount)``
+        pairs) on an empty node, None when none does; cached with the resource view."""
+        key = (sig, need)
+        if key in self.view.cheapest:
+            return self.view.cheapest[key]
+        order, prices = self.price_list(reqs, sig)
+        avail = self.avail
+        found: float | None = None
+        for j, t in enumerate(order):
+            a = avail[t]
+            if all(a[i] >= amount for i, amount in need):
+                found = prices[j]
+                break
+        self.view.cheapest[key] = found
+        return found
 
     def frontier(self, reqs: rq.Reqs, sig: rq.Signature) -> list[int]:
         """The Pareto-maximal viable types by allocatable (see :func:`karpy.scheduling.state.frontier`)."""

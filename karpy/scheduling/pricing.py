@@ -26,7 +26,7 @@ from karpy.scheduling.nodeclaim import (
     push_claim,
 )
 from karpy.scheduling.queue import Group, Level, Variant
-from karpy.scheduling.state import SolveState, fit_count
+from karpy.scheduling.state import SolveState
 
 # Open NodeClaims (fewest pods first) among which a group's pods are dealt by price.
 WINDOW = 8
@@ -110,15 +110,13 @@ def place_open(s: SolveState, g: Group, level: Level, variant: Variant, todo: li
 def fresh_price(s: SolveState, g: Group, level: Level, variant: Variant) -> float:
     """USD/hour of a new NodeClaim for one pod of the group from the NodePool
     :func:`karpy.scheduling.scheduler.place_new` would use."""
-    zero = [0] * len(s.index)
     for table in s.tables:
         cands = pool_candidates(s, table, g, variant, level.pns)
         if isinstance(cands, str):
             continue
-        order, prices = price_list(s, table, cands.reqs, cands.sig)
-        for j, t in enumerate(order):
-            if fit_count(table.avail[t], zero, g.need) >= 1:
-                return prices[j]
+        price = table.cheapest_fit(cands.reqs, cands.sig, g.need)
+        if price is not None:
+            return price
     return float("inf")
 
 
