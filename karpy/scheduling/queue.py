@@ -48,7 +48,18 @@ class Level:
     block. ``node_extra`` is the preferred node-affinity term still respected (checked on existing nodes).
     """
 
-    __slots__ = ("cons", "first", "host_affinity", "keys", "node_cache", "node_extra", "pns", "roles", "variants")
+    __slots__ = (
+        "cons",
+        "first",
+        "host_affinity",
+        "host_blocks",
+        "keys",
+        "node_cache",
+        "node_extra",
+        "pns",
+        "roles",
+        "variants",
+    )
 
     def __init__(
         self,
@@ -68,6 +79,8 @@ class Level:
             self.roles.setdefault(g.key, set()).add(role)
             self.first.setdefault((g.key, role), g)
         self.host_affinity = [g for g, role in cons if role == AFFINITY and g.key == HOSTNAME]
+        # Hostname constraints a node fails for good once it does (its counts only grow).
+        self.host_blocks = [(g, role) for g, role in cons if role != AFFINITY and g.key == HOSTNAME]
         # Existing node index → why it is ruled out by labels, taints or volumes ("" when it is not).
         self.node_cache: dict[int, str] = {}
 

@@ -103,6 +103,7 @@ from karpy.scheduling.rebalance import rebalance
 from karpy.scheduling.repack import repack
 from karpy.scheduling.state import BEST_EFFORT, HOSTNAME, IGNORE, NO_NODEPOOLS, RESPECT, STRICT, SolveState
 from karpy.scheduling.taints import PREFER_NO_SCHEDULE
+from karpy.scheduling.topology import INVERSE, SPREAD
 from karpy.scheduling.topologydomains import (
     allowed_domains,
     claim_domains,
@@ -244,6 +245,8 @@ def try_claim(
     memo = (g.fit_key, id(variant), level.pns, level.keys)
     if check_price and claim.pricey is not None and memo in claim.pricey:
         return PRICEY
+    if level.host_blocks and host_blocked(g, level, claim.hostname):
+        return NEVER
     cands = candidates_on_claim(s, claim, g, variant, level.pns)
     if cands is None:
         return NEVER
@@ -266,6 +269,18 @@ def try_claim(
         return PRICEY
     commit(s, claim, cands, g, variant, [pod])
     return PLACED
+
+
+def host_blocked(g: Group, level: Level, hostname: str) -> bool:
+    """True when a hostname spread or (reverse) anti-affinity of the level rules the node out: the answer
+    :func:`allowed_domains` would give as permanent, found before the costlier checks."""
+    for tg, role in level.host_blocks:
+        if role == SPREAD:
+            if tg.counts.get(hostname, 0) + (1 if tg.id in g.selset else 0) > tg.max_skew:
+                return True
+        elif (tg.owners if role == INVERSE else tg.counts).get(hostname, 0) > 0:
+            return True
+    return False
 
 
 def topo_open(
