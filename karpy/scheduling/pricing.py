@@ -132,7 +132,10 @@ def marginal_price(s: SolveState, deal: _DealtClaim, need: Sequence[tuple[int, i
     used = deal.used
     start = deal.pos
     if start < 0:
-        start = first_step(order, steps, avail, used, 0)
+        # The claim's own first fit for these candidates (grows_too_much keeps it) is a valid start.
+        claim = deal.claim
+        start = first_step(order, steps, avail, used, claim.price_pos if claim.price_sig == cands.sig else 0)
+        claim.price_sig, claim.price_pos = cands.sig, start
         deal.pos = start
         deal.base = prices[start] if start < len(order) else float("inf")
     grown = list(used)
