@@ -390,22 +390,38 @@ def pool_candidates(s: SolveState, table: PoolTable, g: Group, variant: Variant,
     return hit
 
 
+def pool_reqs(s: SolveState, table: PoolTable, variant: Variant) -> tuple[rq.Reqs, rq.Signature] | str:
+    """The NodePool's requirements narrowed by a pod alternative and their signature, or why they are
+    incompatible (cached: groups of every size share it)."""
+    key = (table.order, variant.sig)
+    hit = s.pool_reqs.get(key)
+    if hit is None:
+        why = rq.compatible(table.reqs, variant.reqs)
+        if why is not None:
+            hit = why
+        else:
+            reqs = rq.intersect_all(table.reqs, variant.reqs)
+            hit = (reqs, rq.signature(reqs))
+        s.pool_reqs[key] = hit
+    return hit
+
+
 def new_pool_candidates(s: SolveState, table: PoolTable, g: Group, variant: Variant, pns: bool) -> Candidates | str:
     pool = table.pool
     taint = untolerated(g.tolerations, pool.taints, pns)
     if taint is not None:
         return f"did not tolerate taint {format_taint(taint)}"
-    why = rq.compatible(table.reqs, variant.reqs)
-    if why is not None:
-        return why
-    reqs = rq.intersect_all(table.reqs, variant.reqs)
+    merged = pool_reqs(s, table, variant)
+    if isinstance(merged, str):
+        return merged
+    reqs, sig = merged
     if g.ports:
         free = without_port_types(s, table, g.ports, reqs)
         if free is not reqs:
             if table.viable(reqs, rq.signature(reqs)) and not table.viable(free, rq.signature(free)):
                 return "host ports conflict with a daemonset's host ports"
             reqs = free
-    sig = rq.signature(reqs)
+            sig = rq.signature(reqs)
     front = frontier_of(s, table, reqs, sig)
     zero = [0] * len(s.index)
     if max((fit_count(table.avail[t], zero, g.need) for t in front), default=0) < 1:

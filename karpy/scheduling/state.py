@@ -110,6 +110,7 @@ class SolveState:
         "no_room",
         "offered",
         "pool_candidates_cache",
+        "pool_reqs",
         "port_types",
         "price_lists",
         "price_steps",
@@ -167,6 +168,7 @@ class SolveState:
         self.merge_cache: dict[tuple[rq.Signature, rq.Signature], tuple[rq.Reqs, rq.Signature] | None] = {}
         self.viable_sets: dict[tuple[int, rq.Signature], frozenset[int]] = {}
         self.pool_candidates_cache: dict[tuple[object, ...], Candidates | str] = {}
+        self.pool_reqs: dict[tuple[int, rq.Signature], tuple[rq.Reqs, rq.Signature] | str] = {}
         self.offered: dict[tuple[object, ...], frozenset[str]] = {}
         self.price_lists: dict[tuple[int, rq.Signature], tuple[list[int], list[float]]] = {}
         self.price_steps: dict[tuple[int, rq.Signature], list[int]] = {}
