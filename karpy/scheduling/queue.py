@@ -175,7 +175,8 @@ def group_pods(s: SolveState, pods: Sequence[Pod]) -> list[Group]:
     specs = [pod_spec(s, p, cache) for p in ordered]
     groups: dict[tuple[object, ...], Group] = {}
     fit_keys: dict[tuple[object, ...], int] = {}
-    # Groups that differ only in requests, host ports or priority share their relaxation ladder.
+    # Groups that differ only in requests, host ports, priority or which groups select them (not in which
+    # reverse anti-affinity) share their relaxation ladder: a Level depends on nothing else.
     ladders: dict[tuple[object, ...], list[Level]] = {}
     for pod, spec in zip(ordered, specs, strict=True):
         vec = requests_vector(pod, s.index)
@@ -198,7 +199,7 @@ def group_pods(s: SolveState, pods: Sequence[Pod]) -> list[Group]:
         if group is None:
             group = groups[key] = Group(pod, vec, selects, spec.owns)
             group.fit_key = fit_keys.setdefault((vec, pod.tolerations, pod.host_ports), len(fit_keys))
-            ladder_key = key[1:6] + key[8:]
+            ladder_key = (*key[1:6], id(spec.canon), inverse)
             levels = ladders.get(ladder_key)
             if levels is None:
                 levels = ladders[ladder_key] = relaxation_levels(s, pod, spec, inverse)

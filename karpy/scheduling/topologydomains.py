@@ -30,9 +30,10 @@ if TYPE_CHECKING:
 class Spec:
     """A pod's topology constraints: hard ones, preferences in relaxation order, owned anti-affinity terms."""
 
-    __slots__ = ("anyway", "hard", "owns", "pref_affinity", "pref_anti")
+    __slots__ = ("anyway", "canon", "hard", "owns", "pref_affinity", "pref_anti")
 
     def __init__(self) -> None:
+        self.canon: Spec = self
         self.hard: list[tuple[TopoGroup, str]] = []
         self.pref_affinity: list[TopoGroup] = []
         self.pref_anti: list[TopoGroup] = []
@@ -103,6 +104,16 @@ def pod_spec(s: SolveState, pod: Pod, cache: dict[tuple[object, ...], Spec]) -> 
             spec.pref_affinity.append(s.topo.term_group(AFFINITY, term, pod))
         for term in sorted(pod.preferred_pod_anti_affinity, key=lambda t: -t.weight):
             spec.pref_anti.append(s.topo.term_group(ANTI, term, pod))
+    # Specs whose constraints resolve to the same groups (labels aside) name one of them as ``canon``: their
+    # pods' equivalence groups stay apart, but may share a relaxation ladder.
+    canon = (
+        tuple((tg.id, role) for tg, role in spec.hard),
+        tuple(tg.id for tg in spec.pref_affinity),
+        tuple(tg.id for tg in spec.pref_anti),
+        tuple(tg.id for tg in spec.anyway),
+        spec.owns,
+    )
+    spec.canon = cache.setdefault(canon, spec)
     cache[key] = spec
     return spec
 
