@@ -262,12 +262,17 @@ class Catalogue:
             hit = self._domains[(sig, key)] = self.values_over(self.viable(reqs, sig), reqs, key)
         return hit
 
-    def values_over(self, types: Iterable[int], reqs: rq.Reqs, key: str) -> frozenset[str]:
-        """The values of ``key`` nodes of ``types`` may get under ``reqs``."""
+    def values_over(
+        self, types: Iterable[int], reqs: rq.Reqs, key: str, most: frozenset[str] | None = None
+    ) -> frozenset[str]:
+        """The values of ``key`` nodes of ``types`` may get under ``reqs``; ``most``, when given, holds every
+        value they could give (the viable types' values): the search stops once it has them all."""
         values: set[str] = set()
         if key in OFFERING_KEYS:
             for t in types:
                 values |= self.offering_values(t, key, reqs)
+                if most is not None and len(values) >= len(most):
+                    return most
             return frozenset(values)
         req = reqs.get(key)
         values = {self.labels[t][key] for t in types if key in self.labels[t]}

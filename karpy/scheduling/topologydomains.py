@@ -158,7 +158,12 @@ def domain_values(
     hit = s.domain_cache.get(cache_key)
     if hit is not None:
         return hit
-    hit = table.cat.domain_values(reqs, sig, key) if types is None else table.cat.values_over(types, reqs, key)
+    cat = table.cat
+    if types is None:
+        hit = cat.domain_values(reqs, sig, key)
+    else:
+        # ``types`` are viable under ``reqs``: their values are among the viable types'.
+        hit = cat.values_over(types, reqs, key, cat.domain_values(reqs, sig, key))
     s.domain_cache[cache_key] = hit
     return hit
 
