@@ -639,7 +639,7 @@ def _finalize(s: SolveState, claim: Claim) -> NewNodeClaim | str:
     for key, lowered in relaxed.items():
         r = out[key]
         out[key] = rq.Req(key, r.complement, r.values, r.gte, r.lte, min_values=lowered)
-    names = tuple(table.names[t] for t in priced)
+    names = tuple([table.names[t] for t in priced])
     out.pop(wk.LABEL_INSTANCE_TYPE, None)
     shapes = {table.offer_shape[t]: t for t in priced}
     for key in (wk.LABEL_CAPACITY_TYPE, wk.LABEL_ZONE):
@@ -658,7 +658,7 @@ def _finalize(s: SolveState, claim: Claim) -> NewNodeClaim | str:
     requirements = tuple(
         r
         for key in sorted([*out, wk.LABEL_INSTANCE_TYPE])
-        for r in ([type_req] if key == wk.LABEL_INSTANCE_TYPE else out[key].to_model())
+        for r in ((type_req,) if key == wk.LABEL_INSTANCE_TYPE else req_model(s, out[key]))
     )
     uniform = table.uniform_overhead
     overhead = (
@@ -668,7 +668,7 @@ def _finalize(s: SolveState, claim: Claim) -> NewNodeClaim | str:
     return NewNodeClaim(
         nodepool=table.name,
         requirements=requirements,
-        instance_types=tuple(table.types[t] for t in priced),
+        instance_types=tuple([table.types[t] for t in priced]),
         pods=tuple(claim.pods),
         requests=requests,
         labels=claim_labels(s, table, reqs, claim.sig),
@@ -694,6 +694,15 @@ def claim_labels(s: SolveState, table: PoolTable, reqs: rq.Reqs, sig: rq.Signatu
                 hit[name] = value
         s.claim_labels[key] = hit
     return dict(hit)
+
+
+def req_model(s: SolveState, req: rq.Req) -> tuple[Requirement, ...]:
+    """``req.to_model()``, cached per requirement (the model objects are immutable and shared)."""
+    key = req.sig
+    hit = s.req_models.get(key)
+    if hit is None:
+        hit = s.req_models[key] = tuple(req.to_model())
+    return hit
 
 
 def _narrowed(reqs: rq.Reqs, key: str, values: set[str]) -> rq.Req:

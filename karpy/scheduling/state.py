@@ -116,6 +116,7 @@ class SolveState:
         "price_steps",
         "relax_min_values",
         "remaining",
+        "req_models",
         "res_pos",
         "respect",
         "slot_pass",
@@ -173,6 +174,7 @@ class SolveState:
         self.price_lists: dict[tuple[int, rq.Signature], tuple[list[int], list[float]]] = {}
         self.price_steps: dict[tuple[int, rq.Signature], list[int]] = {}
         self.claim_labels: dict[tuple[int, rq.Signature], dict[str, str]] = {}
+        self.req_models: dict[tuple[object, ...], tuple[Requirement, ...]] = {}
         self.finalized: dict[tuple[int, rq.Signature, tuple[int, ...]], NewNodeClaim | str] = {}
         self.fresh: dict[tuple[int, bool, rq.Signature], float] = {}
         self.port_types: dict[tuple[int, tuple[HostPort, ...]], tuple[str, ...]] = {}
