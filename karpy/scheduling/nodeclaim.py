@@ -222,14 +222,23 @@ def top_claim(s: SolveState, heap: list[tuple[int, int]] | None = None) -> tuple
 
 def pop_claim(s: SolveState, heaps: Sequence[list[tuple[int, int]]] | None = None) -> Claim | None:
     """Take the claim with fewest pods out of ``heaps`` (default: every open claim)."""
+    claims = s.claims
     best: tuple[int, int] | None = None
+    best_heap: list[tuple[int, int]] | None = None
     for heap in heaps if heaps is not None else (s.heap,):
-        top = top_claim(s, heap)
-        if top is not None and (best is None or top < best):
-            best = top
-    if best is None:
+        # top_claim inlined: this runs once per claim looked at.
+        while heap:
+            top = heap[0]
+            claim = claims[top[1]]
+            if claim.in_heap == top[0] and not claim.closed:
+                if best is None or top < best:
+                    best, best_heap = top, heap
+                break
+            heapq.heappop(heap)
+    if best is None or best_heap is None:
         return None
-    claim = s.claims[best[1]]
+    heapq.heappop(best_heap)  # its entry is on top there and about to go stale
+    claim = claims[best[1]]
     claim.in_heap = None
     return claim
 
