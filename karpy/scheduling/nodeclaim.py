@@ -70,6 +70,7 @@ class Claim:
         "neutral",
         "owner_members",
         "pods",
+        "popped",
         "ports",
         "price_pos",
         "price_sig",
@@ -98,6 +99,8 @@ class Claim:
         self.closed = False
         self.hostname = f"hostname-placeholder-{index:05d}"
         self.in_heap: int | None = None
+        # The heap pop_claim took it from and its pod count then (see push_claims).
+        self.popped: tuple[list[tuple[int, int]], int] | None = None
         # The domain heaps it belongs in, and the requirement signature they were computed for.
         self.buckets: tuple[rq.Signature, tuple[tuple[str, str | None], ...]] | None = None
         self.members: dict[int, int] = {}
@@ -152,6 +155,7 @@ class Candidates:
 def push_claim(s: SolveState, claim: Claim) -> None:
     """(Re)insert an open claim: in the main heap and, per indexed topology key, in the heap of its domain
     (or of claims whose domain is still open). Old entries in other heaps go stale via ``in_heap``."""
+    claim.popped = None
     if claim.closed:
         return
     count = claim.in_heap = len(claim.pods)
@@ -179,33 +183,22 @@ def claim_buckets(s: SolveState, claim: Claim) -> tuple[tuple[str, str | None], 
 
 
 def push_claims(s: SolveState, claims: Sequence[Claim]) -> None:
-    """:func:`push_claim` for many claims at once. When they are a large share of all claims, the heaps are
-    rebuilt from the claims in them instead (the same (pod count, index) entries, so the same pops follow,
-    without the stale entries one push per claim leaves behind)."""
-    if len(claims) * 4 < len(s.claims):
-        for claim in claims:
-            push_claim(s, claim)
-        return
+    """:func:`push_claim` for claims a topology group's loop held out of the heaps (``never``).
+
+    A claim that took no pod since :func:`pop_claim` still has its entries in every heap but the one it was
+    popped from (nothing else pops those heaps during the loop): restoring its count makes them valid again,
+    and one push puts it back where it came from. A claim that changed is pushed anew.
+    """
     for claim in claims:
-        if not claim.closed:
-            claim.in_heap = len(claim.pods)
-    main: list[tuple[int, int]] = []
-    domain_heaps: dict[tuple[str, str | None], list[tuple[int, int]]] = {}
-    for claim in s.claims:
-        if claim.closed or claim.in_heap is None:
+        popped = claim.popped
+        claim.popped = None
+        if claim.closed:
             continue
-        entry = (claim.in_heap, claim.index)
-        main.append(entry)
-        for bucket in claim_buckets(s, claim):
-            heap = domain_heaps.get(bucket)
-            if heap is None:
-                heap = domain_heaps[bucket] = []
-            heap.append(entry)
-    heapq.heapify(main)
-    for heap in domain_heaps.values():
-        heapq.heapify(heap)
-    s.heap = main
-    s.domain_heaps = domain_heaps
+        if popped is not None and claim.in_heap is None and len(claim.pods) == popped[1]:
+            claim.in_heap = popped[1]
+            heapq.heappush(popped[0], (popped[1], claim.index))
+        else:
+            push_claim(s, claim)
 
 
 def top_claim(s: SolveState, heap: list[tuple[int, int]] | None = None) -> tuple[int, int] | None:
@@ -240,6 +233,7 @@ def pop_claim(s: SolveState, heaps: Sequence[list[tuple[int, int]]] | None = Non
     heapq.heappop(best_heap)  # its entry is on top there and about to go stale
     claim = claims[best[1]]
     claim.in_heap = None
+    claim.popped = (best_heap, best[0])
     return claim
 
 

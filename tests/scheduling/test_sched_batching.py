@@ -1,6 +1,6 @@
 """What the solve shares between pods, groups and NodeClaims to save work, and that sharing never merges
 what must stay apart: equivalence groups, relaxation ladders, fit keys, the too-pricey memo of a claim,
-finalized NodeClaims, the price steps of first-fit searches, rebuilt claim heaps, the paused GC."""
+finalized NodeClaims, the price steps of first-fit searches, claims handed back to the heaps at once, the paused GC."""
 
 from __future__ import annotations
 
@@ -133,18 +133,18 @@ def test_first_step_over_price_steps_answers_as_first_fit() -> None:
         assert first_step(order, steps, avail, grown, start) == first_fit(order, avail, grown, start)
 
 
-def test_rebuilt_heaps_pop_in_the_same_order_as_pushed_ones() -> None:
+def test_claims_handed_back_at_once_pop_in_the_same_order_as_pushed_ones() -> None:
     ps = [pod(cpu=str(c), labels={"app": "z"}, spread=[spread(ZONE, sel=selector(app="z"))]) for c in (1, 2, 3) * 4]
     ps += [pod(cpu="1") for _ in range(5)]
 
-    def popped(rebuild: bool) -> list[int]:
+    def popped(at_once: bool) -> list[int]:
         s = new_state(ps, [nodepool(types=catalogue())], [], [])
         run(s)
         s.domain_keys = (ZONE,)
         taken = []
         while (c := pop_claim(s)) is not None:
             taken.append(c)
-        if rebuild:
+        if at_once:
             push_claims(s, taken)
         else:
             for c in taken:
@@ -154,8 +154,8 @@ def test_rebuilt_heaps_pop_in_the_same_order_as_pushed_ones() -> None:
             out.append(c.index)
         return out
 
-    assert len(popped(rebuild=True)) > 1
-    assert popped(rebuild=True) == popped(rebuild=False)
+    assert len(popped(at_once=True)) > 1
+    assert popped(at_once=True) == popped(at_once=False)
 
 
 def test_solve_restores_the_garbage_collector() -> None:
