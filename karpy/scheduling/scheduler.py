@@ -242,8 +242,8 @@ def try_claim(
     once. Where the full check would have said NOT_NOW or NEVER instead, nothing changes: the claim
     could not take a pod of this group before it changes either way (see ``topo_open``).
     """
-    memo = (g.fit_key, id(variant), level.pns, level.keys)
-    if check_price and claim.pricey is not None and memo in claim.pricey:
+    memo = (g.fit_key, id(variant), level.pns, level.keys) if check_price else None
+    if memo is not None and claim.pricey is not None and memo in claim.pricey:
         return PRICEY
     if level.host_blocks and host_blocked(g, level, claim.hostname):
         return NEVER
@@ -262,7 +262,7 @@ def try_claim(
             return NOT_NOW
         cands = pinned
     if check_price and grows_too_much(s, claim, cands, g, level, variant):
-        if all(len(d) == 1 for d in dom.values()):
+        if memo is not None and all(len(d) == 1 for d in dom.values()):
             if claim.pricey is None:
                 claim.pricey = set()
             claim.pricey.add(memo)

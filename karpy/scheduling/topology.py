@@ -106,6 +106,7 @@ class TopoGroup:
         "id",
         "key",
         "kind",
+        "low",
         "max_skew",
         "min_domains",
         "ns_all",
@@ -143,6 +144,8 @@ class TopoGroup:
         self.filter_pod = filter_pod
         self.filter_tolerations = filter_tolerations
         self.counts: dict[str, int] = {}
+        # The spread minimum over the eligible domains, until the counts change (set by the scheduler).
+        self.low: int | None = None
         self.owners: dict[str, int] = {}
         self.total = 0
         self.eligible: frozenset[str] | None = None
@@ -152,6 +155,7 @@ class TopoGroup:
         """Count ``n`` more (or fewer, when negative) selected pods in ``domain``."""
         self.counts[domain] = self.counts.get(domain, 0) + n
         self.total += n
+        self.low = None
 
     def add_owner(self, domain: str, n: int) -> None:
         """Count ``n`` more owners of this required anti-affinity term in ``domain``."""

@@ -212,10 +212,15 @@ def eligible_domains(s: SolveState, tg: TopoGroup) -> frozenset[str]:
 
 
 def spread_min(s: SolveState, tg: TopoGroup, eligible: frozenset[str]) -> int:
+    """The least count over a spread's eligible domains (``eligible_domains``; 0 below minDomains), kept
+    on the group until its counts change."""
     if tg.min_domains is not None and len(eligible) < tg.min_domains:
         return 0
-    counts = tg.counts
-    return min((counts.get(d, 0) for d in eligible), default=0)
+    low = tg.low
+    if low is None:
+        counts = tg.counts
+        low = tg.low = min((counts.get(d, 0) for d in eligible), default=0)
+    return low
 
 
 def allowed_domains(
