@@ -12,23 +12,29 @@ What a move may touch, and how it is checked:
 
 * **node constraints**: the pod has no nodeSelector, required node affinity, volumes or host ports (it fits
   any NodeClaim of its NodePool), or both NodeClaims have the same requirements;
-* **topology on other keys than the hostname** (zone spread, zone affinity, …): every such constraint that
-  selects or belongs to the pod has the same single domain on both NodeClaims, so no count changes;
+* **topology on other keys than the hostname** (zone spread, zone affinity, …): a constraint that selects or
+  belongs to the pod keeps its counts when both NodeClaims are in one single domain, or when the two swapped
+  pods are selected by and own it alike; otherwise only a spread constraint may change, when no pod of it
+  sits on a NodeClaim whose domain is still open and every eligible domain stays within ``maxSkew`` of the
+  least loaded one (the counts are then updated);
 * **hostname topology**: per NodeClaim, the pods each constraint selects and owns are counted, and after the
   move every owner's condition must hold on both NodeClaims: required (and, under ``Respect``, preferred)
-  anti-affinity keeps selected pods away from its owners; a spread constraint (either ``whenUnsatisfiable``)
-  keeps at most ``maxSkew`` selected pods with an owner (the least loaded hostname domain is an empty node,
-  Karpenter's ``domainMinCount``); hostname pod affinity is never moved;
+  anti-affinity keeps selected pods away from its owners; a spread constraint (either ``whenUnsatisfiable``
+  under ``Respect``) keeps at most ``maxSkew`` selected pods with an owner (the least loaded hostname domain
+  is an empty node, Karpenter's ``domainMinCount``); pods that hostname pod affinity refers to never move;
 * **NodePool limits**: NodeClaims whose types were cut by limits, or with minValues, are left alone.
 
-A move is kept only when the two NodeClaims' cheapest fitting types cost less in total. The search is bounded:
-each NodeClaim is visited once per round (two rounds), from the most expensive; only moves that make the
-visited NodeClaim cheaper are tried, and a candidate is first filtered against the largest cheaper types of
-its NodeClaim (vector comparisons) before any price is looked up.
+The search is bounded so that it stays linear in NodeClaims and cheap beside the placement: NodeClaims are
+ordered by their zone-like domains and each is visited once; for each pod whose removal would let it drop to
+a cheaper type, the next ``TRIES`` NodeClaims are tried, first as a destination with room for the pod at
+their current type, then for a swap with one of their pods that fits the visited NodeClaim's cheaper type
+and leaves the destination's type unchanged. Only vector comparisons run before the constraint check, and
+every accepted step makes the plan strictly cheaper.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 
 from karpy.scheduling.instancetypes import min_values_keys
@@ -36,12 +42,12 @@ from karpy.scheduling.model import Pod
 from karpy.scheduling.nodeclaim import Claim, first_fit
 from karpy.scheduling.queue import Group
 from karpy.scheduling.state import HOSTNAME, SolveState, frontier
-from karpy.scheduling.topology import AFFINITY, ANTI, SPREAD
-from karpy.scheduling.topologydomains import claim_domains
+from karpy.scheduling.topology import AFFINITY, ANTI, INVERSE, SPREAD, TopoGroup
+from karpy.scheduling.topologydomains import claim_domains, eligible_domains
 
-ROUNDS = 2
+ROUNDS = 1
 # Most NodeClaims a pod is tried against per visit (keeps the pass linear in NodeClaims on huge plans).
-TRIES = 64
+TRIES = 3
 
 Counts = dict[int, int]
 
@@ -49,12 +55,21 @@ Counts = dict[int, int]
 class _Kind:
     """What the check needs of a pod group: hostname groups it is selected by / owns, other keys it touches."""
 
-    __slots__ = ("hown", "hsel", "keys", "movable", "node_free")
+    __slots__ = ("hown", "hsel", "movable", "node_free", "oown", "osel")
 
-    def __init__(self, hsel: frozenset[int], hown: frozenset[int], keys: frozenset[str], movable: bool, free: bool):
+    def __init__(
+        self,
+        hsel: frozenset[int],
+        hown: frozenset[int],
+        osel: frozenset[int],
+        oown: frozenset[int],
+        movable: bool,
+        free: bool,
+    ):
         self.hsel = hsel
         self.hown = hown
-        self.keys = keys
+        self.osel = osel
+        self.oown = oown
         self.movable = movable
         self.node_free = free
 
@@ -62,7 +77,7 @@ class _Kind:
 class _Seat:
     """A NodeClaim in the search: its hostname counts (selected, owned, both) and current price."""
 
-    __slots__ = ("both", "claim", "own", "price", "sel")
+    __slots__ = ("both", "cap", "claim", "groups", "own", "price", "sel")
 
     def __init__(self, claim: Claim) -> None:
         self.claim = claim
@@ -70,19 +85,18 @@ class _Seat:
         self.own: Counts = {}
         self.both: Counts = {}
         self.price = 0.0
+        self.cap: Sequence[int] = ()  # allocatable of the cheapest type that fits the pods
+        self.groups: dict[int, tuple[Group, int]] = {}  # id(group) -> (group, pods of it here)
+
+    def hold(self, g: Group, n: int) -> None:
+        _, had = self.groups.get(id(g), (g, 0))
+        if had + n:
+            self.groups[id(g)] = (g, had + n)
+        else:
+            del self.groups[id(g)]
 
 
-def _owned_ids(s: SolveState, pod: Pod) -> list[int]:
-    """Topology groups ``pod`` owns: its spread constraints, required (anti-)affinity, and under Respect its
-    preferred terms (kept as if required: a move never breaks a preference placement honoured)."""
-    topo = s.topo
-    ids = [topo.spread_group(t, pod).id for t in pod.topology_spread]
-    ids += [topo.term_group(AFFINITY, t, pod).id for t in pod.pod_affinity]
-    ids += [topo.term_group(ANTI, t, pod).id for t in pod.pod_anti_affinity]
-    if s.respect:
-        ids += [topo.term_group(AFFINITY, t, pod).id for t in pod.preferred_pod_affinity]
-        ids += [topo.term_group(ANTI, t, pod).id for t in pod.preferred_pod_anti_affinity]
-    return ids
+_NONE: frozenset[int] = frozenset()
 
 
 def _kind_of(s: SolveState, g: Group, cache: dict[int, _Kind]) -> _Kind:
@@ -91,16 +105,29 @@ def _kind_of(s: SolveState, g: Group, cache: dict[int, _Kind]) -> _Kind:
         return hit
     pod = g.sample
     groups = s.topo.groups
-    owned = _owned_ids(s, pod)
-    selected = s.topo.selecting(pod)
+    # Every constraint of every relaxation level (under Respect, the preferences too: a move never breaks a
+    # preference the placement honoured); INVERSE entries are other pods' anti-affinity, counted as such.
+    owned = {tg.id for level in g.levels for tg, role in level.cons if role != INVERSE}
+    selected = g.selects
+    if not owned and not selected:
+        hit = cache[id(g)] = _Kind(
+            _NONE,
+            _NONE,
+            _NONE,
+            _NONE,
+            not (pod.host_ports or pod.volume_claims or pod.volume_terms),
+            not (pod.node_selector or pod.required_terms or pod.preferred_terms),
+        )
+        return hit
     hsel = frozenset(t for t in selected if groups[t].key == HOSTNAME)
     hown = frozenset(t for t in owned if groups[t].key == HOSTNAME)
-    keys = frozenset(groups[t].key for t in (*owned, *selected) if groups[t].key != HOSTNAME)
+    osel = frozenset(t for t in selected if groups[t].key != HOSTNAME)
+    oown = frozenset(t for t in owned if groups[t].key != HOSTNAME)
     movable = not (
         pod.host_ports or pod.volume_claims or pod.volume_terms or any(groups[t].kind == AFFINITY for t in hown | hsel)
     )
     free = not (pod.node_selector or pod.required_terms or pod.preferred_terms)
-    hit = cache[id(g)] = _Kind(hsel, hown, keys, movable, free)
+    hit = cache[id(g)] = _Kind(hsel, hown, osel, oown, movable, free)
     return hit
 
 
@@ -134,32 +161,92 @@ def _holds(s: SolveState, seat: _Seat, touched: frozenset[int]) -> bool:
     return True
 
 
-def _same_domains(s: SolveState, a: Claim, b: Claim, keys: frozenset[str]) -> bool:
-    for key in keys:
-        da = claim_domains(s, a, key)
-        if len(da) != 1 or da != claim_domains(s, b, key):
+Shift = tuple[TopoGroup, str, str, int]
+
+
+def _shifts(s: SolveState, x: Claim, y: Claim, kg: _Kind, kh: _Kind | None, open_ids: set[int]) -> list[Shift] | None:
+    """The count changes of zone-like topology groups when ``kg``'s pod goes from ``x`` to ``y`` (and ``kh``'s
+    back), as ``(group, from domain, to domain, pods)``; None when the move would break one or is not known
+    to be safe.
+
+    A group whose pods keep their domain (both NodeClaims in one single domain, or two pods selected by and
+    owning it alike trading places) changes nothing. Otherwise only a DoNotSchedule/ScheduleAnyway spread
+    may change, with no pod of it on a NodeClaim whose domain is still open, owners only into its eligible
+    domains, and after the change every eligible domain within ``maxSkew`` of the least loaded one (the
+    global minimum, 0 below ``minDomains``: Karpenter's ``domainMinCount``)."""
+    groups = s.topo.groups
+    # Two pods selected by and owning the same groups trade places: no count changes, and each owner's
+    # condition is the one the other met there.
+    moved = kg.osel | kg.oown if kh is None else (kg.osel ^ kh.osel) | (kg.oown ^ kh.oown)
+    out: list[Shift] = []
+    for t in moved:
+        tg = groups[t]
+        da, db = claim_domains(s, x, tg.key), claim_domains(s, y, tg.key)
+        if len(da) != 1 or len(db) != 1:
+            return None
+        if da == db:
+            continue
+        if tg.kind != SPREAD or t in s.inverse or t in open_ids:
+            return None
+        a, b = next(iter(da)), next(iter(db))
+        eligible = eligible_domains(s, tg)
+        if (t in kg.oown and b not in eligible) or (kh is not None and t in kh.oown and a not in eligible):
+            return None
+        n = (1 if t in kg.osel else 0) - (1 if kh is not None and t in kh.osel else 0)
+        counts = dict(tg.counts)
+        counts[a] = counts.get(a, 0) - n
+        counts[b] = counts.get(b, 0) + n
+        seen = [counts.get(d, 0) for d in eligible]
+        low = 0 if tg.min_domains is not None and len(eligible) < tg.min_domains else min(seen, default=0)
+        if any(c - low > tg.max_skew for c in seen):
+            return None
+        if n:
+            out.append((tg, a, b, n))
+    return out
+
+
+def _fit(claim: Claim, used: Sequence[int]) -> tuple[float, Sequence[int]]:
+    """USD/hour and allocatable of the cheapest type of ``claim`` that holds ``used`` ((inf, ()) when none)."""
+    order, prices = claim.table.price_list(claim.reqs, claim.sig)
+    j = first_fit(order, claim.table.avail, used, 0)
+    return (prices[j], claim.table.avail[order[j]]) if j < len(order) else (float("inf"), ())
+
+
+def _within(used: Sequence[int], plus: Sequence[int], minus: Sequence[int] | None, cap: Sequence[int]) -> bool:
+    """``used + plus - minus <= cap`` in every resource (loops, not ``all``: this is the hot path)."""
+    if minus is None:
+        for u, p, c in zip(used, plus, cap, strict=True):  # noqa: SIM110 (hot path: faster than all())
+            if u + p > c:
+                return False
+        return True
+    for u, p, m, c in zip(used, plus, minus, cap, strict=True):  # noqa: SIM110
+        if u + p - m > c:
             return False
     return True
 
 
-def _price(claim: Claim, used: Sequence[int]) -> float:
-    order, prices = claim.table.price_list(claim.reqs, claim.sig)
-    j = first_fit(order, claim.table.avail, used, 0)
-    return prices[j] if j < len(order) else float("inf")
+def _le(a: Sequence[int], b: Sequence[int]) -> bool:
+    for x, y in zip(a, b, strict=True):  # noqa: SIM110
+        if x > y:
+            return False
+    return True
 
 
 class _Search:
     def __init__(self, s: SolveState, claims: list[Claim]) -> None:
         self.s = s
         self.kinds: dict[int, _Kind] = {}
+        # Neighbours share their zone-like domains: most pods may only move between those.
+        claims = sorted(claims, key=lambda c: _domain_key(s, c))
         self.seats = [_Seat(c) for c in claims]
-        self.by_claim = {id(seat.claim): seat for seat in self.seats}
         self.cheaper: dict[tuple[int, object, float], list[Sequence[int]]] = {}
         for seat in self.seats:
             for g, pods in seat.claim.batches:
                 _count(seat, _kind_of(s, g, self.kinds), len(pods))
-            seat.price = _price(seat.claim, seat.claim.used)
-        self.dims = range(len(s.index))
+                seat.hold(g, len(pods))
+            seat.price, seat.cap = _fit(seat.claim, seat.claim.used)
+        # Groups with pods on a NodeClaim whose domain is still open: their counts are not final.
+        self.open_ids: set[int] = {t for c in s.claims for t in (*c.members, *c.owner_members)}
 
     def caps(self, seat: _Seat) -> list[Sequence[int]]:
         """Allocatable of the Pareto-largest types cheaper than the seat's current one."""
@@ -168,7 +255,7 @@ class _Search:
         hit = self.cheaper.get(key)
         if hit is None:
             order, prices = claim.table.price_list(claim.reqs, claim.sig)
-            below = [t for t, p in zip(order, prices, strict=True) if p < seat.price * (1 - 1e-9)]
+            below = order[: bisect_left(prices, seat.price * (1 - 1e-9))]
             avail = claim.table.avail
             hit = self.cheaper[key] = [avail[t] for t in frontier(avail, below)]
         return hit
@@ -179,17 +266,15 @@ class _Search:
         kg = _kind_of(s, g, self.kinds)
         if not kg.movable or (not kg.node_free and x.claim.sig != y.claim.sig):
             return False
-        if not _same_domains(s, x.claim, y.claim, kg.keys):
-            return False
         touched = kg.hsel | kg.hown
         kh = None
         if h is not None:
             kh = _kind_of(s, h, self.kinds)
             if not kh.movable or (not kh.node_free and x.claim.sig != y.claim.sig):
                 return False
-            if not _same_domains(s, x.claim, y.claim, kh.keys):
-                return False
             touched = touched | kh.hsel | kh.hown
+        if _shifts(s, x.claim, y.claim, kg, kh, self.open_ids) is None:
+            return False
         if not touched:
             return True
         _count(x, kg, -1)
@@ -205,85 +290,71 @@ class _Search:
             _count(x, kh, -1)
         return ok
 
-    def visit(self, x: _Seat) -> bool:
-        """Try to make ``x`` cheaper by one move or swap; True when the plan changed."""
+    def visit(self, k: int) -> bool:
+        """Try to make the ``k``-th seat cheaper by one move or swap into a neighbour's room, so that the
+        neighbour keeps its type; True when the plan changed."""
+        x = self.seats[k]
         caps = self.caps(x)
         if not caps:
             return False
         used = x.claim.used
-        dims = self.dims
-        seen: set[int] = set()
-        for g, _pods in list(x.claim.batches):
-            if id(g) in seen or not _kind_of(self.s, g, self.kinds).movable:
+        n = len(self.seats)
+        near = [self.seats[(k + d) % n] for d in range(1, min(n, TRIES + 1))]
+        for g, _ in list(x.groups.values()):
+            if not _kind_of(self.s, g, self.kinds).movable:
                 continue
-            seen.add(id(g))
-            rest = [used[i] - g.vec[i] for i in dims]
+            vec = g.vec
             # Room a pod coming back may take while x still drops to a cheaper type.
-            rooms = [[c[i] - rest[i] for i in dims] for c in caps]
-            rooms = [r for r in rooms if min(r) >= 0]
+            rooms = [r for c in caps if min(r := [a - u + v for a, u, v in zip(c, used, vec, strict=True)]) >= 0]
             if not rooms:
                 continue
-            if self.try_move(x, g, rest):
-                return True
-            if self.try_swap(x, g, rest, rooms):
-                return True
-        return False
-
-    def try_move(self, x: _Seat, g: Group, rest: list[int]) -> bool:
-        saving = x.price - _price(x.claim, rest)
-        tries = 0
-        for y in self.seats:
-            if y is x or y.claim.table is not x.claim.table:
-                continue
-            tries += 1
-            if tries > TRIES:
-                break
-            grown = [u + v for u, v in zip(y.claim.used, g.vec, strict=True)]
-            extra = _price(y.claim, grown) - y.price
-            if extra < saving * (1 - 1e-9) and self.legal(x, y, g, None):
-                self.apply(x, y, g, None, rest, grown)
-                return True
-        return False
-
-    def try_swap(self, x: _Seat, g: Group, rest: list[int], rooms: list[list[int]]) -> bool:
-        dims = self.dims
-        tries = 0
-        for y in self.seats:
-            if y is x or y.claim.table is not x.claim.table:
-                continue
-            tries += 1
-            if tries > TRIES:
-                break
-            looked: set[int] = set()
-            for h, _pods in y.claim.batches:
-                vec = h.vec
-                if id(h) in looked or vec == g.vec:
-                    continue
-                looked.add(id(h))
-                if not any(all(vec[i] <= r[i] for i in dims) for r in rooms):
-                    continue
-                mine = [rest[i] + vec[i] for i in dims]
-                theirs = [y.claim.used[i] - vec[i] + g.vec[i] for i in dims]
-                after = _price(x.claim, mine) + _price(y.claim, theirs)
-                if after < (x.price + y.price) * (1 - 1e-9) and self.legal(x, y, g, h):
-                    self.apply(x, y, g, h, mine, theirs)
+            room = rooms[0]
+            for y in near:
+                yused, ycap = y.claim.used, y.cap
+                if _within(yused, vec, None, ycap) and self.legal(x, y, g, None):
+                    self.apply(x, y, g, None)
                     return True
+                for h, _ in y.groups.values():
+                    hv = h.vec
+                    if (
+                        hv != vec
+                        and (_le(hv, room) or any(_le(hv, r) for r in rooms[1:]))
+                        and _within(yused, vec, hv, ycap)
+                        and self.legal(x, y, g, h)
+                    ):
+                        self.apply(x, y, g, h)
+                        return True
         return False
 
-    def apply(self, x: _Seat, y: _Seat, g: Group, h: Group | None, x_used: list[int], y_used: list[int]) -> None:
+    def apply(self, x: _Seat, y: _Seat, g: Group, h: Group | None) -> None:
         s = self.s
-        pod = _take(x.claim, g)
-        _put(y.claim, g, pod)
-        _count(x, _kind_of(s, g, self.kinds), -1)
-        _count(y, _kind_of(s, g, self.kinds), 1)
-        if h is not None:
-            other = _take(y.claim, h)
-            _put(x.claim, h, other)
-            _count(y, _kind_of(s, h, self.kinds), -1)
-            _count(x, _kind_of(s, h, self.kinds), 1)
-        x.claim.used, y.claim.used = x_used, y_used
-        x.price = _price(x.claim, x_used)
-        y.price = _price(y.claim, y_used)
+        kg = _kind_of(s, g, self.kinds)
+        kh = None if h is None else _kind_of(s, h, self.kinds)
+        for tg, a, b, n in _shifts(s, x.claim, y.claim, kg, kh, self.open_ids) or ():
+            tg.add(a, -n)
+            tg.add(b, n)
+        _put(y.claim, g, _take(x.claim, g))
+        _count(x, kg, -1)
+        _count(y, kg, 1)
+        x.hold(g, -1)
+        y.hold(g, 1)
+        xu = [u - v for u, v in zip(x.claim.used, g.vec, strict=True)]
+        yu = [u + v for u, v in zip(y.claim.used, g.vec, strict=True)]
+        if h is not None and kh is not None:
+            _put(x.claim, h, _take(y.claim, h))
+            _count(y, kh, -1)
+            _count(x, kh, 1)
+            y.hold(h, -1)
+            x.hold(h, 1)
+            xu = [u + v for u, v in zip(xu, h.vec, strict=True)]
+            yu = [u - v for u, v in zip(yu, h.vec, strict=True)]
+        x.claim.used, y.claim.used = xu, yu
+        x.price, x.cap = _fit(x.claim, xu)
+        y.price, y.cap = _fit(y.claim, yu)
+
+
+def _domain_key(s: SolveState, claim: Claim) -> tuple[tuple[str, ...], ...]:
+    return tuple(tuple(sorted(claim_domains(s, claim, key))) for key in s.domain_keys)
 
 
 def _take(claim: Claim, g: Group) -> Pod:
@@ -318,8 +389,8 @@ def exchange(s: SolveState) -> None:
         search = _Search(s, claims)
         for _ in range(ROUNDS):
             changed = False
-            for x in sorted(search.seats, key=lambda seat: -seat.price):
-                while search.visit(x):
+            for k in range(len(search.seats)):
+                while search.visit(k):
                     changed = True
             if not changed:
                 break

@@ -123,20 +123,13 @@ def test_a_move_that_would_break_anti_affinity_or_hostname_spread_is_refused(
     assert search.legal(one, two, _group_of(one, "anti-1"), _group_of(two, "anti-2"))
 
 
-def test_a_pod_never_changes_zone_when_a_zone_constraint_counts_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_pod_changes_zone_only_while_the_zone_spread_stays_within_max_skew(monkeypatch: pytest.MonkeyPatch) -> None:
     zsel = LabelSelector((("tier", "web"),))
     spread = (TopologySpreadConstraint(ZONE, 1, selector=zsel),)
     anti = {"pod_anti_affinity": (PodAffinityTerm(HOST, NGINX),)}
+    web = {"tier": "web", "app": "nginx"}
     pods = [
-        Pod(
-            f"z{i}",
-            "default",
-            f"zonal-{i}",
-            labels={"tier": "web", "app": "nginx"},
-            requests={"cpu": 500},
-            topology_spread=spread,
-            **anti,
-        )  # type: ignore[arg-type]
+        Pod(f"z{i}", "default", f"zonal-{i}", labels=web, requests={"cpu": 500}, topology_spread=spread, **anti)  # type: ignore[arg-type]
         for i in range(2)
     ] + [Pod("p", "default", "plain", labels={"tier": "web"}, requests={"cpu": 100})]
     s = _state_after_placement(monkeypatch, pods)
@@ -145,6 +138,12 @@ def test_a_pod_never_changes_zone_when_a_zone_constraint_counts_it(monkeypatch: 
     assert a is not b
     plain = _seat_of(search, "plain")
     target = b if plain is a else a
-    zones = {frozenset(r.values) for seat in (plain, target) for k, r in seat.claim.reqs.items() if k == ZONE}
-    assert len(zones) == 2  # the plain pod is counted by the zone spread: it may not change zone
+    here = next(iter(plain.claim.reqs[ZONE].values))
+    there = next(iter(target.claim.reqs[ZONE].values))
+    assert here != there  # the plain pod is counted by the zone spread: moving it shifts the counts
+    tg = next(g for g in s.topo.groups if g.kind == "spread" and g.key == ZONE)
+    after = {**tg.counts, here: tg.counts.get(here, 0) - 1, there: tg.counts.get(there, 0) + 1}
+    fits = max(after.values()) - min(after.values()) <= 1
+    assert search.legal(plain, target, _group_of(plain, "plain"), None) == fits
+    tg.add(there, 2)  # the destination zone already two pods ahead: the move would break maxSkew
     assert not search.legal(plain, target, _group_of(plain, "plain"), None)
