@@ -104,30 +104,35 @@ def _kind_of(s: SolveState, g: Group, cache: dict[int, _Kind]) -> _Kind:
     if hit is not None:
         return hit
     pod = g.sample
-    groups = s.topo.groups
-    # Every constraint of every relaxation level (under Respect, the preferences too: a move never breaks a
-    # preference the placement honoured); INVERSE entries are other pods' anti-affinity, counted as such.
-    owned = {tg.id for level in g.levels for tg, role in level.cons if role != INVERSE}
-    selected = g.selects
-    if not owned and not selected:
-        hit = cache[id(g)] = _Kind(
-            _NONE,
-            _NONE,
-            _NONE,
-            _NONE,
-            not (pod.host_ports or pod.volume_claims or pod.volume_terms),
-            not (pod.node_selector or pod.required_terms or pod.preferred_terms),
-        )
-        return hit
-    hsel = frozenset(t for t in selected if groups[t].key == HOSTNAME)
-    hown = frozenset(t for t in owned if groups[t].key == HOSTNAME)
-    osel = frozenset(t for t in selected if groups[t].key != HOSTNAME)
-    oown = frozenset(t for t in owned if groups[t].key != HOSTNAME)
-    movable = not (
-        pod.host_ports or pod.volume_claims or pod.volume_terms or any(groups[t].kind == AFFINITY for t in hown | hsel)
-    )
+    movable = not (pod.host_ports or pod.volume_claims or pod.volume_terms)
     free = not (pod.node_selector or pod.required_terms or pod.preferred_terms)
-    hit = cache[id(g)] = _Kind(hsel, hown, osel, oown, movable, free)
+    # The first relaxation level holds every constraint (under Respect, the preferences too: a move never
+    # breaks a preference the placement honoured); INVERSE entries are other pods' anti-affinity.
+    cons = g.levels[0].cons if g.levels else ()
+    if not cons and not g.selects:
+        hit = cache[id(g)] = _Kind(_NONE, _NONE, _NONE, _NONE, movable, free)
+        return hit
+    groups = s.topo.groups
+    hsel: set[int] = set()
+    osel: set[int] = set()
+    hown: set[int] = set()
+    oown: set[int] = set()
+    for t in g.selects:
+        tg = groups[t]
+        if tg.key == HOSTNAME:
+            hsel.add(t)
+            movable = movable and tg.kind != AFFINITY
+        else:
+            osel.add(t)
+    for tg, role in cons:
+        if role == INVERSE:
+            continue
+        if tg.key == HOSTNAME:
+            hown.add(tg.id)
+            movable = movable and tg.kind != AFFINITY
+        else:
+            oown.add(tg.id)
+    hit = cache[id(g)] = _Kind(frozenset(hsel), frozenset(hown), frozenset(osel), frozenset(oown), movable, free)
     return hit
 
 
@@ -239,7 +244,7 @@ class _Search:
         # Neighbours share their zone-like domains: most pods may only move between those.
         claims = sorted(claims, key=lambda c: _domain_key(s, c))
         self.seats = [_Seat(c) for c in claims]
-        self.cheaper: dict[tuple[int, object, float], list[Sequence[int]]] = {}
+        self.cheaper: dict[tuple[int, int, float], list[Sequence[int]]] = {}
         for seat in self.seats:
             for g, pods in seat.claim.batches:
                 _count(seat, _kind_of(s, g, self.kinds), len(pods))
@@ -251,7 +256,7 @@ class _Search:
     def caps(self, seat: _Seat) -> list[Sequence[int]]:
         """Allocatable of the Pareto-largest types cheaper than the seat's current one."""
         claim = seat.claim
-        key = (claim.table.order, claim.sig, seat.price)
+        key = (claim.table.order, id(claim.sig), seat.price)  # the signatures outlive the search
         hit = self.cheaper.get(key)
         if hit is None:
             order, prices = claim.table.price_list(claim.reqs, claim.sig)
@@ -354,7 +359,12 @@ class _Search:
 
 
 def _domain_key(s: SolveState, claim: Claim) -> tuple[tuple[str, ...], ...]:
-    return tuple(tuple(sorted(claim_domains(s, claim, key))) for key in s.domain_keys)
+    """The NodeClaim's requirement values on the solve's zone-like keys (an order only: neighbours first)."""
+    out = []
+    for key in s.domain_keys:
+        req = claim.reqs.get(key)
+        out.append(tuple(sorted(req.values)) if req is not None else ())
+    return tuple(out)
 
 
 def _take(claim: Claim, g: Group) -> Pod:
