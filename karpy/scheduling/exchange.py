@@ -195,6 +195,8 @@ def _shifts(s: SolveState, x: Claim, y: Claim, kg: _Kind, kh: _Kind | None, open
             return None
         a, b = next(iter(da)), next(iter(db))
         eligible = eligible_domains(s, tg)
+        if tg.pools_ok is not None and x.table.name not in tg.pools_ok:
+            continue  # the NodePool fails the spread's node filter: its pods are not counted
         if (t in kg.oown and b not in eligible) or (kh is not None and t in kh.oown and a not in eligible):
             return None
         n = (1 if t in kg.osel else 0) - (1 if kh is not None and t in kh.osel else 0)
