@@ -29,11 +29,7 @@ ordered by their zone-like domains and each is visited once; for each pod whose 
 a cheaper type, the next ``TRIES`` NodeClaims are tried, first as a destination with room for the pod at
 their current type, then for a swap with one of their pods that fits the visited NodeClaim's cheaper type
 and leaves the destination's type unchanged. Only vector comparisons run before the constraint check, and
-every accepted step makes the plan strictly cheaper. A NodePool with at most ``BALANCE_MAX_CLAIMS`` NodeClaims
-(a small plan, where the pass is quadratic but the greedy's misfits weigh most) also gets up to
-``BALANCE_ROUNDS`` balancing rounds: swaps between any two of its NodeClaims that keep both types and even out
-how full they are, each followed by the improvement pass again (100 diverse pods: $25.49/h to $24.55/h, 1.040×
-the optimum, for about 8 ms more per solve).
+every accepted step makes the plan strictly cheaper.
 """
 
 from __future__ import annotations
@@ -52,9 +48,6 @@ from karpy.scheduling.topologydomains import claim_domains, eligible_domains
 ROUNDS = 1
 # Most NodeClaims a pod is tried against per visit (keeps the pass linear in NodeClaims on huge plans).
 TRIES = 3
-# Pools of at most this many NodeClaims also get balancing rounds (quadratic in NodeClaims: small plans only).
-BALANCE_MAX_CLAIMS = 32
-BALANCE_ROUNDS = 2
 
 Counts = dict[int, int]
 
@@ -340,49 +333,6 @@ class _Search:
                         return True
         return False
 
-    def balance(self) -> bool:
-        """Swaps that keep both NodeClaims' types and even out how full they are (Σ of the squared dominant
-        shares drops): free room spreads to where the next improvement pass can use it."""
-        cpu, mem = self.s.res_pos.get("cpu"), self.s.res_pos.get("memory")
-        if cpu is None or mem is None:
-            return False
-        moved = False
-        seats = [seat for seat in self.seats if seat.cap and seat.cap[cpu] > 0 and seat.cap[mem] > 0]
-        for x in seats:
-            for y in seats:
-                if x is y:
-                    continue
-                xu, yu, xc, yc = x.claim.used, y.claim.used, x.cap, y.cap
-                sxc, sxm, syc, sym = xc[cpu] - xu[cpu], xc[mem] - xu[mem], yc[cpu] - yu[cpu], yc[mem] - yu[mem]
-                fx = max(xu[cpu] / xc[cpu], xu[mem] / xc[mem])
-                fy = max(yu[cpu] / yc[cpu], yu[mem] / yc[mem])
-                before = fx * fx + fy * fy - 1e-3
-                hit = None
-                for g, _ in x.groups.values():
-                    gv = g.vec
-                    gc, gm = gv[cpu], gv[mem]
-                    for h, _ in y.groups.values():
-                        hv = h.vec
-                        dc, dm = hv[cpu] - gc, hv[mem] - gm
-                        if dc > sxc or dm > sxm or -dc > syc or -dm > sym or gv == hv:
-                            continue
-                        ax = max((xu[cpu] + dc) / xc[cpu], (xu[mem] + dm) / xc[mem])
-                        ay = max((yu[cpu] - dc) / yc[cpu], (yu[mem] - dm) / yc[mem])
-                        if (
-                            ax * ax + ay * ay < before
-                            and _within(xu, hv, gv, xc)
-                            and _within(yu, gv, hv, yc)
-                            and self.legal(x, y, g, h)
-                        ):
-                            hit = (g, h)
-                            break
-                    if hit is not None:
-                        break
-                if hit is not None:
-                    self.apply(x, y, hit[0], hit[1])
-                    moved = True
-        return moved
-
     def apply(self, x: _Seat, y: _Seat, g: Group, h: Group | None) -> None:
         s = self.s
         kg = _kind_of(s, g, self.kinds)
@@ -449,19 +399,10 @@ def exchange(s: SolveState) -> None:
         if len(claims) < 2:
             continue
         search = _Search(s, claims)
-        _improve(search)
-        if len(claims) <= BALANCE_MAX_CLAIMS:
-            for _ in range(BALANCE_ROUNDS):
-                if not search.balance():
-                    break
-                _improve(search)
-
-
-def _improve(search: _Search) -> None:
-    for _ in range(ROUNDS):
-        changed = False
-        for k in range(len(search.seats)):
-            while search.visit(k):
-                changed = True
-        if not changed:
-            break
+        for _ in range(ROUNDS):
+            changed = False
+            for k in range(len(search.seats)):
+                while search.visit(k):
+                    changed = True
+            if not changed:
+                break
