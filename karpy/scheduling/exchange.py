@@ -77,13 +77,14 @@ class _Kind:
 class _Seat:
     """A NodeClaim in the search: its hostname counts (selected, owned, both) and current price."""
 
-    __slots__ = ("both", "cap", "claim", "groups", "own", "price", "sel")
+    __slots__ = ("both", "cap", "claim", "counted", "groups", "own", "price", "sel")
 
     def __init__(self, claim: Claim) -> None:
         self.claim = claim
         self.sel: Counts = {}
         self.own: Counts = {}
         self.both: Counts = {}
+        self.counted = False  # the three counts are filled on first need (most NodeClaims never need them)
         self.price = 0.0
         self.cap: Sequence[int] = ()  # allocatable of the cheapest type that fits the pods
         self.groups: dict[int, tuple[Group, int]] = {}  # id(group) -> (group, pods of it here)
@@ -249,9 +250,10 @@ class _Search:
         self.cheaper: dict[tuple[int, int, float], list[Sequence[int]]] = {}
         for seat in self.seats:
             for g, pods in seat.claim.batches:
-                _count(seat, _kind_of(s, g, self.kinds), len(pods))
                 seat.hold(g, len(pods))
             seat.price, seat.cap = _fit(seat.claim, seat.claim.used)
+        pos = s.res_pos
+        self.pre = (pos.get("cpu", 0), pos.get("memory", 0))
         # Groups with pods on a NodeClaim whose domain is still open: their counts are not final.
         self.open_ids: set[int] = {t for c in s.claims for t in (*c.members, *c.owner_members)}
 
@@ -266,6 +268,13 @@ class _Search:
             avail = claim.table.avail
             hit = self.cheaper[key] = [avail[t] for t in frontier(avail, below)]
         return hit
+
+    def ensure_counts(self, seat: _Seat) -> None:
+        """Fill the seat's hostname counts from its pods, once."""
+        if not seat.counted:
+            seat.counted = True
+            for g, n in seat.groups.values():
+                _count(seat, _kind_of(self.s, g, self.kinds), n)
 
     def legal(self, x: _Seat, y: _Seat, g: Group, h: Group | None) -> bool:
         """Whether ``g`` may go from ``x`` to ``y`` (and ``h``, when given, from ``y`` to ``x``)."""
@@ -284,6 +293,8 @@ class _Search:
             return False
         if not touched:
             return True
+        self.ensure_counts(x)
+        self.ensure_counts(y)
         _count(x, kg, -1)
         _count(y, kg, 1)
         if kh is not None:
@@ -305,26 +316,32 @@ class _Search:
         if not caps:
             return False
         used = x.claim.used
+        p0, p1 = self.pre
         n = len(self.seats)
         near = [self.seats[(k + d) % n] for d in range(1, min(n, TRIES + 1))]
         for g, _ in list(x.groups.values()):
-            if not _kind_of(self.s, g, self.kinds).movable:
-                continue
             vec = g.vec
             # Room a pod coming back may take while x still drops to a cheaper type.
             rooms = [r for c in caps if min(r := [a - u + v for a, u, v in zip(c, used, vec, strict=True)]) >= 0]
-            if not rooms:
+            if not rooms or not _kind_of(self.s, g, self.kinds).movable:
                 continue
             room = rooms[0]
+            # Scalar pre-checks on two resources (cpu, memory) before the full vector comparisons.
+            top = [max(r[i] for r in rooms) for i in (p0, p1)]
             for y in near:
                 yused, ycap = y.claim.used, y.cap
                 if _within(yused, vec, None, ycap) and self.legal(x, y, g, None):
                     self.apply(x, y, g, None)
                     return True
+                # y gives h and takes g at its type: h >= g - (y's free room), on the same two resources.
+                low0 = vec[p0] - (ycap[p0] - yused[p0])
+                low1 = vec[p1] - (ycap[p1] - yused[p1])
                 for h, _ in y.groups.values():
                     hv = h.vec
                     if (
-                        hv != vec
+                        low0 <= hv[p0] <= top[0]
+                        and low1 <= hv[p1] <= top[1]
+                        and hv != vec
                         and (_le(hv, room) or any(_le(hv, r) for r in rooms[1:]))
                         and _within(yused, vec, hv, ycap)
                         and self.legal(x, y, g, h)
@@ -341,16 +358,20 @@ class _Search:
             tg.add(a, -n)
             tg.add(b, n)
         _put(y.claim, g, _take(x.claim, g))
-        _count(x, kg, -1)
-        _count(y, kg, 1)
+        if x.counted:
+            _count(x, kg, -1)
+        if y.counted:
+            _count(y, kg, 1)
         x.hold(g, -1)
         y.hold(g, 1)
         xu = [u - v for u, v in zip(x.claim.used, g.vec, strict=True)]
         yu = [u + v for u, v in zip(y.claim.used, g.vec, strict=True)]
         if h is not None and kh is not None:
             _put(x.claim, h, _take(y.claim, h))
-            _count(y, kh, -1)
-            _count(x, kh, 1)
+            if y.counted:
+                _count(y, kh, -1)
+            if x.counted:
+                _count(x, kh, 1)
             y.hold(h, -1)
             x.hold(h, 1)
             xu = [u + v for u, v in zip(xu, h.vec, strict=True)]
