@@ -10,8 +10,9 @@ consolidation, after launch).
 
 What a move may touch, and how it is checked:
 
-* **node constraints**: the pod has no nodeSelector, required node affinity, volumes or host ports (it fits
-  any NodeClaim of its NodePool), or both NodeClaims have the same requirements;
+* **node constraints**: pods with host ports or volumes never move; a pod with a nodeSelector or node
+  affinity (required or preferred) moves only between NodeClaims with the same requirements, any other fits
+  every NodeClaim of its NodePool;
 * **topology on other keys than the hostname** (zone spread, zone affinity, …): a constraint that selects or
   belongs to the pod keeps its counts when both NodeClaims are in one single domain, or when the two swapped
   pods are selected by and own it alike; otherwise only a spread constraint may change, when no pod of it
