@@ -64,6 +64,18 @@ def available() -> bool:
 
 
 @attrs.frozen
+class SlotPlan:
+    """One node of the MILP's best packing: NodePool, zone, instance type, USD/hour, and the pods on it as
+    ``(representative pod, count)`` per equivalence group."""
+
+    pool: str
+    zone: str
+    type: str
+    price: float
+    pods: tuple[tuple[Pod, int], ...]
+
+
+@attrs.frozen
 class Optimum:
     """A MILP result. ``cost``: the best packing found (USD/hour; inf when none); ``bound``: the proven
     lower bound; ``optimal``: proven within HiGHS' default relative gap; ``exact``: every constraint of the
@@ -76,6 +88,7 @@ class Optimum:
     nodes: int
     seconds: float
     notes: tuple[str, ...] = ()
+    plan: tuple[SlotPlan, ...] = ()
 
     @property
     def gap(self) -> float:
@@ -477,7 +490,29 @@ def optimum(
     bound = getattr(res, "mip_dual_bound", None)
     bound = float(res.fun) if bound is None or not math.isfinite(bound) else float(bound)
     cost = float(res.fun)
-    return Optimum(cost, min(bound, cost), res.status == 0, exact, used, seconds, tuple(dict.fromkeys(notes)))
+    plan = _plan(res.x, slot_list, reps, n)
+    return Optimum(cost, min(bound, cost), res.status == 0, exact, used, seconds, tuple(dict.fromkeys(notes)), plan)
+
+
+def _plan(
+    x: Any, slot_list: Sequence[_Slot], reps: Sequence[Pod], n: Sequence[Mapping[tuple[int, str], int]]
+) -> tuple[SlotPlan, ...]:
+    """The used slots of a solution ``x``: where each group's pods went and which configuration was chosen."""
+    out = []
+    for j, slot in enumerate(slot_list):
+        if x[slot.used] <= 0.5:
+            continue
+        zone = next(z for z, w in slot.where.items() if x[w] > 0.5)
+        if slot.linear is not None:
+            size = round(x[slot.size])
+            config = slot.configs[zone][size - 1]
+        else:
+            config = next(c for y, c in zip(slot.choose[zone], slot.configs[zone], strict=True) if x[y] > 0.5)
+        pods = tuple(
+            (reps[g], k) for g in range(len(reps)) if (v := n[g].get((j, zone))) is not None and (k := round(x[v])) > 0
+        )
+        out.append(SlotPlan(slot.pool.name, zone, config.type.name, config.price, pods))
+    return tuple(out)
 
 
 def _break_symmetry(
@@ -509,4 +544,4 @@ def _break_symmetry(
         m.row(slot_list[a].price_terms() + [(v, -c) for v, c in slot_list[b].price_terms()], lo=0)
 
 
-__all__ = ["Optimum", "available", "optimum"]
+__all__ = ["Optimum", "SlotPlan", "available", "optimum"]

@@ -71,6 +71,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Mapping, Sequence
 
+from karpy.scheduling.exchange import exchange
 from karpy.scheduling.existingnode import Slot, existing_order, place_existing, topo_existing
 from karpy.scheduling.explain import unschedulable_message
 from karpy.scheduling.instancetypes import PoolTable, resource_index
@@ -361,6 +362,7 @@ def topo_new(s: SolveState, g: Group, level: Level, variant: Variant, pod: Pod) 
 def build_result(s: SolveState) -> SchedulingResult:
     rebalance(s)
     repack(s)
+    exchange(s)
     new: list[NewNodeClaim] = []
     for claim in s.claims:
         if not claim.pods:

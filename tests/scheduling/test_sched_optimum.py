@@ -114,3 +114,12 @@ def test_a_pod_that_fits_nowhere_has_no_packing() -> None:
     result = optimum(huge, [_pool()], slots=2)
     assert math.isinf(result.cost)
     assert not result.optimal
+
+
+def test_the_plan_lists_each_node_with_its_type_zone_and_pods() -> None:
+    result = optimum(_pods(3), [_pool(small=(1.0, 0.9), big=(1.4, 1.5))], slots=3)
+    assert result.optimal
+    assert sorted((p.type, p.zone) for p in result.plan) == [("big", "a"), ("small", "b")]
+    assert sum(k for p in result.plan for _, k in p.pods) == 3
+    assert sum(p.price for p in result.plan) == pytest.approx(result.cost)
+    assert {n for p in result.plan for _, n in p.pods if p.type == "big"} == {2}

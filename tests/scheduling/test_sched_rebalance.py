@@ -60,6 +60,7 @@ def test_re_pairing_the_anti_affinity_pods_makes_the_plan_cheaper_and_keeps_it_v
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     pods = _pods()
+    monkeypatch.setattr(scheduler, "exchange", lambda s: None)  # rebalance alone (exchange.py has its tests)
     better = scheduler.solve(pods, [_pool()], [], [])
     assert plan_checks(better, pods) == ()
     assert len(better.new_nodeclaims) == 20  # one node per anti-affinity pod, as before
