@@ -6,6 +6,10 @@ Two costs dominate PyYAML's safe loading, and each is cut without changing what 
 * scanning, parsing and composing the node graph: libyaml's C parser (``yaml.CSafeLoader``) when PyYAML was
   built with it (``yaml.__with_libyaml__``), else PyYAML's pure-Python one (:data:`PY_LOADER`; same result, about
   ten times slower);
+* resolving each plain scalar's tag (PyYAML's YAML 1.1 resolver, a Python call per scalar from the C parser):
+  a plain scalar's tag depends on its text alone, so it is remembered per text (:func:`_resolving`; a manifest
+  repeats most of its scalars: ``name``, ``TCP``, ``Always``), and so is the value of the common implicit
+  scalars (ints, bools, nulls: immutable objects);
 * constructing Python objects: PyYAML's constructor goes through a generic dispatch, a generator per mapping and
   per-document bookkeeping for every node; plain maps, sequences and strings — nearly every node of a manifest —
   are built directly here, anything else (ints, bools, nulls, floats, timestamps, ``!!binary``, merge keys
@@ -18,7 +22,7 @@ Tags are resolved by PyYAML's YAML 1.1 resolver either way (``yes`` is a bool, `
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import yaml
@@ -34,6 +38,13 @@ PY_LOADER: type[yaml.SafeLoader] = yaml.SafeLoader
 C_LOADER: type[yaml.CSafeLoader] | None = getattr(yaml, "CSafeLoader", None)
 
 LoaderClass = type[yaml.SafeLoader] | type[yaml.CSafeLoader]
+# Implicit scalars whose value is an immutable object that depends on the text alone: built once per text.
+CACHED_TAGS = frozenset({"tag:yaml.org,2002:int", "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null"})
+# Plain scalar text → tag, and (tag, text) → value; cleared when they grow past CACHE_LIMIT entries (memory).
+CACHE_LIMIT = 200_000
+_tags: dict[str, str] = {}
+_values: dict[tuple[str, str], Any] = {}
+_subclasses: dict[type, type] = {}
 
 
 def safe_loader() -> LoaderClass:
@@ -48,7 +59,7 @@ def load_all(text: str, loader_class: LoaderClass | None = None) -> Iterator[Any
     Raises:
         yaml.YAMLError: invalid YAML, when the bad document is reached.
     """
-    loader = (loader_class or safe_loader())(text)
+    loader = _resolving(loader_class or safe_loader())(text)
     try:
         while loader.check_node():
             node = loader.get_node()
@@ -62,12 +73,49 @@ def load_all(text: str, loader_class: LoaderClass | None = None) -> Iterator[Any
         loader.dispose()
 
 
+def _resolving(base: LoaderClass) -> LoaderClass:
+    """``base`` with its ``resolve`` remembering the tag of each plain scalar text: PyYAML's resolver reads the
+    text alone for those (YAML 1.1 implicit rules; a non-plain scalar is ``!!str``), as long as the loader has no
+    path resolvers (SafeLoader has none). Every other call goes to ``base.resolve``."""
+    sub = _subclasses.get(base)
+    if sub is not None:
+        return sub
+    original: Callable[..., Any] = base.resolve
+
+    def resolve(loader: Any, kind: type, value: Any, implicit: tuple[bool, bool]) -> Any:
+        if kind is not ScalarNode or not implicit[0] or loader.yaml_path_resolvers:
+            return original(loader, kind, value, implicit)
+        tag = _tags.get(value)
+        if tag is None:
+            if len(_tags) >= CACHE_LIMIT:
+                _tags.clear()
+            tag = _tags[value] = original(loader, kind, value, implicit)
+        return tag
+
+    sub = _subclasses[base] = type(f"Resolving{base.__name__}", (base,), {"resolve": resolve})
+    return sub
+
+
+def _scalar(loader: Any, node: Node) -> Any:
+    """A non-``!!str`` scalar's value: ints, bools and nulls remembered per text, the rest by PyYAML."""
+    if node.tag not in CACHED_TAGS:
+        return loader.construct_object(node, deep=True)
+    key = (node.tag, node.value)
+    try:
+        return _values[key]
+    except KeyError:
+        if len(_values) >= CACHE_LIMIT:
+            _values.clear()
+        value = _values[key] = loader.construct_object(node, deep=True)
+        return value
+
+
 def _build(loader: Any, node: Node, anchored: dict[int, Any]) -> Any:
     """The Python object of ``node``: plain maps, sequences and strings built here (string scalars inline, the
     common case), the rest by PyYAML's constructor. ``anchored``: node id → object, so an alias is the same object."""
     cls = node.__class__
     if cls is ScalarNode:
-        return node.value if node.tag == STR_TAG else loader.construct_object(node, deep=True)
+        return node.value if node.tag == STR_TAG else _scalar(loader, node)
     done = anchored.get(id(node))
     if done is not None:
         return done
