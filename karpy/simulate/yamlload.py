@@ -22,6 +22,7 @@ Tags are resolved by PyYAML's YAML 1.1 resolver either way (``yes`` is a bool, `
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -92,7 +93,14 @@ def _resolving(base: LoaderClass) -> LoaderClass:
             tag = _tags[value] = original(loader, kind, value, implicit)
         return tag
 
-    sub = _subclasses[base] = type(f"Resolving{base.__name__}", (base,), {"resolve": resolve})
+    methods: dict[str, Any] = {"resolve": resolve}
+    if not base.yaml_path_resolvers:
+        # The parser calls these around every node; without path resolvers PyYAML's return at once. Builtins
+        # (which do not bind to the instance) do the same nothing without a Python frame: ``descend_resolver
+        # (parent, index)`` → ``operator.is_(parent, index)``, ``ascend_resolver()`` → ``int()``.
+        methods["descend_resolver"] = operator.is_
+        methods["ascend_resolver"] = int
+    sub = _subclasses[base] = type(f"Resolving{base.__name__}", (base,), methods)
     return sub
 
 
