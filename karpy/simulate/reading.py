@@ -21,6 +21,8 @@ import multiprocessing
 import os
 import sys
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -149,7 +151,8 @@ def iter_sources(sources: Sequence[str], stdin: TextIO | None = None) -> Iterato
     Small inputs are read a file at a time, when the previous one's objects have been consumed. Large ones
     (:data:`PARALLEL_MIN_BYTES`, two files or more) are parsed ahead by one worker process per CPU (``fork``),
     a file each; the objects still come in order, and the first error is still the first in reading order, raised
-    after the objects before it: the result is what reading them one by one gives.
+    after the objects before it: the result is what reading them one by one gives. A file whose worker died
+    (killed, out of memory) is read here instead.
 
     Raises:
         ManifestError: a path is missing or unreadable, or a document is invalid (when it is reached).
@@ -166,18 +169,25 @@ def iter_sources(sources: Sequence[str], stdin: TextIO | None = None) -> Iterato
             else:
                 raise ManifestError(item)
         return
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        parsed = iter([pool.apply_async(read_file, (path,)) for path in files])
+    executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    try:
+        parsed = [executor.submit(read_file, path) for path in files]
         for kind, item in tasks:
             if kind == "stdin":
                 yield from iter_documents((stdin or sys.stdin).read(), "<stdin>")
             elif kind == "file":
-                docs, error = next(parsed).get()
+                try:
+                    docs, error = parsed.pop(0).result()
+                except BrokenProcessPool:  # a worker died (killed, out of memory): read the file here instead
+                    docs, error = read_file(item)
                 yield from docs
                 if error is not None:
                     raise ManifestError(error)
             else:
                 raise ManifestError(item)
+    finally:
+        # On an error, files not started are dropped; the worker busy with one finishes it and exits.
+        executor.shutdown(wait=False, cancel_futures=True)
 
 
 def read_file(path: str) -> tuple[list[Document], str | None]:

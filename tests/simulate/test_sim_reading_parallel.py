@@ -88,3 +88,20 @@ def test_a_missing_source_is_reported_after_the_sources_before_it(
         docs, error = _read(sources, parallel, monkeypatch, "kind: [")
         assert len(docs) == 2 + 12 + 1
         assert error is not None and error.endswith("missing.yaml: no such file or directory")
+
+
+def _dying_worker(path: str) -> Any:
+    if path.endswith("p1.yaml") and os.getpid() != _TEST_PID:
+        os._exit(1)  # a worker killed mid-file (out of memory, a signal)
+    return _REAL_READ_FILE(path)
+
+
+_REAL_READ_FILE = reading.read_file
+_TEST_PID = os.getpid()
+
+
+def test_a_file_whose_worker_died_is_read_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sources = _files(tmp_path)
+    serial = _read(sources, False, monkeypatch)
+    monkeypatch.setattr(reading, "read_file", _dying_worker)
+    assert _read(sources, True, monkeypatch) == serial
