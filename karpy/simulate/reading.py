@@ -10,7 +10,7 @@ YAML is loaded by :mod:`karpy.simulate.yamlload`: the objects ``yaml.safe_load_a
 C parser when PyYAML has it (PyYAML's pure-Python scanner took most of a 20,000-pod simulation), else by
 PyYAML's own. Documents are streamed: one file's text and one document's nodes at a time, each object handed on
 as it is read. Large inputs (:data:`PARALLEL_MIN_BYTES` in two files or more, such as a cluster dump split per
-namespace) are parsed ahead by forked worker processes, one per CPU and a file each, which send the objects back
+namespace) are parsed ahead by forked worker processes, one per idle CPU and a file each, which send the objects back
 pickled (unpickling is several times faster than parsing); they are handed on in the same order, and the first
 error is the same.
 """
@@ -141,7 +141,7 @@ def parse_documents(text: str, origin: str, loader: yamlload.LoaderClass | None 
 
 
 # Large inputs are parsed by worker processes, one file each, when there are at least two files and this many bytes
-# in all: below that, starting the workers costs more than they save.
+# in all (and two idle CPUs): below that, starting the workers costs more than they save.
 PARALLEL_MIN_BYTES = 4 * 2**20
 
 
@@ -149,7 +149,7 @@ def iter_sources(sources: Sequence[str], stdin: TextIO | None = None) -> Iterato
     """All objects of the ``-f`` arguments in order (``-`` reads stdin once), streamed.
 
     Small inputs are read a file at a time, when the previous one's objects have been consumed. Large ones
-    (:data:`PARALLEL_MIN_BYTES`, two files or more) are parsed ahead by one worker process per CPU (``fork``),
+    (:data:`PARALLEL_MIN_BYTES`, two files or more) are parsed ahead by one worker process per idle CPU (``fork``),
     a file each; the objects still come in order, and the first error is still the first in reading order, raised
     after the objects before it: the result is what reading them one by one gives. A file whose worker died
     (killed, out of memory) is read here instead.
@@ -230,7 +230,9 @@ def _tasks(sources: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def _workers(files: Sequence[str]) -> int:
-    """How many worker processes to parse ``files`` with (1: none, read them here)."""
+    """How many worker processes to parse ``files`` with (1: none, read them here): one per idle CPU
+    (:func:`idle_cpus`), when that is two or more. On busy CPUs workers only add the cost of pickling (measured on
+    a loaded two-CPU machine: slower than reading here)."""
     if len(files) < 2 or "fork" not in multiprocessing.get_all_start_methods():
         return 1
     try:
@@ -239,7 +241,17 @@ def _workers(files: Sequence[str]) -> int:
         return 1  # read here, where the error is reported in order
     if size < PARALLEL_MIN_BYTES:
         return 1
-    return min(len(files), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    idle = idle_cpus()
+    return min(len(files), idle) if idle >= 2 else 1
+
+
+def idle_cpus() -> int:
+    """CPUs this process may use minus the one-minute load average, rounded (0 when unknown)."""
+    try:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return max(0, round(cpus - os.getloadavg()[0]))
+    except OSError:
+        return 0
 
 
 def read_sources(sources: Sequence[str], stdin: TextIO | None = None) -> list[Document]:

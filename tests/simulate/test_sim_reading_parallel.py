@@ -32,6 +32,7 @@ def _files(tmp_path: Path) -> list[str]:
 
 def _read(sources: list[str], parallel: bool, monkeypatch: pytest.MonkeyPatch, stdin: str = "") -> Any:
     monkeypatch.setattr(reading, "PARALLEL_MIN_BYTES", 0 if parallel else 10**15)
+    monkeypatch.setattr(reading, "idle_cpus", lambda: 2)
     out: list[tuple[str, Any]] = []
     try:
         for doc in reading.iter_sources(sources, io.StringIO(stdin)):
@@ -41,17 +42,31 @@ def _read(sources: list[str], parallel: bool, monkeypatch: pytest.MonkeyPatch, s
     return out, None
 
 
-def test_workers_are_used_for_large_inputs_of_two_files_or_more(
+def test_workers_are_used_for_large_inputs_of_two_files_or_more_with_idle_cpus(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    files = [str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml")]
+    files = [str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml"), str(tmp_path / "c.yaml")]
     for f in files:
         Path(f).write_text("x: 1\n")
     monkeypatch.setattr(reading, "PARALLEL_MIN_BYTES", 8)
-    assert reading._workers(files) == min(2, len(os.sched_getaffinity(0)))
+    monkeypatch.setattr(reading, "idle_cpus", lambda: 2)
+    assert reading._workers(files) == 2
     assert reading._workers(files[:1]) == 1
-    monkeypatch.setattr(reading, "PARALLEL_MIN_BYTES", 9 * 2)
+    monkeypatch.setattr(reading, "idle_cpus", lambda: 8)
+    assert reading._workers(files) == 3  # no more workers than files
+    monkeypatch.setattr(reading, "idle_cpus", lambda: 1)
+    assert reading._workers(files) == 1  # busy CPUs: read here
+    monkeypatch.setattr(reading, "idle_cpus", lambda: 2)
+    monkeypatch.setattr(reading, "PARALLEL_MIN_BYTES", 6 * 3 + 1)
     assert reading._workers(files) == 1
+
+
+def test_idle_cpus_subtracts_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.4, 0.0, 0.0))
+    assert reading.idle_cpus() == 3
+    monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 0.0, 0.0))
+    assert reading.idle_cpus() == 0
 
 
 def test_parallel_reading_gives_what_serial_reading_gives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
