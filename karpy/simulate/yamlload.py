@@ -6,10 +6,10 @@ Two costs dominate PyYAML's safe loading, and each is cut without changing what 
 * scanning, parsing and composing the node graph: libyaml's C parser (``yaml.CSafeLoader``) when PyYAML was
   built with it (``yaml.__with_libyaml__``), else PyYAML's pure-Python one (:data:`PY_LOADER`; same result, about
   ten times slower);
-* resolving each plain scalar's tag (PyYAML's YAML 1.1 resolver, a Python call per scalar from the C parser):
-  a plain scalar's tag depends on its text alone, so it is remembered per text (:func:`_resolving`; a manifest
-  repeats most of its scalars: ``name``, ``TCP``, ``Always``), and so is the value of the common implicit
-  scalars (ints, bools, nulls: immutable objects);
+* resolving each node's tag (PyYAML's YAML 1.1 resolver, a Python call per node from the C parser): the tag
+  depends on the node kind, the text and its flags alone, so it is remembered (:func:`_resolving`; a manifest
+  repeats most of its scalars: ``name``, ``TCP``, ``Always``) in a C-level memo, and so is the value of the
+  common implicit scalars (ints, bools, nulls: immutable objects);
 * constructing Python objects: PyYAML's constructor goes through a generic dispatch, a generator per mapping and
   per-document bookkeeping for every node; plain maps, sequences and strings — nearly every node of a manifest —
   are built directly here, anything else (ints, bools, nulls, floats, timestamps, ``!!binary``, merge keys
@@ -22,12 +22,14 @@ Tags are resolved by PyYAML's YAML 1.1 resolver either way (``yes`` is a bool, `
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.resolver import BaseResolver
 
 STR_TAG = "tag:yaml.org,2002:str"
 MAP_TAG = "tag:yaml.org,2002:map"
@@ -41,11 +43,11 @@ C_LOADER: type[yaml.CSafeLoader] | None = getattr(yaml, "CSafeLoader", None)
 LoaderClass = type[yaml.SafeLoader] | type[yaml.CSafeLoader]
 # Implicit scalars whose value is an immutable object that depends on the text alone: built once per text.
 CACHED_TAGS = frozenset({"tag:yaml.org,2002:int", "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null"})
-# Plain scalar text → tag, and (tag, text) → value; cleared when they grow past CACHE_LIMIT entries (memory).
+# Entries of the resolver's memo, and of (tag, text) → value (cleared when it grows past this; memory).
 CACHE_LIMIT = 200_000
-_tags: dict[str, str] = {}
 _values: dict[tuple[str, str], Any] = {}
 _subclasses: dict[type, type] = {}
+_BASE_RESOLVE: Callable[..., Any] = BaseResolver.resolve
 
 
 def safe_loader() -> LoaderClass:
@@ -75,26 +77,22 @@ def load_all(text: str, loader_class: LoaderClass | None = None) -> Iterator[Any
 
 
 def _resolving(base: LoaderClass) -> LoaderClass:
-    """``base`` with its ``resolve`` remembering the tag of each plain scalar text: PyYAML's resolver reads the
-    text alone for those (YAML 1.1 implicit rules; a non-plain scalar is ``!!str``), as long as the loader has no
-    path resolvers (SafeLoader has none). Every other call goes to ``base.resolve``."""
+    """``base`` with its ``resolve`` remembering its answers, when it is PyYAML's and the loader has no path
+    resolvers (SafeLoader has none): the tag then depends on the node kind, the text and its ``implicit`` flags
+    alone (YAML 1.1 implicit rules for plain scalars; ``!!str`` for quoted ones). The memo is a C-level
+    :func:`functools.lru_cache` (:data:`CACHE_LIMIT` entries), which answers the parser's call per node
+    without running Python code; ``descend_resolver``/``ascend_resolver`` likewise become builtins."""
     sub = _subclasses.get(base)
     if sub is not None:
         return sub
-    original: Callable[..., Any] = base.resolve
+    methods: dict[str, Any] = {}
+    if not base.yaml_path_resolvers and base.resolve is BaseResolver.resolve:
+        tables = type("Tables", (BaseResolver,), {"yaml_implicit_resolvers": base.yaml_implicit_resolvers})()
 
-    def resolve(loader: Any, kind: type, value: Any, implicit: tuple[bool, bool]) -> Any:
-        if kind is not ScalarNode or not implicit[0] or loader.yaml_path_resolvers:
-            return original(loader, kind, value, implicit)
-        tag = _tags.get(value)
-        if tag is None:
-            if len(_tags) >= CACHE_LIMIT:
-                _tags.clear()
-            tag = _tags[value] = original(loader, kind, value, implicit)
-        return tag
+        def tag_of(kind: type, value: Any, implicit: Any) -> Any:
+            return _BASE_RESOLVE(tables, kind, value, implicit)
 
-    methods: dict[str, Any] = {"resolve": resolve}
-    if not base.yaml_path_resolvers:
+        methods["resolve"] = staticmethod(functools.lru_cache(maxsize=CACHE_LIMIT)(tag_of))
         # The parser calls these around every node; without path resolvers PyYAML's return at once. Builtins
         # (which do not bind to the instance) do the same nothing without a Python frame: ``descend_resolver
         # (parent, index)`` → ``operator.is_(parent, index)``, ``ascend_resolver()`` → ``int()``.
