@@ -21,10 +21,11 @@ like a cluster dump plus the user's own workload files, about the examples in ``
 
 Every pod requests 100m–2 CPU and 128Mi–4Gi memory. The CLI runs as a subprocess (``python -m karpy simulate -f
 DIR --spot-price-ratio 0.35 --output json --timings``) ``--repeat`` times per size; the table shows the median
-wall time, the median of each phase (``--timings`` prints them on stderr), the peak RSS of the child (``os.wait4``
-rusage, largest over the runs) and the plan's node count and price. The machine may be shared: medians, not
-minima, are printed. Targets (at 20,000 pods: ≤ 5 s wall, ≤ 400 MB peak RSS) are checked here and printed as
-PASS/FAIL; the exit status is 1 when a target is missed or a run fails.
+wall time and CPU time (user + system of the child and its parsing workers, steadier than wall time on a
+shared machine), the median of each phase (``--timings`` prints them on stderr), the peak RSS of the child
+(``os.wait4`` rusage, largest over the runs) and the plan's node count and price. The machine may be shared:
+medians, not minima, are printed. Targets (at 20,000 pods: ≤ 5 s wall, ≤ 400 MB peak RSS) are checked here and
+printed as PASS/FAIL; the exit status is 1 when a target is missed or a run fails.
 """
 
 from __future__ import annotations
@@ -275,7 +276,8 @@ def write_manifests(directory: Path, pods: int) -> None:
 
 @attrs.frozen
 class Run:
-    """One CLI run: wall seconds, peak RSS in MB, phase seconds (from ``--timings``) and the plan's summary."""
+    """One CLI run: wall seconds, CPU seconds (user + system, parsing workers included), peak RSS in MB, phase
+    seconds (from ``--timings``) and the plan's summary."""
 
     wall: float
     rss_mb: float
@@ -283,6 +285,7 @@ class Run:
     nodes: int
     price: float
     placed: int
+    cpu: float = 0.0
 
 
 def run_once(directory: Path) -> Run:
@@ -309,6 +312,7 @@ def run_once(directory: Path) -> Run:
         nodes=summary["newNodes"],
         price=summary["pricePerHour"],
         placed=summary["podsOnNewNodes"] + summary["podsOnExistingNodes"],
+        cpu=usage.ru_utime + usage.ru_stime,
     )
 
 
@@ -345,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((size, runs))
             print(_row(size, runs), file=sys.stderr, flush=True)
     phases = sorted({k for _, runs in rows for r in runs for k in r.phases}, key=_phase_order)
-    header = ["pods", "wall s", "peak MB", *[f"{p} s" for p in phases], "nodes", "$/h", "placed", "target"]
+    header = ["pods", "wall s", "cpu s", "peak MB", *[f"{p} s" for p in phases], "nodes", "$/h", "placed", "target"]
     table = [header]
     for size, runs in rows:
         wall = statistics.median(r.wall for r in runs)
@@ -359,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
             [
                 str(size),
                 f"{wall:.2f}",
+                f"{statistics.median(r.cpu for r in runs):.2f}",
                 f"{rss:.0f}",
                 *[f"{statistics.median(r.phases.get(p, 0.0) for r in runs):.2f}" for p in phases],
                 str(runs[0].nodes),

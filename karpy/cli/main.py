@@ -176,9 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_setting_flags(run_parser)
     _add_simulate(sub)
-    from karpy.cli.explain import add_explain
+    if (sys.argv[1:] if argv is None else argv)[:1] != ["simulate"]:
+        # ``karpy simulate`` skips explain's parser: it would import the cluster client (aiohttp, 0.3 s).
+        from karpy.cli.explain import add_explain
 
-    add_explain(sub)
+        add_explain(sub)
     args = parser.parse_args(argv)
     if args.command == "simulate":
         return simulate_command(args)

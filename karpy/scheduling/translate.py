@@ -242,41 +242,87 @@ def controller_owner(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
-def scheduling_pod(obj: Mapping[str, Any]) -> Pod:
+# Spec memo of :func:`scheduling_pod`: ``id(spec)`` → (the spec, its translated fields).
+SpecMemo = dict[int, tuple[Mapping[str, Any], dict[str, Any]]]
+
+
+def _spec_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The :class:`Pod` fields that depend on the pod spec alone (``ephemeral``: the names of generic ephemeral
+    volumes, whose PVC names also need the pod's name).
+
+    Raises:
+        QuantityError: unparsable pod-level requests.
+    """
+    affinity = spec.get("affinity")
+    pod_aff, pref_aff = pod_affinity_terms(affinity, "podAffinity")
+    pod_anti, pref_anti = pod_affinity_terms(affinity, "podAntiAffinity")
+    return {
+        "requests": pod_requests(spec),
+        "node_selector": {wk.NORMALIZED_LABELS.get(k, k): v for k, v in (spec.get("nodeSelector") or {}).items()},
+        "required_terms": node_selector_terms(affinity),
+        "preferred_terms": preferred_terms(affinity),
+        "tolerations": tolerations(spec.get("tolerations")),
+        "host_ports": host_ports(spec),
+        "priority": int(spec.get("priority") or 0),
+        "node_name": str(spec.get("nodeName") or ""),
+        "pod_affinity": pod_aff,
+        "pod_anti_affinity": pod_anti,
+        "preferred_pod_affinity": pref_aff,
+        "preferred_pod_anti_affinity": pref_anti,
+        "topology_spread": topology_spread(spec.get("topologySpreadConstraints")),
+        "volume_claims": volume_claims(spec),
+        "ephemeral": tuple(str(v.get("name", "")) for v in spec.get("volumes") or [] if v.get("ephemeral")),
+    }
+
+
+def scheduling_pod(obj: Mapping[str, Any], memo: SpecMemo | None = None) -> Pod:
     """The scheduling model of a pod JSON object.
 
     ``owner`` is ``Kind/uid`` of the controller ownerReference; ``volume_claims`` lists the pod's PVCs, generic
     ephemeral volumes included under the name Kubernetes gives their PVC (``<pod>-<volume>``).
+
+    ``memo`` (optional, owned by the caller, empty at first): pods whose ``spec`` is the same object — the
+    replicas of a workload in ``karpy simulate`` share their template's — translate it once. The caller must not
+    change a spec while its memo is in use. The pods still get their own ``requests``/``node_selector`` dicts;
+    the rest of what they share is immutable (tuples of frozen values).
+
+    Raises:
+        QuantityError: unparsable pod-level requests.
     """
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
+    if memo is None:
+        fields = _spec_fields(spec)
+    else:
+        hit = memo.get(id(spec))
+        if hit is None or hit[0] is not spec:
+            hit = memo[id(spec)] = (spec, _spec_fields(spec))
+        fields = hit[1]
     owner = controller_owner(meta)
-    affinity = spec.get("affinity")
-    pod_aff, pref_aff = pod_affinity_terms(affinity, "podAffinity")
-    pod_anti, pref_anti = pod_affinity_terms(affinity, "podAntiAffinity")
-    claims = volume_claims(spec) + tuple(
-        f"{meta.get('name', '')}-{v.get('name', '')}" for v in spec.get("volumes") or [] if v.get("ephemeral")
-    )
+    name = str(meta.get("name", ""))
+    claims = fields["volume_claims"]
+    if fields["ephemeral"]:
+        claims += tuple(f"{name}-{v}" for v in fields["ephemeral"])
     return Pod(
         uid=str(meta.get("uid", "")),
         namespace=str(meta.get("namespace", "")),
-        name=str(meta.get("name", "")),
+        name=name,
         labels=dict(meta.get("labels") or {}),
-        requests=pod_requests(spec),
-        node_selector={wk.NORMALIZED_LABELS.get(k, k): v for k, v in (spec.get("nodeSelector") or {}).items()},
-        required_terms=node_selector_terms(spec.get("affinity")),
-        preferred_terms=preferred_terms(spec.get("affinity")),
-        tolerations=tolerations(spec.get("tolerations")),
-        host_ports=host_ports(spec),
-        priority=int(spec.get("priority") or 0),
+        requests=dict(fields["requests"]),
+        node_selector=dict(fields["node_selector"]),
+        required_terms=fields["required_terms"],
+        preferred_terms=fields["preferred_terms"],
+        tolerations=fields["tolerations"],
+        host_ports=fields["host_ports"],
+        priority=fields["priority"],
         created=parse_time(meta.get("creationTimestamp")),
         owner=f"{owner.get('kind')}/{owner.get('uid')}" if owner else "",
-        node_name=str(spec.get("nodeName") or ""),
-        pod_affinity=pod_aff,
-        pod_anti_affinity=pod_anti,
-        preferred_pod_affinity=pref_aff,
-        preferred_pod_anti_affinity=pref_anti,
-        topology_spread=topology_spread(spec.get("topologySpreadConstraints")),
+        node_name=fields["node_name"],
+        pod_affinity=fields["pod_affinity"],
+        pod_anti_affinity=fields["pod_anti_affinity"],
+        preferred_pod_affinity=fields["preferred_pod_affinity"],
+        preferred_pod_anti_affinity=fields["preferred_pod_anti_affinity"],
+        topology_spread=fields["topology_spread"],
         volume_claims=claims,
     )
 

@@ -11,6 +11,7 @@ controllers create); :func:`collect` runs them in the API server's order.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 
 import attrs
@@ -24,6 +25,7 @@ from karpy.simulate.defaulting import (
     default_storage_class,
     priorities,
 )
+from karpy.simulate.gcpause import pausing_gc
 from karpy.simulate.reading import Document
 from karpy.simulate.validation import (
     ManifestError,
@@ -94,6 +96,7 @@ class Manifests:
     scalables: dict[str, dict[str, JSON]] = attrs.Factory(dict)
 
 
+@pausing_gc
 def collect(docs: Iterable[Document], scale: Mapping[str, int] | None = None) -> Manifests:
     """Sort objects by kind, default and validate them, and expand workloads into pods.
 
@@ -136,8 +139,10 @@ def collect(docs: Iterable[Document], scale: Mapping[str, int] | None = None) ->
             out.scalables.setdefault(doc.kind, {})[f"{doc.namespace}/{doc.name}"] = {
                 "spec": {"template": template, "replicas": count}
             }
-        for pod, new_claims in expand(doc, count, storage_class):
-            admit_pod(pod, priority_values, f"{doc.origin} ({doc.kind} {doc.ref})")
+        admit = functools.partial(
+            admit_pod, priority_values=priority_values, where=f"{doc.origin} ({doc.kind} {doc.ref})"
+        )
+        for pod, new_claims in expand(doc, count, storage_class, admit):
             out.pods.append(pod)
             for claim in new_claims:
                 ref = (claim["metadata"]["namespace"], claim["metadata"]["name"])

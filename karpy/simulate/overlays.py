@@ -39,8 +39,11 @@ def overlaid(
 ) -> tuple[dict[str, list[InstanceType]], list[OverlayReport]]:
     """Each NodePool's instance types with ``overlays`` applied (by NodePool name), and a report per overlay.
 
-    ``pools`` are the usable NodePools' JSON with their (un-overlaid) instance types.
+    ``pools`` are the usable NodePools' JSON with their (un-overlaid) instance types. Without overlays the types
+    are returned as they are, without evaluating anything (what evaluating none would give).
     """
+    if not overlays:
+        return {str(np_obj["metadata"]["name"]): list(types) for np_obj, types in pools}, []
     views = [NodeOverlay.from_json(o) for o in overlays]
     inputs = [
         PoolTypes(

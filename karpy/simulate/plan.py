@@ -34,6 +34,7 @@ from karpy.scheduling.scheduler import solve
 from karpy.scheduling.taints import NO_SCHEDULE, untolerated
 from karpy.scheduling.translate import (
     EPHEMERAL_TAINT_KEYS,
+    SpecMemo,
     controller_owner,
     daemonset_view,
     node_resources,
@@ -45,6 +46,7 @@ from karpy.scheduling.translate import (
 from karpy.scheduling.volumes import volume_topology
 from karpy.simulate.buffers import GATE_NOTE, BufferPlan, buffer_pods
 from karpy.simulate.catalogue import Catalogue
+from karpy.simulate.gcpause import pausing_gc
 from karpy.simulate.manifests import Manifests
 from karpy.simulate.overlays import OVERLAY_NOTE, OverlayReport, overlaid, report_json, report_lines
 
@@ -267,10 +269,11 @@ def split_pods(manifests: Manifests) -> tuple[list[model.Pod], dict[str, list[mo
     pending: list[model.Pod] = []
     bound: dict[str, list[model.Pod]] = {}
     notes: list[str] = []
+    memo: SpecMemo = {}  # a workload's replicas share their spec (karpy.simulate.workloads.expand)
     for obj in manifests.pods:
         if (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
             continue
-        pod = scheduling_pod(obj)
+        pod = scheduling_pod(obj, memo)
         if pod.node_name:
             node = nodes.get(pod.node_name)
             if node is None:
@@ -349,6 +352,7 @@ def launch(plan: model.NewNodeClaim, zones: Sequence[str]) -> tuple[str, str, st
     return it.name, offering.zone, capacity_type, offering.price, ""
 
 
+@pausing_gc
 def simulate(
     manifests: Manifests,
     catalogue: Catalogue,

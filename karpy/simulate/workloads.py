@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -81,19 +81,38 @@ def unique_suffixes(seed: str, count: int) -> list[str]:
     return out
 
 
-def expand(doc: Document, count: int, default_storage_class: str | None) -> list[tuple[JSON, list[JSON]]]:
+def expand(
+    doc: Document,
+    count: int,
+    default_storage_class: str | None,
+    admit: Callable[[JSON], None] | None = None,
+) -> list[tuple[JSON, list[JSON]]]:
     """The pods (and, for StatefulSets, the PVCs) a workload controller creates for ``count`` replicas.
 
+    The replicas share one copy of the template's ``spec`` (the workload's own template is left as written):
+    what the API server does on create (``admit``, called once with ``{"spec": <that copy>}`` when ``count`` > 0:
+    validation and defaulting, which read and write only the spec) is the same for every replica, so it is done
+    once, and nothing later writes a pod's spec (the engine works on the frozen
+    :class:`~karpy.scheduling.model.Pod`). Each pod has its own ``metadata``; a StatefulSet's pods have their
+    own spec mapping and ``volumes`` list (their claims differ), the rest shared.
+
     Raises:
-        ManifestError: the workload has no pod template.
+        ManifestError: the workload has no pod template, or what ``admit`` raises.
     """
     spec = doc.obj.get("spec") or {}
     template = spec.get("template")
     if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
         raise ManifestError(f"{doc.origin}: {doc.kind} {doc.ref} has no spec.template.spec")
+    if count <= 0:
+        return []
+    shared = copy.deepcopy(template["spec"])
+    if admit is not None:
+        admit({"spec": shared})
     ns, name = doc.namespace, doc.name
     uid = str(doc.obj["metadata"].get("uid") or uid_for(doc.kind, ns, name))
-    tlabels = dict((template.get("metadata") or {}).get("labels") or {})
+    tmeta = template.get("metadata") or {}
+    tlabels = dict(tmeta.get("labels") or {})
+    annotations = tmeta.get("annotations") or {}
     out: list[tuple[JSON, list[JSON]]] = []
     if doc.kind in ("Deployment", "ReplicaSet"):
         owner_kind, owner_name, owner_uid, labels = "ReplicaSet", name, uid, dict(tlabels)
@@ -102,9 +121,9 @@ def expand(doc: Document, count: int, default_storage_class: str | None) -> list
             owner_name = f"{name}-{phash}"
             owner_uid = uid_for("ReplicaSet", ns, owner_name)
             labels["pod-template-hash"] = phash
+        owner = ("apps/v1", owner_kind, owner_name, owner_uid)
         for tail in unique_suffixes(f"{ns}/{owner_name}", count):
-            pod_name = f"{owner_name}-{tail}"
-            out.append((_pod(template, ns, pod_name, labels, ("apps/v1", owner_kind, owner_name, owner_uid)), []))
+            out.append((_pod(shared, annotations, ns, f"{owner_name}-{tail}", labels, owner), []))
     elif doc.kind == "StatefulSet":
         revision = f"{name}-{template_hash(template)}"
         for i in range(count):
@@ -115,7 +134,7 @@ def expand(doc: Document, count: int, default_storage_class: str | None) -> list
                 "statefulset.kubernetes.io/pod-name": pod_name,
                 "apps.kubernetes.io/pod-index": str(i),
             }
-            pod = _pod(template, ns, pod_name, labels, ("apps/v1", "StatefulSet", name, uid))
+            pod = _pod(dict(shared), annotations, ns, pod_name, labels, ("apps/v1", "StatefulSet", name, uid))
             claims = _statefulset_claims(doc, pod, i, default_storage_class)
             out.append((pod, claims))
     else:  # Job
@@ -132,15 +151,20 @@ def expand(doc: Document, count: int, default_storage_class: str | None) -> list
             if indexed:
                 labels["batch.kubernetes.io/job-completion-index"] = str(i)
             pod_name = f"{stem}-{tail}"
-            out.append((_pod(template, ns, pod_name, labels, ("batch/v1", "Job", name, uid)), []))
+            out.append((_pod(shared, annotations, ns, pod_name, labels, ("batch/v1", "Job", name, uid)), []))
     return out
 
 
 def _pod(
-    template: Mapping[str, Any], namespace: str, name: str, labels: Mapping[str, str], owner: tuple[str, str, str, str]
+    spec: JSON,
+    annotations: Mapping[str, Any],
+    namespace: str,
+    name: str,
+    labels: Mapping[str, str],
+    owner: tuple[str, str, str, str],
 ) -> JSON:
+    """A replica: its own metadata around ``spec`` (shared with the other replicas, see :func:`expand`)."""
     api, kind, owner_name, owner_uid = owner
-    tmeta = template.get("metadata") or {}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -149,12 +173,12 @@ def _pod(
             "namespace": namespace,
             "uid": uid_for("Pod", namespace, name),
             "labels": dict(labels),
-            "annotations": dict(tmeta.get("annotations") or {}),
+            "annotations": dict(annotations),
             "ownerReferences": [
                 {"apiVersion": api, "kind": kind, "name": owner_name, "uid": owner_uid, "controller": True}
             ],
         },
-        "spec": copy.deepcopy(template["spec"]),
+        "spec": spec,
     }
 
 
@@ -163,6 +187,8 @@ def _statefulset_claims(doc: Document, pod: JSON, ordinal: int, default_class: s
     names no StorageClass gets the default one, as the DefaultStorageClass admission plugin would."""
     claims = []
     volumes = pod["spec"].setdefault("volumes", [])
+    if isinstance(volumes, list):  # the template's list is shared with the other replicas: this pod's own copy
+        volumes = pod["spec"]["volumes"] = list(volumes)
     for template in (doc.obj.get("spec") or {}).get("volumeClaimTemplates") or []:
         tname = str((template.get("metadata") or {}).get("name") or "")
         if not tname:

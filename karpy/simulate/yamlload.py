@@ -6,6 +6,10 @@ Two costs dominate PyYAML's safe loading, and each is cut without changing what 
 * scanning, parsing and composing the node graph: libyaml's C parser (``yaml.CSafeLoader``) when PyYAML was
   built with it (``yaml.__with_libyaml__``), else PyYAML's pure-Python one (:data:`PY_LOADER`; same result, about
   ten times slower);
+* resolving each node's tag (PyYAML's YAML 1.1 resolver, a Python call per node from the C parser): the tag
+  depends on the node kind, the text and its flags alone, so it is remembered (:func:`_resolving`; a manifest
+  repeats most of its scalars: ``name``, ``TCP``, ``Always``) in a C-level memo, and so is the value of the
+  common implicit scalars (ints, bools, nulls: immutable objects);
 * constructing Python objects: PyYAML's constructor goes through a generic dispatch, a generator per mapping and
   per-document bookkeeping for every node; plain maps, sequences and strings — nearly every node of a manifest —
   are built directly here, anything else (ints, bools, nulls, floats, timestamps, ``!!binary``, merge keys
@@ -18,11 +22,14 @@ Tags are resolved by PyYAML's YAML 1.1 resolver either way (``yes`` is a bool, `
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+import operator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.resolver import BaseResolver
 
 STR_TAG = "tag:yaml.org,2002:str"
 MAP_TAG = "tag:yaml.org,2002:map"
@@ -34,6 +41,13 @@ PY_LOADER: type[yaml.SafeLoader] = yaml.SafeLoader
 C_LOADER: type[yaml.CSafeLoader] | None = getattr(yaml, "CSafeLoader", None)
 
 LoaderClass = type[yaml.SafeLoader] | type[yaml.CSafeLoader]
+# Implicit scalars whose value is an immutable object that depends on the text alone: built once per text.
+CACHED_TAGS = frozenset({"tag:yaml.org,2002:int", "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null"})
+# Entries of the resolver's memo, and of (tag, text) → value (cleared when it grows past this; memory).
+CACHE_LIMIT = 200_000
+_values: dict[tuple[str, str], Any] = {}
+_subclasses: dict[type, type] = {}
+_BASE_RESOLVE: Callable[..., Any] = BaseResolver.resolve
 
 
 def safe_loader() -> LoaderClass:
@@ -48,7 +62,7 @@ def load_all(text: str, loader_class: LoaderClass | None = None) -> Iterator[Any
     Raises:
         yaml.YAMLError: invalid YAML, when the bad document is reached.
     """
-    loader = (loader_class or safe_loader())(text)
+    loader = _resolving(loader_class or safe_loader())(text)
     try:
         while loader.check_node():
             node = loader.get_node()
@@ -62,12 +76,52 @@ def load_all(text: str, loader_class: LoaderClass | None = None) -> Iterator[Any
         loader.dispose()
 
 
+def _resolving(base: LoaderClass) -> LoaderClass:
+    """``base`` with its ``resolve`` remembering its answers, when it is PyYAML's and the loader has no path
+    resolvers (SafeLoader has none): the tag then depends on the node kind, the text and its ``implicit`` flags
+    alone (YAML 1.1 implicit rules for plain scalars; ``!!str`` for quoted ones). The memo is a C-level
+    :func:`functools.lru_cache` (:data:`CACHE_LIMIT` entries), which answers the parser's call per node
+    without running Python code; ``descend_resolver``/``ascend_resolver`` likewise become builtins."""
+    sub = _subclasses.get(base)
+    if sub is not None:
+        return sub
+    methods: dict[str, Any] = {}
+    if not base.yaml_path_resolvers and base.resolve is BaseResolver.resolve:
+        tables = type("Tables", (BaseResolver,), {"yaml_implicit_resolvers": base.yaml_implicit_resolvers})()
+
+        def tag_of(kind: type, value: Any, implicit: Any) -> Any:
+            return _BASE_RESOLVE(tables, kind, value, implicit)
+
+        methods["resolve"] = staticmethod(functools.lru_cache(maxsize=CACHE_LIMIT)(tag_of))
+        # The parser calls these around every node; without path resolvers PyYAML's return at once. Builtins
+        # (which do not bind to the instance) do the same nothing without a Python frame: ``descend_resolver
+        # (parent, index)`` → ``operator.is_(parent, index)``, ``ascend_resolver()`` → ``int()``.
+        methods["descend_resolver"] = operator.is_
+        methods["ascend_resolver"] = int
+    sub = _subclasses[base] = type(f"Resolving{base.__name__}", (base,), methods)
+    return sub
+
+
+def _scalar(loader: Any, node: Node) -> Any:
+    """A non-``!!str`` scalar's value: ints, bools and nulls remembered per text, the rest by PyYAML."""
+    if node.tag not in CACHED_TAGS:
+        return loader.construct_object(node, deep=True)
+    key = (node.tag, node.value)
+    try:
+        return _values[key]
+    except KeyError:
+        if len(_values) >= CACHE_LIMIT:
+            _values.clear()
+        value = _values[key] = loader.construct_object(node, deep=True)
+        return value
+
+
 def _build(loader: Any, node: Node, anchored: dict[int, Any]) -> Any:
     """The Python object of ``node``: plain maps, sequences and strings built here (string scalars inline, the
     common case), the rest by PyYAML's constructor. ``anchored``: node id → object, so an alias is the same object."""
     cls = node.__class__
     if cls is ScalarNode:
-        return node.value if node.tag == STR_TAG else loader.construct_object(node, deep=True)
+        return node.value if node.tag == STR_TAG else _scalar(loader, node)
     done = anchored.get(id(node))
     if done is not None:
         return done

@@ -108,3 +108,58 @@ def test_timings_flag_prints_the_phases(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["simulate", "-f", str(tmp_path), "--spot-price-ratio", "0.35", "--timings"]) == 0
     phases = parse_timings(capsys.readouterr().err)
     assert {"read", "catalogue", "prepare", "solve", "launch", "output", "total"} <= set(phases)
+
+
+REPEATED = """\
+a: yes
+b: 'yes'
+c: "8080"
+d: 8080
+e: ~
+f: null
+g: 0o17
+h: 017
+i: 1_000
+j: .inf
+k: 2026-11-25
+---
+b: yes
+a: 'yes'
+d: "8080"
+c: 8080
+e: '~'
+g: '0o17'
+h: 017
+"""
+
+
+@pytest.mark.parametrize("loader", loaders(), ids=lambda c: c.__name__)
+@pytest.mark.parametrize("limit", [2, yamlload.CACHE_LIMIT])
+def test_remembered_tags_and_values_match_safe_load(loader: Any, limit: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same texts plain and quoted, in both orders and across documents: a remembered tag is per plain text only.
+    monkeypatch.setattr(yamlload, "CACHE_LIMIT", limit)
+    for _ in range(2):  # the second pass reads what the first one remembered
+        assert list(yamlload.load_all(REPEATED, loader)) == list(yaml.safe_load_all(REPEATED))
+        assert list(yamlload.load_all(TRICKY, loader)) == list(yaml.safe_load_all(TRICKY))
+    assert len(yamlload._values) <= max(limit, 1)
+
+
+def test_resolving_loader_is_a_subclass_and_made_once() -> None:
+    sub = yamlload._resolving(yaml.SafeLoader)
+    assert issubclass(sub, yaml.SafeLoader) and yamlload._resolving(yaml.SafeLoader) is sub
+    list(yamlload.load_all(REPEATED, yaml.SafeLoader))
+    info = sub.resolve.cache_info()  # type: ignore[attr-defined]
+    assert info.hits > 0 and info.currsize <= info.maxsize == yamlload.CACHE_LIMIT
+
+
+def test_a_loader_with_path_resolvers_keeps_its_own_resolver() -> None:
+    class WithPaths(yaml.SafeLoader):
+        pass
+
+    WithPaths.add_path_resolver("tag:yaml.org,2002:set", ["spec"], dict)
+    sub = yamlload._resolving(WithPaths)
+    assert sub.resolve is WithPaths.resolve and sub.descend_resolver is WithPaths.descend_resolver
+    text = "spec: {a: null}\nother: {a: null}\n"
+    assert (
+        next(yamlload.load_all(text, WithPaths)) == yaml.load(text, WithPaths) == {"spec": {"a"}, "other": {"a": None}}
+    )
