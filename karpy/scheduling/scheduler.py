@@ -68,9 +68,9 @@ Pure and deterministic: no I/O, no clock, no randomness; ties break on names and
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Mapping, Sequence
 
+from karpy.scheduling import gcpause
 from karpy.scheduling.exchange import exchange
 from karpy.scheduling.existingnode import Slot, existing_order, place_existing, topo_existing
 from karpy.scheduling.explain import unschedulable_message
@@ -448,14 +448,9 @@ def solve(
     paused while it runs: a solve allocates many short-lived objects and frees them by reference count, so
     collections during it only rescan the caller's heap (a sixth of a 4,000-claim solve).
     """
-    paused = gc.isenabled()
-    gc.disable()
-    try:
+    with gcpause.paused():
         s = new_state(pods, nodepools, existing, daemonsets, preference_policy, namespace_labels, min_values_policy)
         return run(s)
-    finally:
-        if paused:
-            gc.enable()
 
 
 __all__ = [

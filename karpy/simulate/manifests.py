@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from karpy.apis.meta import JSON
+from karpy.scheduling.gcpause import pausing_gc
 from karpy.simulate.buffers import check_capacity_buffer
 from karpy.simulate.defaulting import (
     default_metadata,
@@ -25,7 +26,6 @@ from karpy.simulate.defaulting import (
     default_storage_class,
     priorities,
 )
-from karpy.simulate.gcpause import pausing_gc
 from karpy.simulate.reading import Document
 from karpy.simulate.validation import (
     ManifestError,

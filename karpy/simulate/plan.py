@@ -29,6 +29,7 @@ from karpy.aws.instancefilters import choose_capacity_type, launch_candidates
 from karpy.scheduling import buffers as cb
 from karpy.scheduling import model
 from karpy.scheduling.daemons import with_live_pods
+from karpy.scheduling.gcpause import pausing_gc
 from karpy.scheduling.instancetypes import pod_matches_labels
 from karpy.scheduling.scheduler import solve
 from karpy.scheduling.taints import NO_SCHEDULE, untolerated
@@ -46,7 +47,6 @@ from karpy.scheduling.translate import (
 from karpy.scheduling.volumes import volume_topology
 from karpy.simulate.buffers import GATE_NOTE, BufferPlan, buffer_pods
 from karpy.simulate.catalogue import Catalogue
-from karpy.simulate.gcpause import pausing_gc
 from karpy.simulate.manifests import Manifests
 from karpy.simulate.overlays import OVERLAY_NOTE, OverlayReport, overlaid, report_json, report_lines
 

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from sim_helpers import deployment
 
+from karpy.scheduling import gcpause
 from karpy.scheduling.translate import SpecMemo, scheduling_pod
-from karpy.simulate import gcpause
 from karpy.simulate.manifests import collect
 from karpy.simulate.reading import parse_documents
 from karpy.simulate.validation import ManifestError

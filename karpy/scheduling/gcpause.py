@@ -1,4 +1,7 @@
-"""The cyclic garbage collector paused while ``karpy simulate`` builds and plans its inputs.
+"""The cyclic garbage collector paused while a solve runs, and while ``karpy simulate`` builds and plans its inputs.
+
+A solve allocates many short-lived objects and frees them by reference count, so collections during it only
+rescan the caller's heap (a sixth of a 4,000-claim solve).
 
 Reading 20,000 pods allocates some 3 million container objects (dicts, lists) that all stay alive until the
 plan is printed. CPython's cyclic collector runs every 700 net allocations and, every so often, walks every
