@@ -1,0 +1,48 @@
+"""moto at the scale of a big provisioning batch: an EC2 resource's tags read by id, not by scanning every tag.
+
+moto 5's ``TaggedEC2Resource.get_tags`` asks ``TagBackend.describe_tags`` with a ``resource-id`` filter, which
+walks every tag of every resource in the region and regex-matches each resource id. DescribeInstances reads each
+instance's tags (for the answer and for every ``tag:``/``tag-key`` filter), so one DescribeInstances over N
+instances costs O(N × all tags) = O(N²). With a few hundred instances (one per NodeClaim of a 1,000-pod batch of
+small nodes) that is seconds of CPU per call, in the process that also runs the node agent and every other moto
+request, and it dominated the live benchmark (py-spy: most of moto's time in ``describe_tags``).
+
+:func:`patch_moto_tags` replaces ``get_tags`` with a direct read of ``TagBackend.tags[resource_id]``: the same
+list (``resource_id``, ``key``, ``value``, ``resource_type``, in insertion order) ``describe_tags`` returns for an
+exact id (``simple_aws_filter_to_re`` anchors the pattern, and EC2 ids have no wildcard characters).
+Idempotent; applied by :func:`e2e.cluster.aws.start_moto`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_PATCHED = "_karpy_fast_tags"
+
+
+def resource_tags(backend: Any, resource_id: str) -> list[dict[str, str]]:
+    """``backend.describe_tags(filters={"resource-id": [resource_id]})``'s answer, read by id."""
+    from moto.ec2.utils import EC2_PREFIX_TO_RESOURCE, get_prefix
+
+    tags = backend.tags.get(resource_id)  # .get: the backend's defaultdict must not grow an entry per read
+    if not tags:
+        return []
+    kind = EC2_PREFIX_TO_RESOURCE.get(get_prefix(resource_id), "")
+    return [
+        {"resource_id": resource_id, "key": key, "value": value, "resource_type": kind}
+        for key, value in list(tags.items())  # a copy: another request may tag the resource meanwhile
+    ]
+
+
+def patch_moto_tags() -> None:
+    """Make ``TaggedEC2Resource.get_tags`` (every tagged EC2 resource's tag read) O(its own tags)."""
+    from moto.ec2.models.core import TaggedEC2Resource
+
+    if getattr(TaggedEC2Resource, _PATCHED, False):
+        return
+
+    def get_tags(self: Any) -> list[dict[str, str]]:
+        return resource_tags(self.ec2_backend, self.id) if self.id else []
+
+    TaggedEC2Resource.get_tags = get_tags  # type: ignore[method-assign]
+    setattr(TaggedEC2Resource, _PATCHED, True)
