@@ -278,9 +278,17 @@ class NodeClaimLifecycle:
             # Re-enqueued by the plan owner when a pod of the batch is bound or a sibling registers; at the latest
             # when the hold expires.
             return Result(requeue_after=max(BIND_HOLD - (self.clock() - node.created), 0.0) + 0.1)
-        conditions = set_condition(
-            conditions_json(claim.raw), wk.COND_REGISTERED, "True", "Registered", "", claim.meta.generation
-        )
+        generation = claim.meta.generation
+        conditions = set_condition(conditions_json(claim.raw), wk.COND_REGISTERED, "True", "Registered", "", generation)
+        # A Node already initialized when it registers (Ready, no startup/ephemeral taint left: the hold for the
+        # binder often outlasts kubelet's boot) gets Registered, Initialized and Ready in one status write instead
+        # of two; the Node's initialized label is written before it, as initialization does.
+        node = self.state.nodes.get(node.name) or node  # as the sync just left it
+        initialized = not initialization_blocker(claim, node)
+        if initialized:
+            await self._label_initialized(node)
+            conditions = set_condition(conditions, wk.COND_INITIALIZED, "True", "Initialized", "", generation)
+            conditions = set_condition(conditions, wk.COND_READY, "True", "Ready", "", generation)
         updated = await self.client.merge_patch(
             NODECLAIMS,
             claim.name,
@@ -290,6 +298,9 @@ class NodeClaimLifecycle:
         registered = self._applied(updated)
         metrics.NODES_CREATED.labels(nodepool=claim.nodepool, zone=claim.meta.labels.get(wk.LABEL_ZONE, "")).inc()
         log.info("registered nodeclaim", nodeclaim=claim.name, node=node.name)
+        if initialized:
+            log.info("initialized nodeclaim", nodeclaim=claim.name, node=node.name)
+            return Result()
         return await self._initialize(registered)
 
     async def _link(self, claim: NodeClaim, node: NodeInfo) -> NodeClaim:
@@ -366,11 +377,7 @@ class NodeClaimLifecycle:
         waiting = initialization_blocker(claim, node)
         if waiting:
             return Result(requeue_after=2.0)
-        if node.labels.get(wk.LABEL_INITIALIZED) != "true":
-            updated_node = await self.client.merge_patch(
-                NODES, node.name, {"metadata": {"labels": {wk.LABEL_INITIALIZED: "true"}}}
-            )
-            self.state.apply("Node", "MODIFIED", updated_node)
+        await self._label_initialized(node)
         generation = claim.meta.generation
         conditions = set_condition(
             conditions_json(claim.raw), wk.COND_INITIALIZED, "True", "Initialized", "", generation
@@ -385,6 +392,14 @@ class NodeClaimLifecycle:
         self.state.apply("NodeClaim", "MODIFIED", updated)
         log.info("initialized nodeclaim", nodeclaim=claim.name, node=node.name)
         return Result()
+
+    async def _label_initialized(self, node: NodeInfo) -> None:
+        """``karpenter.sh/initialized=true`` on the Node (no write when it has it)."""
+        if node.labels.get(wk.LABEL_INITIALIZED) != "true":
+            updated_node = await self.client.merge_patch(
+                NODES, node.name, {"metadata": {"labels": {wk.LABEL_INITIALIZED: "true"}}}
+            )
+            self.state.apply("Node", "MODIFIED", updated_node)
 
     # Helpers ------------------------------------------------------------------------------------------
 
