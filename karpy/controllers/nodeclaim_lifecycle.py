@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import structlog
 
 from karpy import metrics
@@ -273,7 +274,9 @@ class NodeClaimLifecycle:
         if node.labels.get(wk.LABEL_REGISTERED) != "true" or _unregistered_taint(node) != (
             "NoSchedule" if hold else None
         ):
-            await self._sync_node(claim, node, hold=hold)
+            await self._sync_node(
+                claim, node, hold=hold, initialized=not hold and _initialized_once_synced(claim, node)
+            )
         if hold:
             # Re-enqueued by the plan owner when a pod of the batch is bound or a sibling registers; at the latest
             # when the hold expires.
@@ -336,10 +339,16 @@ class NodeClaimLifecycle:
         other = self.state.nodeclaim_view(claim_name)
         return other is not None and not other.deleting and not other.is_true(wk.COND_REGISTERED)
 
-    async def _sync_node(self, claim: NodeClaim, node: NodeInfo, *, hold: bool = False) -> None:
+    async def _sync_node(
+        self, claim: NodeClaim, node: NodeInfo, *, hold: bool = False, initialized: bool = False
+    ) -> None:
         """Labels, taints, finalizer and ownerReference onto the Node; the unregistered taint becomes
-        NoSchedule while ``hold`` (planned pods are being bound) and is dropped otherwise."""
+        NoSchedule while ``hold`` (planned pods are being bound) and is dropped otherwise. ``initialized``: the
+        Node is initialized once this patch lands, so it carries ``karpenter.sh/initialized=true`` too (one Node
+        write, and one Node update event for kube-scheduler to re-queue its pods on, instead of two)."""
         labels = {**claim.meta.labels, wk.LABEL_REGISTERED: "true"}
+        if initialized:
+            labels[wk.LABEL_INITIALIZED] = "true"
         wanted = list(claim.taints) + list(claim.startup_taints)
         kept = [t for t in node.taints if t.key != wk.TAINT_UNREGISTERED_KEY]
         if hold:
@@ -428,6 +437,16 @@ class NodeClaimLifecycle:
         # ``reason`` is Karpenter's: launch_timeout, registration_timeout, insufficient_capacity, nodeclass_not_ready.
         metrics.nodeclaim_disrupted(claim, reason)
         return Result()
+
+
+def _initialized_once_synced(claim: NodeClaim, node: NodeInfo) -> bool:
+    """The Node will be initialized as soon as registration drops its unregistered taint: Ready, no other
+    ephemeral taint, every requested extended resource registered, and no startup taint (the sync puts the
+    NodeClaim's startup taints on the Node)."""
+    if claim.startup_taints:
+        return False
+    synced = attrs.evolve(node, taints=tuple(t for t in node.taints if t.key != wk.TAINT_UNREGISTERED_KEY))
+    return not initialization_blocker(claim, synced)
 
 
 def _unregistered_taint(node: NodeInfo) -> str | None:

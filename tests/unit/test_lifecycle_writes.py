@@ -1,5 +1,5 @@
 """Registration of a Node that is already initialized writes Registered, Initialized and Ready in one NodeClaim
-status write (and labels the Node initialized first), instead of a status write for each step."""
+status write, and the Node's registered and initialized labels in one Node write, instead of a write per step."""
 
 from __future__ import annotations
 
@@ -48,16 +48,21 @@ def conditions(state: ClusterState) -> dict[str, str]:
 async def test_a_ready_node_is_registered_and_initialized_in_one_status_write() -> None:
     kube, state = await register(ready=True)
     writes = patches(kube)
-    assert [(kind, sub) for kind, sub, _ in writes] == [("Node", ""), ("Node", ""), ("NodeClaim", "status")]
-    assert writes[1][2] == {"metadata": {"labels": {wk.LABEL_INITIALIZED: "true"}}}
+    # One Node write (registered and initialized labels, unregistered taint gone), one NodeClaim status write.
+    assert [(kind, sub) for kind, sub, _ in writes] == [("Node", ""), ("NodeClaim", "status")]
+    labels = writes[0][2]["metadata"]["labels"]
+    assert labels[wk.LABEL_REGISTERED] == labels[wk.LABEL_INITIALIZED] == "true"
+    assert writes[0][2]["spec"]["taints"] is None
     assert {wk.COND_REGISTERED, wk.COND_INITIALIZED, wk.COND_READY} <= {
-        c["type"] for c in writes[2][2]["status"]["conditions"] if c["status"] == "True"
+        c["type"] for c in writes[1][2]["status"]["conditions"] if c["status"] == "True"
     }
     assert conditions(state)[wk.COND_INITIALIZED] == "True"
 
 
 async def test_a_node_not_ready_yet_is_only_registered() -> None:
     kube, state = await register(ready=False)
-    assert [(kind, sub) for kind, sub, _ in patches(kube)] == [("Node", ""), ("NodeClaim", "status")]
+    writes = patches(kube)
+    assert [(kind, sub) for kind, sub, _ in writes] == [("Node", ""), ("NodeClaim", "status")]
+    assert wk.LABEL_INITIALIZED not in writes[0][2]["metadata"]["labels"]
     assert conditions(state)[wk.COND_REGISTERED] == "True"
     assert wk.COND_INITIALIZED not in conditions(state)
