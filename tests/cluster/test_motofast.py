@@ -56,3 +56,66 @@ def test_patch_is_idempotent(patched: None) -> None:
     patched_get_tags = TaggedEC2Resource.get_tags
     motofast.patch_moto_tags()
     assert TaggedEC2Resource.get_tags is patched_get_tags
+
+
+class CountingParams(dict[str, Any]):
+    """Query parameters that count how often they are scanned."""
+
+    scans = 0
+
+    def __iter__(self) -> Any:
+        CountingParams.scans += 1
+        return super().__iter__()
+
+
+def _create_fleet_params(types: int, subnets: int) -> dict[str, Any]:
+    from botocore.serialize import create_serializer
+    from botocore.session import get_session
+
+    model = get_session().get_service_model("ec2").operation_model("CreateFleet")
+    overrides = [
+        {"InstanceType": f"t{n}.large", "SubnetId": f"subnet-{s}"} for n in range(types) for s in range(subnets)
+    ]
+    body = create_serializer("ec2", include_validation=False).serialize_to_request(
+        {
+            "Type": "instant",
+            "TargetCapacitySpecification": {"TotalTargetCapacity": 1, "DefaultTargetCapacityType": "on-demand"},
+            "LaunchTemplateConfigs": [
+                {"LaunchTemplateSpecification": {"LaunchTemplateName": "lt", "Version": "1"}, "Overrides": overrides}
+            ],
+        },
+        model,
+    )["body"]
+    return {k: str(v) for k, v in body.items()}
+
+
+def _parse(params: dict[str, Any]) -> dict[str, Any]:
+    from moto.core.parse import PROTOCOL_PARSERS
+    from moto.core.responses import get_service_model
+
+    model = get_service_model("ec2").operation_model("CreateFleet")  # moto's own model and parser, as it parses
+    CountingParams.scans = 0
+    return dict(PROTOCOL_PARSERS["ec2"](model).parse({"values": CountingParams(params)}))
+
+
+def test_query_parsing_scans_the_parameters_once_with_moto_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    from moto.core.parse import QueryParser
+
+    params = _create_fleet_params(types=60, subnets=3)  # karpy's most: 60 types x 3 zones
+    monkeypatch.setattr(QueryParser, "_gonna_recurse", QueryParser._gonna_recurse)
+    monkeypatch.setattr(QueryParser, "_karpy_fast_prefix", False, raising=False)
+    slow = _parse(params)
+    assert CountingParams.scans > 1000  # moto's own: a scan per structure it might parse
+    motofast.patch_moto_query_parser()
+    fast = _parse(params)
+    assert fast == slow
+    assert len(fast["LaunchTemplateConfigs"][0]["Overrides"]) == 180
+    assert CountingParams.scans <= 5  # sorted once; the rest are dict lookups
+
+
+def test_has_param_under() -> None:
+    names = sorted(["A.1.B", "A.10.C", "A.2.B", "X"])
+    assert motofast.has_param_under(names, "A.1.")
+    assert motofast.has_param_under(names, "A.10.")
+    assert not motofast.has_param_under(names, "A.3.")
+    assert not motofast.has_param_under(names, "Y")
