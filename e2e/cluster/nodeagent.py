@@ -140,6 +140,21 @@ def instance_of_provider_id(provider_id: str) -> str | None:
     return last if last.startswith("i-") else None
 
 
+FLEET_LISTING_GRACE = 5.0  # seconds after launch an instance's fleet may still be missing from DescribeFleets
+
+
+class FleetNotListedYet(RuntimeError):
+    """The instance's fleet is not in DescribeFleets yet (the registration is retried on the next pass)."""
+
+
+def _just_launched(inst: Mapping[str, Any], now: datetime | None = None) -> bool:
+    """The instance launched less than ``FLEET_LISTING_GRACE`` seconds ago."""
+    launched = inst.get("LaunchTime")
+    if not isinstance(launched, datetime):
+        return False
+    return ((now or datetime.now(UTC)) - launched).total_seconds() < FLEET_LISTING_GRACE
+
+
 class NodeAgent:
     """Registers and deletes Nodes for one cluster's EC2 instances; see the module docstring.
 
@@ -234,6 +249,8 @@ class NodeAgent:
                 return
             try:
                 await self._register(inst)
+            except FleetNotListedYet:
+                log.info("instance %s: its fleet is not listed yet; registering on the next pass", iid)
             except Exception:
                 self._failures[iid] = self._failures.get(iid, 0) + 1
                 if self._failures[iid] >= MAX_ATTEMPTS:
@@ -321,6 +338,10 @@ class NodeAgent:
                 spec["Version"] = tags["aws:ec2launchtemplate:version"]
         else:
             spec = self._fleet_template_of(inst["InstanceId"])
+            if spec is None and _just_launched(inst):
+                # moto lists a fleet's instances a moment before the fleet itself: read the fleets again on the
+                # next pass rather than register without the template's volume size.
+                raise FleetNotListedYet(inst["InstanceId"])
         if not spec:
             return None
         kwargs: dict[str, Any] = {k: v for k, v in spec.items() if k in ("LaunchTemplateId", "LaunchTemplateName")}

@@ -7,6 +7,7 @@ import asyncio
 import base64
 import threading
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from e2e.cluster.nodeagent import NodeAgent
@@ -163,3 +164,28 @@ async def test_concurrency_is_bounded_and_a_later_pass_reads_fleets_only_for_unk
 
     await agent.sync_once()  # everything registered: nothing to look up
     assert ec2.calls["describe_fleets"] == 1
+
+
+async def test_a_just_launched_instance_whose_fleet_is_not_listed_yet_waits_for_the_next_pass() -> None:
+    """moto lists a fleet's instances a moment before the fleet: the agent must not register such an instance
+    without its template (the template's volume size), but retry; an old instance without a fleet registers."""
+    ec2 = FakeEC2(2)
+    young, old = ec2.instances
+    young["LaunchTime"] = datetime.now(UTC)
+    old["LaunchTime"] = datetime.now(UTC) - timedelta(minutes=5)
+    listed = ec2.fleets
+    ec2.fleets = []  # neither fleet listed yet
+    kube = FakeKube(expect=1)
+    agent = NodeAgent(kube, ec2, "demo", "us-east-1")  # type: ignore[arg-type]
+
+    await agent.sync_once()
+    assert set(agent.registered) == {old["InstanceId"]}  # registered without a template, as before
+    assert young["InstanceId"] not in agent.ignored
+
+    ec2.fleets = listed
+    await agent.sync_once()
+    assert set(agent.registered) == {old["InstanceId"], young["InstanceId"]}
+    storage = {
+        n["spec"]["providerID"].rsplit("/", 1)[-1]: n["status"]["capacity"]["ephemeral-storage"] for n in kube.nodes
+    }
+    assert storage[young["InstanceId"]] == "20Gi"  # the template's volume
