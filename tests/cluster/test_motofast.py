@@ -119,3 +119,31 @@ def test_has_param_under() -> None:
     assert motofast.has_param_under(names, "A.10.")
     assert not motofast.has_param_under(names, "A.3.")
     assert not motofast.has_param_under(names, "Y")
+
+
+@mock_aws
+def test_fleet_instances_carry_the_template_and_fleet_tags(monkeypatch: pytest.MonkeyPatch) -> None:
+    from moto.ec2.models import fleets
+
+    monkeypatch.setattr(fleets, "Fleet", fleets.Fleet)  # restored after the test
+    motofast.patch_moto_fleet_instance_tags()
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    template = ec2.create_launch_template(LaunchTemplateName="lt", LaunchTemplateData={"ImageId": image})
+    template_id = template["LaunchTemplate"]["LaunchTemplateId"]
+    fleet = ec2.create_fleet(
+        Type="instant",
+        TargetCapacitySpecification={"TotalTargetCapacity": 1, "DefaultTargetCapacityType": "on-demand"},
+        LaunchTemplateConfigs=[
+            {
+                "LaunchTemplateSpecification": {"LaunchTemplateId": template_id, "Version": "$Latest"},
+                "Overrides": [{"InstanceType": "t3.micro"}],
+            }
+        ],
+    )
+    iid = fleet["Instances"][0]["InstanceIds"][0]
+    found = ec2.describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]
+    tags = {t["Key"]: t["Value"] for t in found["Tags"]}
+    assert tags[motofast.LAUNCH_TEMPLATE_ID_TAG] == template_id
+    assert tags[motofast.LAUNCH_TEMPLATE_VERSION_TAG] == "1"
+    assert tags[motofast.FLEET_ID_TAG] == fleet["FleetId"]
