@@ -93,6 +93,7 @@ def patch_moto_query_parser() -> None:
             self._karpy_sorted_params = cached
         return not has_param_under(cached[1], prefix)
 
+    QueryParser._karpy_moto_gonna_recurse = QueryParser._gonna_recurse  # type: ignore[attr-defined]  # moto's own
     QueryParser._gonna_recurse = _gonna_recurse  # type: ignore[method-assign]
     setattr(QueryParser, _PATCHED_PARSER, True)
 

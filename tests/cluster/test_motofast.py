@@ -102,7 +102,9 @@ def test_query_parsing_scans_the_parameters_once_with_moto_answer(monkeypatch: p
     from moto.core.parse import QueryParser
 
     params = _create_fleet_params(types=60, subnets=3)  # karpy's most: 60 types x 3 zones
-    monkeypatch.setattr(QueryParser, "_gonna_recurse", QueryParser._gonna_recurse)
+    # moto's own (a moto server started earlier in the session may have patched it already)
+    moto_own = getattr(QueryParser, "_karpy_moto_gonna_recurse", QueryParser._gonna_recurse)
+    monkeypatch.setattr(QueryParser, "_gonna_recurse", moto_own)
     monkeypatch.setattr(QueryParser, "_karpy_fast_prefix", False, raising=False)
     slow = _parse(params)
     assert CountingParams.scans > 1000  # moto's own: a scan per structure it might parse
