@@ -42,6 +42,7 @@ from karpy.controllers.node_repair import NodeRepair, RepairPolicies
 from karpy.controllers.nodeclaim_disruption import NodeClaimDisruption, affected_nodeclaims
 from karpy.controllers.nodeclaim_expiration import NodeClaimExpiration
 from karpy.controllers.nodeclaim_lifecycle import NodeClaimLifecycle
+from karpy.controllers.nodeclaim_lifecycle import workers as lifecycle_workers
 from karpy.controllers.nodeclaim_tagging import NodeClaimTagging
 from karpy.controllers.nodeclass_status import NodeClassResolver, NodeClassStatusReconciler
 from karpy.controllers.nodeoverlay_status import NodeOverlayStatus
@@ -157,7 +158,7 @@ class Operator:
                 plans=self.plans,
                 overlays=self.overlays,
             ),
-            workers=settings.workers(8),
+            workers=lifecycle_workers(settings.cpu_requests),
             key_name="nodeclaim",
         )
         self.binder = Controller(

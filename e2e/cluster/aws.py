@@ -202,10 +202,14 @@ def _logged_server(request_log: Path | None, ip_address: str, port: int) -> Any:
 def start_moto(port: int = 0, request_log: Path | None = None) -> MotoAWS:
     """Start moto's server on 127.0.0.1:``port`` (0 = any free port) in a daemon thread; with ``request_log``,
     its mutating requests are appended to that JSONL file (:class:`RequestLog`)."""
+    from e2e.cluster.motofast import patch_moto_fleet_instance_tags, patch_moto_query_parser, patch_moto_tags
     from e2e.cluster.placementgroups import patch_moto_fleets
 
     _spot_fleets_honour_security_group_ids()
     patch_moto_fleets()
+    patch_moto_tags()
+    patch_moto_query_parser()
+    patch_moto_fleet_instance_tags()  # after patch_moto_fleets: extends its Fleet
 
     for name in ("werkzeug", "moto"):
         # werkzeug logs a traceback per request moto has no backend for (e.g. the Pricing API karpy tries once).

@@ -30,12 +30,19 @@ instance tagged ``karpy-e2e/resource/<name>`` (e.g. ``karpy-e2e/resource/example
 with that resource in its capacity and allocatable.
 
 Restart-safe: a Node already present for a providerID is left alone. Errors are logged and the loop goes on.
+
+Fast at scale (hundreds of instances launched at once, as a provisioner does for a big batch): the instances a
+pass finds without a Node are registered concurrently (up to ``concurrency`` at a time, kubelets boot in
+parallel); DescribeFleets is read at most once per pass and its instance → launch template answer kept (an instant
+fleet's instances never change), and a numbered launch template version is read once (versions are immutable).
+moto runs in this process, so every EC2 call the agent saves is CPU moto's CreateFleet gets back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -51,6 +58,7 @@ GONE_STATES = frozenset({"shutting-down", "terminated"})
 CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"
 NEVER_READY_TAG = "karpy-e2e/never-ready"
 MAX_ATTEMPTS = 20  # registration attempts per instance (10 s at the default interval) before it is ignored
+CONCURRENCY = 32  # registrations in flight at once
 CONDITION_TAG_PREFIX = "karpy-e2e/condition/"
 KWOK_CONDITIONS = frozenset({"Ready", "MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable"})
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -132,18 +140,47 @@ def instance_of_provider_id(provider_id: str) -> str | None:
     return last if last.startswith("i-") else None
 
 
+FLEET_LISTING_GRACE = 5.0  # seconds after launch an instance's fleet may still be missing from DescribeFleets
+
+
+class FleetNotListedYet(RuntimeError):
+    """The instance's fleet is not in DescribeFleets yet (the registration is retried on the next pass)."""
+
+
+def _just_launched(inst: Mapping[str, Any], now: datetime | None = None) -> bool:
+    """The instance launched less than ``FLEET_LISTING_GRACE`` seconds ago."""
+    launched = inst.get("LaunchTime")
+    if not isinstance(launched, datetime):
+        return False
+    return ((now or datetime.now(UTC)) - launched).total_seconds() < FLEET_LISTING_GRACE
+
+
 class NodeAgent:
     """Registers and deletes Nodes for one cluster's EC2 instances; see the module docstring.
 
     ``ec2`` is a boto3 EC2 client (calls run in a worker thread); ``kube`` an admin :class:`KubeClient`.
     """
 
-    def __init__(self, kube: KubeClient, ec2: Any, cluster_name: str, region: str, *, interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        kube: KubeClient,
+        ec2: Any,
+        cluster_name: str,
+        region: str,
+        *,
+        interval: float = 0.5,
+        concurrency: int = CONCURRENCY,
+    ) -> None:
         self.kube = kube
         self.ec2 = ec2
         self.cluster_name = cluster_name
         self.region = region
         self.interval = interval
+        self.concurrency = max(1, concurrency)
+        self._lock = threading.Lock()  # the EC2 reads run in worker threads, several at once
+        self._fleet_templates: dict[str, dict[str, str]] = {}  # instance id -> its instant fleet's template spec
+        self._fleets_read = False  # DescribeFleets already read in this pass
+        self._template_versions: dict[tuple[str, str], dict[str, Any] | None] = {}  # (template, number) -> data
         self._types: dict[str, Mapping[str, Any]] = {}
         self._zone_ids: dict[str, str] = {}
         self._failures: dict[str, int] = {}
@@ -182,22 +219,10 @@ class NodeAgent:
             if iid:
                 by_instance[iid] = node
         live = {i["InstanceId"] for i in instances}
-        for inst in instances:
-            iid = inst["InstanceId"]
-            if iid not in by_instance and iid not in self._ignored:
-                if await asyncio.to_thread(self._never_ready, str(inst.get("ImageId") or "")):
-                    log.info("instance %s runs a never-ready AMI %s; no node registered", iid, inst.get("ImageId"))
-                    self._ignored.add(iid)
-                    continue
-                try:
-                    await self._register(inst)
-                except Exception:
-                    self._failures[iid] = self._failures.get(iid, 0) + 1
-                    if self._failures[iid] >= MAX_ATTEMPTS:
-                        log.exception("registering a node for %s failed %d times; giving up", iid, MAX_ATTEMPTS)
-                        self._ignored.add(iid)
-                    else:
-                        log.warning("registering a node for %s failed; will retry", iid, exc_info=True)
+        new = [i for i in instances if i["InstanceId"] not in by_instance and i["InstanceId"] not in self._ignored]
+        self._fleets_read = False
+        limit = asyncio.Semaphore(self.concurrency)
+        await asyncio.gather(*(self._register_new(inst, limit) for inst in new))
         for inst in instances:
             node = by_instance.get(inst["InstanceId"])
             if node is not None and not node["metadata"].get("deletionTimestamp"):
@@ -210,10 +235,29 @@ class NodeAgent:
         ]
         if suspects:
             states = await asyncio.to_thread(self._states_of, suspects)
-            for iid in suspects:
-                state = states.get(iid)
-                if state is None or state in GONE_STATES:
-                    await self._delete(by_instance[iid], iid, state or "gone")
+            gone = [iid for iid in suspects if states.get(iid) is None or states.get(iid) in GONE_STATES]
+            await asyncio.gather(*(self._delete(by_instance[iid], iid, states.get(iid) or "gone") for iid in gone))
+
+    async def _register_new(self, inst: Mapping[str, Any], limit: asyncio.Semaphore) -> None:
+        """Register a Node for an instance without one (at most ``limit`` at a time); a failure is retried on
+        the next pass, up to ``MAX_ATTEMPTS``."""
+        iid = inst["InstanceId"]
+        async with limit:
+            if await asyncio.to_thread(self._never_ready, str(inst.get("ImageId") or "")):
+                log.info("instance %s runs a never-ready AMI %s; no node registered", iid, inst.get("ImageId"))
+                self._ignored.add(iid)
+                return
+            try:
+                await self._register(inst)
+            except FleetNotListedYet:
+                log.info("instance %s: its fleet is not listed yet; registering on the next pass", iid)
+            except Exception:
+                self._failures[iid] = self._failures.get(iid, 0) + 1
+                if self._failures[iid] >= MAX_ATTEMPTS:
+                    log.exception("registering a node for %s failed %d times; giving up", iid, MAX_ATTEMPTS)
+                    self._ignored.add(iid)
+                else:
+                    log.warning("registering a node for %s failed; will retry", iid, exc_info=True)
 
     # -- EC2 -------------------------------------------------------------------------------------
 
@@ -273,11 +317,12 @@ class NodeAgent:
         return self._types[name]
 
     def _zone_id(self, zone: str) -> str | None:
-        if not self._zone_ids:
-            for z in self.ec2.describe_availability_zones()["AvailabilityZones"]:
-                if z.get("ZoneId"):
-                    self._zone_ids[z["ZoneName"]] = z["ZoneId"]
-        return self._zone_ids.get(zone)
+        with self._lock:  # filled once; a concurrent reader must not see it half filled
+            if not self._zone_ids:
+                for z in self.ec2.describe_availability_zones()["AvailabilityZones"]:
+                    if z.get("ZoneId"):
+                        self._zone_ids[z["ZoneName"]] = z["ZoneId"]
+            return self._zone_ids.get(zone)
 
     def _launch_template_data(self, inst: Mapping[str, Any]) -> dict[str, Any] | None:
         """The LaunchTemplateData the instance was launched from, if it can be found.
@@ -293,23 +338,48 @@ class NodeAgent:
                 spec["Version"] = tags["aws:ec2launchtemplate:version"]
         else:
             spec = self._fleet_template_of(inst["InstanceId"])
+            if spec is None and _just_launched(inst):
+                # moto lists a fleet's instances a moment before the fleet itself: read the fleets again on the
+                # next pass rather than register without the template's volume size.
+                raise FleetNotListedYet(inst["InstanceId"])
         if not spec:
             return None
         kwargs: dict[str, Any] = {k: v for k, v in spec.items() if k in ("LaunchTemplateId", "LaunchTemplateName")}
-        kwargs["Versions"] = [str(spec.get("Version") or "$Default")]
+        version = str(spec.get("Version") or "$Default")
+        kwargs["Versions"] = [version]
+        # A numbered version never changes: read it once. $Default/$Latest can move, so they are read every time.
+        key = (str(kwargs.get("LaunchTemplateId") or kwargs.get("LaunchTemplateName") or ""), version)
+        if version.isdigit() and key in self._template_versions:
+            return self._template_versions[key]
         versions = self.ec2.describe_launch_template_versions(**kwargs)["LaunchTemplateVersions"]
-        return dict(versions[0]["LaunchTemplateData"]) if versions else None
+        data = dict(versions[0]["LaunchTemplateData"]) if versions else None
+        if version.isdigit():
+            self._template_versions[key] = data
+        return data
 
     def _fleet_template_of(self, instance_id: str) -> dict[str, str] | None:
-        for page in self.ec2.get_paginator("describe_fleets").paginate():
-            for fleet in page.get("Fleets") or []:
-                ids = {i for group in fleet.get("Instances") or [] for i in group.get("InstanceIds") or []}
-                if instance_id in ids:
-                    for config in fleet.get("LaunchTemplateConfigs") or []:
-                        spec = config.get("LaunchTemplateSpecification")
-                        if spec:
-                            return {k: str(v) for k, v in spec.items()}
-        return None
+        """The launch template of the instant fleet that launched ``instance_id``: DescribeFleets is read at most
+        once per pass (under the lock, so concurrent registrations share the read), every fleet's instances are
+        remembered."""
+        with self._lock:
+            if instance_id not in self._fleet_templates and not self._fleets_read:
+                self._fleets_read = True
+                for page in self.ec2.get_paginator("describe_fleets").paginate():
+                    for fleet in page.get("Fleets") or []:
+                        spec = next(
+                            (
+                                c["LaunchTemplateSpecification"]
+                                for c in fleet.get("LaunchTemplateConfigs") or []
+                                if c.get("LaunchTemplateSpecification")
+                            ),
+                            None,
+                        )
+                        if spec is None:
+                            continue
+                        for group in fleet.get("Instances") or []:
+                            for iid in group.get("InstanceIds") or []:
+                                self._fleet_templates[iid] = {k: str(v) for k, v in spec.items()}
+            return self._fleet_templates.get(instance_id)
 
     def _user_data(self, inst: Mapping[str, Any], template: Mapping[str, Any] | None) -> bytes:
         attr = self.ec2.describe_instance_attribute(InstanceId=inst["InstanceId"], Attribute="userData")

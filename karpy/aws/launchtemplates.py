@@ -21,6 +21,7 @@ never affects running instances.
 from __future__ import annotations
 
 import base64
+import json
 import math
 import time
 from collections.abc import Collection, Mapping, Sequence
@@ -44,6 +45,7 @@ from karpy.aws.userdata import DEFAULT_CLUSTER_DNS, DEFAULT_SERVICE_CIDR, NodeAd
 from karpy.cloudprovider.types import InstanceType, LaunchRequest, Offering
 
 log = structlog.get_logger("karpy.aws.launchtemplates")
+USER_DATA_CACHE: Final = 1024  # distinct user data renders kept (a NodeClass x capacity type x kubelet set each)
 NAME_PREFIX: Final = "karpenter.k8s.aws/"
 DEFAULT_METADATA_OPTIONS: Final = {
     "HttpEndpoint": "enabled",
@@ -180,6 +182,10 @@ class LaunchTemplateProvider:
         self.cluster_cidr = cluster_cidr
         self.cluster_dns = tuple(cluster_dns)
         self._ensured = ttl_cache(LAUNCH_TEMPLATES, clock)
+        # Rendered user data by its inputs: a launch renders one per candidate instance type (up to 60) and the
+        # types of a batch share a handful of kubelet resource sets, so most renders (YAML, MIME) are repeats.
+        self._user_data: dict[str, str] = {}
+        self.renders = 0  # user data rendered (cache misses), for tests and the profile
         self.started = clock()
         self.last_used: dict[str, float] = {}
 
@@ -237,7 +243,41 @@ class LaunchTemplateProvider:
         capacity_type: str,
         reserved: KubeletResources,
     ) -> str:
-        """The user data (text) of one launch of ``family`` (see :meth:`ensure_for`)."""
+        """The user data (text) of one launch of ``family`` (see :meth:`ensure_for`); the same inputs give the
+        same text, so it is rendered once per distinct inputs (up to ``USER_DATA_CACHE`` of them)."""
+        labels = node_labels(request, capacity_type, family)
+        key = json.dumps(
+            [
+                family,
+                spec,
+                labels,
+                request.taints,
+                request.kubelet,
+                attrs.asdict(reserved),
+                self.cluster_endpoint,
+                self.cluster_ca_bundle,
+                self.cluster_cidr,
+                self.cluster_dns,
+            ],
+            sort_keys=True,
+            default=str,
+        )
+        cached = self._user_data.get(key)
+        if cached is None:
+            if len(self._user_data) >= USER_DATA_CACHE:
+                self._user_data.clear()
+            cached = self._user_data[key] = self._render_user_data(family, spec, request, labels, reserved)
+        return cached
+
+    def _render_user_data(
+        self,
+        family: str,
+        spec: Mapping[str, Any],
+        request: LaunchRequest,
+        labels: Mapping[str, str],
+        reserved: KubeletResources,
+    ) -> str:
+        self.renders += 1
         data = NodeAdmInput(
             cluster_name=self.cluster_name,
             endpoint=self.cluster_endpoint,
@@ -246,7 +286,7 @@ class LaunchTemplateProvider:
             kube_reserved=format_reserved(reserved.kube_reserved),
             system_reserved=format_reserved(reserved.system_reserved),
             eviction_hard=reserved.eviction_hard,
-            labels=node_labels(request, capacity_type, family),
+            labels=dict(labels),
             taints=request.taints,
             kubelet=request.kubelet,
             cidr=self.cluster_cidr,

@@ -11,10 +11,13 @@ already bound is skipped; a 409 whose pod already sits on that node counts as do
 kube-scheduler. So is a pod with a PVC not bound yet (WaitForFirstConsumer): kube-scheduler's volume binding must
 pick its node. Keyed by NodeClaim name; enqueued by the plan owner (:class:`~karpy.state.plans.Plans`) when pods
 are planned onto a NodeClaim, and by its Node's changes. A pod left to kube-scheduler is released from its plan.
+A node's admitted pods are bound concurrently (``BIND_CONCURRENCY`` at a time), each counted for the checks of
+the pods after it before its Binding is sent.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 import structlog
@@ -36,6 +39,9 @@ from karpy.state.plans import Plans
 from karpy.state.views import NodeInfo
 
 log = structlog.get_logger("karpy.binder")
+# Bindings of one node in flight at once (the client's KUBE_CLIENT_QPS/BURST limiter paces them): a node's pods
+# are bound together, as kube-scheduler's binding cycles run in parallel, not one round trip after another.
+BIND_CONCURRENCY = 32
 
 
 def binding_taints(node: NodeInfo) -> tuple[Taint, ...]:
@@ -88,14 +94,23 @@ class Binder:
         if not todo:
             return Result()
         check = self._check(node, todo)
+        admitted: list[Pod] = []
         for pod in todo:
             reason = check.refusal(pod)
             if reason is not None:
                 self._leave(pod, node.name, reason)
                 continue
-            if await self._bind(pod, node.name):
-                check.assume(pod)
+            # Counted for the next pods' checks before its Binding is sent: the Bindings go out together. A
+            # Binding that then fails only made the later checks stricter (a pod left to kube-scheduler).
+            check.assume(pod)
+            admitted.append(pod)
+        limit = asyncio.Semaphore(BIND_CONCURRENCY)
+        await asyncio.gather(*(self._bind_within(limit, pod, node.name) for pod in admitted))
         return Result()
+
+    async def _bind_within(self, limit: asyncio.Semaphore, pod: Pod, node_name: str) -> bool:
+        async with limit:
+            return await self._bind(pod, node_name)
 
     def _check(self, node: NodeInfo, pods: Sequence[Pod]) -> BindingCheck:
         """The binding predicate over the Node as it is now. The rest of the cluster is only built when a pod to

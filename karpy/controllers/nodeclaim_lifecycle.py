@@ -31,10 +31,12 @@ Karpenter core ``pkg/controllers/nodeclaim/lifecycle/`` (``launch.go``, ``regist
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import structlog
 
 from karpy import metrics
@@ -70,9 +72,23 @@ log = structlog.get_logger("karpy.nodeclaim.lifecycle")
 LAUNCH_TTL = 300.0
 OVERLAY_WAIT = 1.0  # seconds between launch attempts while the NodePool's NodeOverlays are not evaluated yet
 REGISTRATION_TTL = 900.0
+# Concurrent reconciles (Karpenter core ``nodeclaim/lifecycle/controller.go``: ``LinearScaleReconciles(cpus, 1000,
+# 5000)``, "higher concurrency limit since we want fast reaction to node syncing and launch"). A launch holds its
+# worker for the whole CreateFleet round trip, so a batch of N NodeClaims needs N workers to launch in parallel,
+# and a Node that registers meanwhile must not wait behind launches (its pods are bound only once it is synced).
+MIN_WORKERS = 1000
+MAX_WORKERS = 5000
 # Longest time the unregistered taint is held (as NoSchedule) for karpy's binder; a pod that cannot be bound
 # by then is left to kube-scheduler (seconds since the Node was created).
 BIND_HOLD = 15.0
+
+
+def workers(cpu_requests: int) -> int:
+    """The lifecycle's concurrent reconciles for ``cpu_requests`` millicores (``CPU_REQUESTS``): Karpenter's
+    ``LinearScaleReconciles``, ``MIN_WORKERS`` at one core up to ``MAX_WORKERS`` at 60 (cores rounded up). Idle
+    workers are parked coroutines (a few KiB each)."""
+    cores = max(1, math.ceil(cpu_requests / 1000))
+    return min(MAX_WORKERS, MIN_WORKERS + int((MAX_WORKERS - MIN_WORKERS) / 59 * (cores - 1)))
 
 
 class NodeClaimLifecycle:
@@ -258,14 +274,24 @@ class NodeClaimLifecycle:
         if node.labels.get(wk.LABEL_REGISTERED) != "true" or _unregistered_taint(node) != (
             "NoSchedule" if hold else None
         ):
-            await self._sync_node(claim, node, hold=hold)
+            await self._sync_node(
+                claim, node, hold=hold, initialized=not hold and _initialized_once_synced(claim, node)
+            )
         if hold:
             # Re-enqueued by the plan owner when a pod of the batch is bound or a sibling registers; at the latest
             # when the hold expires.
             return Result(requeue_after=max(BIND_HOLD - (self.clock() - node.created), 0.0) + 0.1)
-        conditions = set_condition(
-            conditions_json(claim.raw), wk.COND_REGISTERED, "True", "Registered", "", claim.meta.generation
-        )
+        generation = claim.meta.generation
+        conditions = set_condition(conditions_json(claim.raw), wk.COND_REGISTERED, "True", "Registered", "", generation)
+        # A Node already initialized when it registers (Ready, no startup/ephemeral taint left: the hold for the
+        # binder often outlasts kubelet's boot) gets Registered, Initialized and Ready in one status write instead
+        # of two; the Node's initialized label is written before it, as initialization does.
+        node = self.state.nodes.get(node.name) or node  # as the sync just left it
+        initialized = not initialization_blocker(claim, node)
+        if initialized:
+            await self._label_initialized(node)
+            conditions = set_condition(conditions, wk.COND_INITIALIZED, "True", "Initialized", "", generation)
+            conditions = set_condition(conditions, wk.COND_READY, "True", "Ready", "", generation)
         updated = await self.client.merge_patch(
             NODECLAIMS,
             claim.name,
@@ -275,6 +301,9 @@ class NodeClaimLifecycle:
         registered = self._applied(updated)
         metrics.NODES_CREATED.labels(nodepool=claim.nodepool, zone=claim.meta.labels.get(wk.LABEL_ZONE, "")).inc()
         log.info("registered nodeclaim", nodeclaim=claim.name, node=node.name)
+        if initialized:
+            log.info("initialized nodeclaim", nodeclaim=claim.name, node=node.name)
+            return Result()
         return await self._initialize(registered)
 
     async def _link(self, claim: NodeClaim, node: NodeInfo) -> NodeClaim:
@@ -310,10 +339,16 @@ class NodeClaimLifecycle:
         other = self.state.nodeclaim_view(claim_name)
         return other is not None and not other.deleting and not other.is_true(wk.COND_REGISTERED)
 
-    async def _sync_node(self, claim: NodeClaim, node: NodeInfo, *, hold: bool = False) -> None:
+    async def _sync_node(
+        self, claim: NodeClaim, node: NodeInfo, *, hold: bool = False, initialized: bool = False
+    ) -> None:
         """Labels, taints, finalizer and ownerReference onto the Node; the unregistered taint becomes
-        NoSchedule while ``hold`` (planned pods are being bound) and is dropped otherwise."""
+        NoSchedule while ``hold`` (planned pods are being bound) and is dropped otherwise. ``initialized``: the
+        Node is initialized once this patch lands, so it carries ``karpenter.sh/initialized=true`` too (one Node
+        write, and one Node update event for kube-scheduler to re-queue its pods on, instead of two)."""
         labels = {**claim.meta.labels, wk.LABEL_REGISTERED: "true"}
+        if initialized:
+            labels[wk.LABEL_INITIALIZED] = "true"
         wanted = list(claim.taints) + list(claim.startup_taints)
         kept = [t for t in node.taints if t.key != wk.TAINT_UNREGISTERED_KEY]
         if hold:
@@ -351,11 +386,7 @@ class NodeClaimLifecycle:
         waiting = initialization_blocker(claim, node)
         if waiting:
             return Result(requeue_after=2.0)
-        if node.labels.get(wk.LABEL_INITIALIZED) != "true":
-            updated_node = await self.client.merge_patch(
-                NODES, node.name, {"metadata": {"labels": {wk.LABEL_INITIALIZED: "true"}}}
-            )
-            self.state.apply("Node", "MODIFIED", updated_node)
+        await self._label_initialized(node)
         generation = claim.meta.generation
         conditions = set_condition(
             conditions_json(claim.raw), wk.COND_INITIALIZED, "True", "Initialized", "", generation
@@ -370,6 +401,14 @@ class NodeClaimLifecycle:
         self.state.apply("NodeClaim", "MODIFIED", updated)
         log.info("initialized nodeclaim", nodeclaim=claim.name, node=node.name)
         return Result()
+
+    async def _label_initialized(self, node: NodeInfo) -> None:
+        """``karpenter.sh/initialized=true`` on the Node (no write when it has it)."""
+        if node.labels.get(wk.LABEL_INITIALIZED) != "true":
+            updated_node = await self.client.merge_patch(
+                NODES, node.name, {"metadata": {"labels": {wk.LABEL_INITIALIZED: "true"}}}
+            )
+            self.state.apply("Node", "MODIFIED", updated_node)
 
     # Helpers ------------------------------------------------------------------------------------------
 
@@ -398,6 +437,16 @@ class NodeClaimLifecycle:
         # ``reason`` is Karpenter's: launch_timeout, registration_timeout, insufficient_capacity, nodeclass_not_ready.
         metrics.nodeclaim_disrupted(claim, reason)
         return Result()
+
+
+def _initialized_once_synced(claim: NodeClaim, node: NodeInfo) -> bool:
+    """The Node will be initialized as soon as registration drops its unregistered taint: Ready, no other
+    ephemeral taint, every requested extended resource registered, and no startup taint (the sync puts the
+    NodeClaim's startup taints on the Node)."""
+    if claim.startup_taints:
+        return False
+    synced = attrs.evolve(node, taints=tuple(t for t in node.taints if t.key != wk.TAINT_UNREGISTERED_KEY))
+    return not initialization_blocker(claim, synced)
 
 
 def _unregistered_taint(node: NodeInfo) -> str | None:

@@ -19,6 +19,7 @@ delay, client-go ``AddAfter``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import time
@@ -105,7 +106,9 @@ class WorkQueue:
         self._seq = itertools.count()
         # Workers blocked in get(): woken synchronously by an add (no fire-and-forget notify task per add, which
         # could outlive a queue nobody drains and leak past a test's or the operator's end).
-        self._waiters: list[asyncio.Future[None]] = []
+        # One waiter is woken per key queued (not all of them: the lifecycle runs 1000+ workers, and waking every
+        # one per add made each add O(workers)).
+        self._waiters: deque[asyncio.Future[None]] = deque()
         self._timer: Timer | None = None
         self._clock = clock or LoopClock()
         self.base_delay = base_delay
@@ -184,9 +187,13 @@ class WorkQueue:
             self._waiters.append(waiter)
             try:
                 await waiter
-            finally:
-                if waiter in self._waiters:  # cancelled before an add woke it
-                    self._waiters.remove(waiter)
+            except asyncio.CancelledError:
+                if waiter.cancelled():  # cancelled before an add woke it (a wake may have dropped it already)
+                    with contextlib.suppress(ValueError):
+                        self._waiters.remove(waiter)
+                else:  # woken, then cancelled before taking the key: pass the wake-up on, never strand a key
+                    self._wake()
+                raise
         key = self._queue.popleft()
         self._queued.discard(key)
         self._processing.add(key)
@@ -216,12 +223,13 @@ class WorkQueue:
         self._wake()
 
     def _wake(self) -> None:
-        """Wake every waiting worker; each re-checks the queue (the few that find it empty wait again), so a
-        worker cancelled after being woken never strands a key."""
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
+        """Wake one waiting worker for a key just queued (it re-checks the queue: if another worker took the key
+        first, it waits again); a woken worker cancelled before taking a key wakes the next one (:meth:`get`)."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
+                return
 
     def _arm_timer(self) -> None:
         if self._timer is not None:

@@ -7,6 +7,7 @@ onto a node in zone A although it is planned there: it is left to kube-scheduler
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -165,3 +166,31 @@ async def test_local_volume_of_another_node_is_left_to_kube_scheduler() -> None:
     kube, _ = await run([pool, repl, node(repl), db_pod("db-1", claim="data-db-1"), pv, claim], "repl-a")
     assert bindings(kube) == []
     assert "VolumeBinding" in left(kube)["db-1"]
+
+
+async def test_a_nodes_pods_are_bound_concurrently() -> None:
+    """Every admitted pod's Binding is in flight at once (not one round trip after another)."""
+    names = [f"web-{n}" for n in range(10)]
+
+    class GatedKube(FakeKube):
+        in_flight = 0
+        peak = 0
+        all_in = asyncio.Event()
+
+        async def create_subresource(self, *args: Any, **kwargs: Any) -> JSON:
+            GatedKube.in_flight += 1
+            GatedKube.peak = max(GatedKube.peak, GatedKube.in_flight)
+            if GatedKube.in_flight == len(names):
+                GatedKube.all_in.set()
+            await asyncio.wait_for(GatedKube.all_in.wait(), timeout=30)
+            GatedKube.in_flight -= 1
+            return await super().create_subresource(*args, **kwargs)
+
+    pool = nodepool()
+    repl = planned_on(in_zone(nodeclaim("repl-a", pool), "us-east-1a"), *names)
+    objs = [pool, repl, node(repl, cpu=16), *(pod(n, cpu="100m", owner="web") for n in names)]
+    state = loaded_state(objs)
+    kube = GatedKube(objs)
+    await Binder(kube, state, following_plans(state), events=EventRecorder(kube)).reconcile("repl-a")
+    assert GatedKube.peak == len(names)
+    assert sorted(bindings(kube)) == [(n, "node-repl-a") for n in sorted(names)]

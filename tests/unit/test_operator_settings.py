@@ -32,9 +32,10 @@ def workers(op: Operator) -> dict[str, int]:
 def test_cpu_requests_scale_the_workers() -> None:
     one_core = workers(operator())
     assert one_core == workers(operator(CPU_REQUESTS="1000")) == workers(operator(CPU_REQUESTS="0"))
-    assert one_core["lifecycle"] == 8 and one_core["binder"] == 4
+    # The lifecycle scales as Karpenter's (LinearScaleReconciles(cpus, 1000, 5000)), the rest per core.
+    assert one_core["lifecycle"] == 1000 and one_core["binder"] == 4
     three_cores = workers(operator(CPU_REQUESTS="2500"))
-    assert three_cores == {name: 3 * count for name, count in one_core.items()}
+    assert three_cores == {name: 1135 if name == "lifecycle" else 3 * count for name, count in one_core.items()}
 
 
 def test_nodeclasses_refresh_at_the_tighter_interval() -> None:
