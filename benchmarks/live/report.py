@@ -128,14 +128,23 @@ def count_writes(
     return out
 
 
-def dispatched(samples: Iterable[tuple[str, Mapping[str, str], float]], flow_schema: str) -> float:
-    """Requests the apiserver's priority-and-fairness filter dispatched for ``flow_schema`` (every request of the
-    users it matches, reads and watches included): the sum of ``apiserver_flowcontrol_dispatched_requests_total``
-    samples ``(name, labels, value)`` with that ``flow_schema`` label."""
+def unique_events(events: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Audit events one per request (by ``auditID``, the last stage seen: ``ResponseComplete`` of a finished
+    request, ``ResponseStarted`` of a watch still open), in first-seen order."""
+    by_id: dict[str, Mapping[str, Any]] = {}
+    for event in events:
+        by_id[str(event.get("auditID") or id(event))] = event
+    return list(by_id.values())
+
+
+def count_requests(events: Iterable[Mapping[str, Any]], user: str, since: float, until: float = float("inf")) -> int:
+    """Requests of ``user`` received in ``[since, until)`` (every verb the audit policy logs for it: with
+    ``reads``, get/list/watch too), one per ``auditID``."""
     return sum(
-        value
-        for name, labels, value in samples
-        if name == "apiserver_flowcontrol_dispatched_requests_total" and labels.get("flow_schema") == flow_schema
+        1
+        for event in unique_events(events)
+        if (event.get("user") or {}).get("username") == user
+        and since <= parse_time(str(event["requestReceivedTimestamp"])) < until
     )
 
 

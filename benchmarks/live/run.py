@@ -3,16 +3,14 @@
 For each size and run, each controller on a FRESH local cluster (``e2e.cluster.launcher``; the order alternates per
 run), the same problem (:mod:`benchmarks.live.mix`: the workload mix, two NodePools, one catalogue), and:
 
-1. the controller installed and started, its NodePools Ready; a FlowSchema (:func:`flow_schema`) that sends the
-   controller's requests to the priority level it would get anyway (``workload-low``, as every ServiceAccount's
-   outside kube-system) under a name of its own, so ``apiserver_flowcontrol_dispatched_requests_total`` counts
-   all its requests (reads and watches too);
+1. the controller installed and started, its NodePools Ready;
 2. every Deployment created at once; the Deployments' ready replicas polled each second; at the end the pods,
    NodeClaims and Nodes listed once: times from the objects' own timestamps (pod creationTimestamp → Ready
    condition), nodes and their instance types priced at karpy's on-demand table, a timeline (NodeClaims, Nodes,
    pods scheduled, pods Ready over time);
-3. the controller's writes from the apiserver audit log (``e2e.cluster.controlplane.audit_policy`` logs both
-   controllers' ServiceAccounts), its CPU seconds and peak RSS from ``/proc``;
+3. the controller's requests and writes from the apiserver audit log (``e2e.cluster.controlplane.audit_policy``
+   logs both controllers' ServiceAccounts; this process sets ``KARPY_AUDIT_READS=1`` for the clusters it starts,
+   so their reads are logged too), its CPU seconds and peak RSS from ``/proc``;
 4. every Deployment scaled to 0 and the time until no NodeClaim and no controller Node is left (NodePools
    consolidate ``WhenEmpty`` after 30 s, which is part of it), with the evictions and pod deletes it made.
 
@@ -27,21 +25,18 @@ import asyncio
 import contextlib
 import fcntl
 import json
+import os
 import signal
-import ssl
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from benchmarks.live import mix, report
+from e2e.cluster.controlplane import AUDIT_READS_ENV
 
-FLOW_SCHEMA = "karpy-live-controller"
 USERS = {
     "karpy": "system:serviceaccount:karpy:karpy",
     "karpenter": "system:serviceaccount:karpenter:karpenter",
@@ -50,56 +45,11 @@ PROVIDER_PREFIX = {"karpy": "aws://", "karpenter": "kwok://"}
 DEFAULT_LOCK = Path("/tmp/karpy-cluster.lock")
 
 
-def flow_schema(user: str) -> dict[str, Any]:
-    """A ``flowcontrol.apiserver.k8s.io/v1`` FlowSchema :data:`FLOW_SCHEMA` matching every request of ``user``
-    (precedence 90: before every suggested schema but ``exempt``), to ``workload-low``, the priority level the
-    suggested ``service-accounts`` schema gives it anyway, distinguished by user as that schema does."""
-    return {
-        "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
-        "kind": "FlowSchema",
-        "metadata": {"name": FLOW_SCHEMA},
-        "spec": {
-            "matchingPrecedence": 90,
-            "priorityLevelConfiguration": {"name": "workload-low"},
-            "distinguisherMethod": {"type": "ByUser"},
-            "rules": [
-                {
-                    "subjects": [{"kind": "User", "user": {"name": user}}],
-                    "resourceRules": [
-                        {
-                            "verbs": ["*"],
-                            "apiGroups": ["*"],
-                            "resources": ["*"],
-                            "clusterScope": True,
-                            "namespaces": ["*"],
-                        }
-                    ],
-                    "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-                }
-            ],
-        },
-    }
-
-
-def apiserver_samples(kubeconfig: Path) -> list[tuple[str, dict[str, str], float]]:
-    """The apiserver's ``/metrics`` as ``(name, labels, value)`` samples, read with the kubeconfig's token."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    config = yaml.safe_load(kubeconfig.read_text())
-    server = config["clusters"][0]["cluster"]["server"]
-    token = config["users"][0]["user"]["token"]
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    request = urllib.request.Request(f"{server}/metrics", headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(request, timeout=30, context=context) as answer:
-        text = answer.read().decode()
-    return [
-        (s.name, dict(s.labels), float(s.value))
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name == "apiserver_flowcontrol_dispatched_requests_total"
-    ]
+def read_audit(path: Path) -> list[dict[str, Any]]:
+    """Every event of the apiserver's audit log (JSON lines, all stages); [] when the file does not exist."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(errors="replace").splitlines() if line.strip()]
 
 
 @contextlib.contextmanager
@@ -227,11 +177,9 @@ async def measure(
     :data:`benchmarks.live.report.METRICS` and more)."""
     from benchmarks.live.catalogue import karpy_prices
     from e2e import helpers
-    from e2e.audit import load_audit
     from karpy.kube import resources as r
 
     user, prefix = USERS[controller.name], PROVIDER_PREFIX[controller.name]
-    requests_0 = report.dispatched(await asyncio.to_thread(apiserver_samples, kubeconfig), FLOW_SCHEMA)
     t0 = time.time()
     await helpers.apply(client, mix.workload(pods))
     ready, complete = 0, True
@@ -243,7 +191,6 @@ async def measure(
         ready = await _ready_replicas(client)
     observed = time.time()
     rss_up, cpu_up = controller.usage()
-    requests_1 = report.dispatched(await asyncio.to_thread(apiserver_samples, kubeconfig), FLOW_SCHEMA)
     items, _ = await client.list(r.PODS, "default", query={"labelSelector": "bench=bench"})
     claims, nodes = await _controller_objects(client, prefix)
     times = report.pod_times(items)
@@ -253,7 +200,9 @@ async def measure(
         types[name] = types.get(name, 0) + 1
     rows = report.timeline(t0, claims, nodes, items)
     print(report.timeline_text(rows), file=log, flush=True)
-    up_writes = report.count_writes(load_audit(audit_log), user, t0, observed)
+    events = report.unique_events(read_audit(audit_log))
+    up_writes = report.count_writes(events, user, t0, observed)
+    up_requests = report.count_requests(events, user, t0, observed)
 
     t1 = time.time()
     for deployment in mix.workload(pods):
@@ -267,8 +216,9 @@ async def measure(
         await asyncio.sleep(1.0)
     t2 = time.time()
     rss, cpu = controller.usage()
-    requests_2 = report.dispatched(await asyncio.to_thread(apiserver_samples, kubeconfig), FLOW_SCHEMA)
-    down_writes = report.count_writes(load_audit(audit_log), user, t1, t2 + 1)
+    events = report.unique_events(read_audit(audit_log))
+    down_writes = report.count_writes(events, user, t1, t2 + 1)
+    down_requests = report.count_requests(events, user, t1, t2 + 1)
     return {
         "controller": controller.name,
         "pods": pods,
@@ -284,12 +234,12 @@ async def measure(
         "peak_rss_mib": round(max(rss, rss_up), 1),
         "cpu_s_up": round(cpu_up, 2),
         "cpu_s": round(cpu, 2),
-        "requests_up": requests_1 - requests_0,
+        "requests_up": up_requests,
         "writes_up": up_writes["writes"],
         "writes_per_pod": round(up_writes["writes"] / pods, 3),
         "down_s": None if gone is None else round(gone, 1),
         "evictions": down_writes["evictions"] + down_writes["pod_deletes"],
-        "requests_down": requests_2 - requests_1,
+        "requests_down": down_requests,
         "writes_down": down_writes["writes"],
         "writes_detail": {"up": up_writes, "down": down_writes},
         "timeline": rows,
@@ -315,9 +265,6 @@ async def _run(
     kubeconfig = Path(env["KUBECONFIG"])
     client = await KubeClient.from_environment(str(kubeconfig))
     try:
-        await client.request(
-            "POST", "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas", body=flow_schema(USERS[controller])
-        )
         if controller == "karpenter":
             assert binary is not None
             ctl = await start_karpenter(client, env, workdir, binary, types_file)
@@ -398,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _exit_on_signal)
+    # The clusters started from here log the controllers' reads too, so their requests can be counted.
+    os.environ[AUDIT_READS_ENV] = "1"
     signal.signal(signal.SIGINT, signal.default_int_handler)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     controllers = [c for c in args.controllers.split(",") if c]

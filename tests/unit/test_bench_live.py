@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.live import mix, report, run
+from benchmarks.live import mix, report
 from benchmarks.live.catalogue import karpy_prices
 
 KARPY = "system:serviceaccount:karpy:karpy"
@@ -194,23 +194,29 @@ def test_count_writes_by_user_window_and_kind() -> None:
     }
 
 
-def test_dispatched_sums_the_flow_schemas_samples() -> None:
-    name = "apiserver_flowcontrol_dispatched_requests_total"
-    samples = [
-        (name, {"flow_schema": run.FLOW_SCHEMA, "priority_level": "workload-low"}, 10.0),
-        (name, {"flow_schema": run.FLOW_SCHEMA, "priority_level": "other"}, 5.0),
-        (name, {"flow_schema": "service-accounts", "priority_level": "workload-low"}, 99.0),
-        ("apiserver_request_total", {"flow_schema": run.FLOW_SCHEMA}, 7.0),
+def test_count_requests_counts_each_request_once_reads_included() -> None:
+    watch = _event("watch", "pods", "2026-11-25T08:00:01Z", code=200)
+    events = [
+        {**watch, "auditID": "w", "stage": "ResponseStarted"},
+        {**watch, "auditID": "w", "stage": "ResponseComplete"},
+        {**_event("list", "nodes", "2026-11-25T08:00:02Z", code=200), "auditID": "l"},
+        {**_event("create", "nodeclaims", "2026-11-25T08:00:03Z"), "auditID": "c"},
+        {**_event("get", "nodes", "2026-11-25T08:00:03Z", user="someone"), "auditID": "o"},
+        {**_event("get", "nodes", "2026-11-25T08:00:30Z"), "auditID": "late"},
     ]
-    assert report.dispatched(samples, run.FLOW_SCHEMA) == 15.0
+    since, until = report.parse_time("2026-11-25T08:00:00Z"), report.parse_time("2026-11-25T08:00:10Z")
+    assert report.count_requests(events, KARPY, since, until) == 3
+    assert next(e["stage"] for e in report.unique_events(events)) == "ResponseComplete"
 
 
-def test_flow_schema_matches_only_the_controller_at_its_usual_priority() -> None:
-    fs = run.flow_schema(KARPY)
-    assert fs["metadata"]["name"] == run.FLOW_SCHEMA
-    assert fs["spec"]["priorityLevelConfiguration"] == {"name": "workload-low"}
-    assert fs["spec"]["rules"][0]["subjects"] == [{"kind": "User", "user": {"name": KARPY}}]
-    assert fs["spec"]["matchingPrecedence"] > 1  # after "exempt"
+def test_audit_policy_logs_reads_only_when_asked() -> None:
+    from e2e.cluster.controlplane import KARPENTER_USER, audit_policy
+
+    users = (KARPY, KARPENTER_USER)
+    assert len(audit_policy(users)["rules"]) == 2  # type: ignore[arg-type]
+    rules = audit_policy(users, reads=True)["rules"]
+    assert rules[1] == {"level": "Metadata", "users": list(users), "verbs": ["get", "list", "watch"]}  # type: ignore[index]
+    assert rules[-1] == {"level": "None"}  # type: ignore[index]
 
 
 def test_hourly_cost_prices_each_node() -> None:
