@@ -128,6 +128,25 @@ def count_writes(
     return out
 
 
+def write_breakdown(
+    events: Iterable[Mapping[str, Any]], user: str, since: float, until: float = float("inf")
+) -> dict[str, int]:
+    """The writes of ``user`` received in ``[since, until)`` counted per ``"<verb> <resource>[/<subresource>]"``,
+    most frequent first (where a controller's writes per pod go)."""
+    counts: dict[str, int] = {}
+    for event in events:
+        if (event.get("user") or {}).get("username") != user or event.get("verb") not in WRITE_VERBS:
+            continue
+        if not since <= parse_time(str(event["requestReceivedTimestamp"])) < until:
+            continue
+        ref = event.get("objectRef") or {}
+        what = f"{event.get('verb')} {ref.get('resource')}" + (
+            f"/{ref['subresource']}" if ref.get("subresource") else ""
+        )
+        counts[what] = counts.get(what, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def unique_events(events: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Audit events one per request (by ``auditID``, the last stage seen: ``ResponseComplete`` of a finished
     request, ``ResponseStarted`` of a watch still open), in first-seen order."""

@@ -241,7 +241,10 @@ async def measure(
         "evictions": down_writes["evictions"] + down_writes["pod_deletes"],
         "requests_down": down_requests,
         "writes_down": down_writes["writes"],
-        "writes_detail": {"up": up_writes, "down": down_writes},
+        "writes_detail": {
+            "up": report.write_breakdown(events, user, t0, observed),
+            "down": report.write_breakdown(events, user, t1, t2 + 1),
+        },
         "timeline": rows,
     }
 
@@ -337,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--controllers", default="karpy,karpenter", help="comma-separated: karpy, karpenter")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds to wait for all pods Running")
-    parser.add_argument("--down-timeout", type=float, default=600.0, help="seconds to wait for the scale-down")
+    parser.add_argument("--down-timeout", type=float, default=900.0, help="seconds to wait for the scale-down")
     parser.add_argument("--json", type=Path, default=None, help="write every run's figures and the table here")
     parser.add_argument("--workdir", type=Path, default=None, help="parent of the cluster workdirs (default: temp)")
     parser.add_argument(

@@ -194,6 +194,16 @@ def test_count_writes_by_user_window_and_kind() -> None:
     }
 
 
+def test_write_breakdown_per_verb_and_resource() -> None:
+    events = [
+        _event("create", "pods", "2026-11-25T08:00:01Z", sub="binding"),
+        _event("create", "pods", "2026-11-25T08:00:02Z", sub="binding"),
+        _event("patch", "nodeclaims", "2026-11-25T08:00:02Z", sub="status"),
+        _event("get", "nodes", "2026-11-25T08:00:02Z"),
+    ]
+    assert report.write_breakdown(events, KARPY, 0.0) == {"create pods/binding": 2, "patch nodeclaims/status": 1}
+
+
 def test_count_requests_counts_each_request_once_reads_included() -> None:
     watch = _event("watch", "pods", "2026-11-25T08:00:01Z", code=200)
     events = [
