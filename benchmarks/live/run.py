@@ -126,7 +126,10 @@ async def start_karpy(client: Any, env: Mapping[str, str], cluster_name: str, wo
     from e2e import helpers
 
     aws_env = {k: v for k, v in env.items() if k.startswith("AWS_")}
-    karpy = await helpers.karpy_process(client, env["CLUSTER_ENDPOINT"], cluster_name, workdir, aws_env)
+    # Leader election off, as Karpenter runs here (its Lease renewals would be writes Karpenter does not make).
+    karpy = await helpers.karpy_process(
+        client, env["CLUSTER_ENDPOINT"], cluster_name, workdir, aws_env, DISABLE_LEADER_ELECTION="true"
+    )
     await helpers.apply(client, [helpers.ec2nodeclass("default", cluster_name), *mix.nodepools("karpy")])
     karpy.start()
 
