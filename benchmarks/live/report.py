@@ -192,6 +192,7 @@ METRICS: Final = (
     ("writes_up", "apiserver writes (scale-up)", "{:.0f}"),
     ("writes_per_pod", "writes per pod", "{:.2f}"),
     ("down_s", "scale-down to nothing (s)", "{:.1f}"),
+    ("down_left_nodes", "nodes left when the scale-down wait ended", "{:.0f}"),
     ("evictions", "evictions (scale-down)", "{:.0f}"),
     ("writes_down", "apiserver writes (scale-down)", "{:.0f}"),
 )

@@ -211,6 +211,7 @@ async def measure(
     for deployment in mix.workload(pods):
         await helpers.scale(client, deployment["metadata"]["name"], 0)
     gone: float | None = None
+    left_claims, left_nodes = claims, nodes
     while time.time() - t1 < down_timeout:
         left_claims, left_nodes = await _controller_objects(client, prefix)
         if not left_claims and not left_nodes:
@@ -241,6 +242,9 @@ async def measure(
         "writes_up": up_writes["writes"],
         "writes_per_pod": round(up_writes["writes"] / pods, 3),
         "down_s": None if gone is None else round(gone, 1),
+        # What was still there when the scale-down wait ended (0 when it reached nothing).
+        "down_left_nodeclaims": len(left_claims),
+        "down_left_nodes": len(left_nodes),
         "evictions": down_writes["evictions"] + down_writes["pod_deletes"],
         "requests_down": down_requests,
         "writes_down": down_writes["writes"],
