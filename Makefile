@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: all venv controlplane lint test test-fast demo chaos bench-simulate clean
+.PHONY: all venv controlplane lint test test-fast demo chaos bench-simulate bench-live clean
 
 all: test
 
@@ -54,6 +54,12 @@ chaos: venv controlplane
 # the 20k targets (<= 5 s, <= 400 MB). ARGS="--sizes 20000 --repeat 5".
 bench-simulate: venv
 	$(PY) -m benchmarks.simulate $(ARGS)
+
+# Not part of `make test`: karpy and Karpenter (its KWOK provider, built once into ~/.cache/karpy-karpenter-kwok) side
+# by side on fresh local clusters at 1k/5k/10k pods (benchmarks/live/README.md). Takes the cluster lock per cluster
+# run itself. ARGS="--sizes 1000 --runs 3 --json live.json".
+bench-live: venv controlplane
+	nice -n 19 $(PY) -m benchmarks.live $(ARGS)
 
 clean:
 	rm -rf $(VENV) .e2e-run .mypy_cache .ruff_cache

@@ -36,14 +36,23 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 # The user karpy authenticates as in every e2e (``e2e.helpers.karpy_process``: a TokenRequest token of the
 # ServiceAccount ``karpy/karpy`` that ``manifests/rbac.yaml`` binds).
 KARPY_USER = "system:serviceaccount:karpy:karpy"
+# Karpenter's KWOK provider as the live benchmark runs it (``benchmarks.live.karpenter.service_account_kubeconfig``):
+# its writes are logged too, so the benchmark counts both controllers' writes alike.
+KARPENTER_USER = "system:serviceaccount:karpenter:karpenter"
 
 
-def audit_policy(users: tuple[str, ...] = (KARPY_USER,)) -> dict[str, object]:
+# Set to "1" in the environment of the cluster's supervisor to log the audited users' reads too (get, list, watch):
+# the live benchmark (benchmarks/live) counts each controller's requests, not only its writes.
+AUDIT_READS_ENV = "KARPY_AUDIT_READS"
+
+
+def audit_policy(users: tuple[str, ...] = (KARPY_USER,), *, reads: bool = False) -> dict[str, object]:
     """The apiserver audit policy (``audit.k8s.io/v1`` Policy): ``Metadata`` for the writes of ``users`` (create,
     update, patch, delete, deletecollection: who wrote what, when, with which user agent and response code),
     ``None`` for everything else, so the log costs the other suites almost nothing (only karpy's writes are
     logged). ``RequestReceived`` is omitted: one event per request, at ``ResponseComplete`` (or ``Panic``), whose
-    ``requestReceivedTimestamp`` still says when the request arrived."""
+    ``requestReceivedTimestamp`` still says when the request arrived. ``reads``: their get/list/watch too (a watch
+    is logged when it starts and when it ends)."""
     return {
         "apiVersion": "audit.k8s.io/v1",
         "kind": "Policy",
@@ -54,6 +63,7 @@ def audit_policy(users: tuple[str, ...] = (KARPY_USER,)) -> dict[str, object]:
                 "users": list(users),
                 "verbs": ["create", "update", "patch", "delete", "deletecollection"],
             },
+            *([{"level": "Metadata", "users": list(users), "verbs": ["get", "list", "watch"]}] if reads else []),
             {"level": "None"},
         ],
     }
@@ -236,7 +246,9 @@ class ControlPlane:
             "current-context": "local",
         }
         self.kubeconfig.write_text(yaml.safe_dump(config))
-        (self.workdir / "audit-policy.yaml").write_text(yaml.safe_dump(audit_policy()))
+        (self.workdir / "audit-policy.yaml").write_text(
+            yaml.safe_dump(audit_policy((KARPY_USER, KARPENTER_USER), reads=os.environ.get(AUDIT_READS_ENV) == "1"))
+        )
 
     # -- components --------------------------------------------------------------------------------
 
