@@ -48,6 +48,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from e2e.cluster import kubelet
+from e2e.cluster.motofast import FLEET_ID_TAG
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
@@ -338,9 +339,10 @@ class NodeAgent:
                 spec["Version"] = tags["aws:ec2launchtemplate:version"]
         else:
             spec = self._fleet_template_of(inst["InstanceId"])
-            if spec is None and _just_launched(inst):
+            if spec is None and FLEET_ID_TAG in tags and _just_launched(inst):
                 # moto lists a fleet's instances a moment before the fleet itself: read the fleets again on the
-                # next pass rather than register without the template's volume size.
+                # next pass rather than register without the template's volume size. Only a fleet's instance (EC2
+                # tags it aws:ec2:fleet-id) waits: one from RunInstances without a template has no fleet to wait for.
                 raise FleetNotListedYet(inst["InstanceId"])
         if not spec:
             return None

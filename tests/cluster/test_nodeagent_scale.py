@@ -10,6 +10,7 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from e2e.cluster.motofast import FLEET_ID_TAG
 from e2e.cluster.nodeagent import NodeAgent
 from karpy.kube import resources as r
 
@@ -65,7 +66,10 @@ class FakeEC2:
                 "PrivateDnsName": f"ip-10-0-0-{n}.ec2.internal",
                 "PrivateIpAddress": f"10.0.0.{n}",
                 "RootDeviceName": "/dev/xvda",
-                "Tags": [{"Key": "kubernetes.io/cluster/demo", "Value": "owned"}],
+                "Tags": [
+                    {"Key": "kubernetes.io/cluster/demo", "Value": "owned"},
+                    {"Key": FLEET_ID_TAG, "Value": f"fleet-{n}"},  # as EC2 tags a fleet's instances
+                ],
             }
             for n in range(count)
         ]
@@ -189,3 +193,18 @@ async def test_a_just_launched_instance_whose_fleet_is_not_listed_yet_waits_for_
         n["spec"]["providerID"].rsplit("/", 1)[-1]: n["status"]["capacity"]["ephemeral-storage"] for n in kube.nodes
     }
     assert storage[young["InstanceId"]] == "20Gi"  # the template's volume
+
+
+async def test_a_just_launched_instance_of_no_fleet_is_decided_in_one_pass() -> None:
+    """An instance from RunInstances without a template (no ``aws:ec2:fleet-id`` tag) has no fleet to wait for: the
+    first pass decides it (here: registered from its own user data), even while no fleet is listed."""
+    ec2 = FakeEC2(1)
+    (inst,) = ec2.instances
+    inst["LaunchTime"] = datetime.now(UTC)
+    inst["Tags"] = [t for t in inst["Tags"] if t["Key"] != FLEET_ID_TAG]
+    ec2.fleets = []
+    kube = FakeKube(expect=1)
+    agent = NodeAgent(kube, ec2, "demo", "us-east-1")  # type: ignore[arg-type]
+
+    await agent.sync_once()
+    assert set(agent.registered) == {inst["InstanceId"]}
