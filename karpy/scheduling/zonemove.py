@@ -16,16 +16,18 @@ applied when the sum of prices of the NodeClaims touched drops. No NodeClaim is 
 Only groups whose every constraint is known to be kept move, and only what they touch is checked:
 
 * each pod of the group is selected by and owns only this affinity group among all topology groups (no
-  spread, anti-affinity or hostname constraint selects or belongs to it; nobody else's affinity refers to
-  it), has no node selector, node affinity, host port or volume, and every pod the group counts sits on a
-  NodeClaim of one NodePool pinned to one domain (none on existing nodes, none with the domain still open);
+  spread, anti-affinity or hostname constraint selects or belongs to it), no pod outside the group has
+  affinity or a preference toward it, no pod of it has a node selector, node affinity, host port or volume,
+  and every pod the group counts sits on a NodeClaim of one NodePool pinned to one domain (none on existing
+  nodes, none with the domain still open);
 * the NodeClaims touched are of that NodePool, pinned to one domain, neither cut by NodePool limits nor with
   minValues (a NodeClaim not cut by limits counted its largest candidate type against them when it
   opened, as :mod:`~karpy.scheduling.exchange` relies on too).
 
-The work is bounded: at most ``BUDGET_PER_CLAIM`` price look-ups per NodeClaim of the plan in all, so the
-pass stays linear in NodeClaims; once spent, remaining groups stay where they are. Deterministic: groups in
-id order, zones by name, NodeClaims by index.
+The work is bounded: at most ``BUDGET_PER_CLAIM`` units per NodeClaim of the plan in all (a unit: one
+price look-up, or one destination looked at for one pod), so the pass stays linear in NodeClaims; once
+spent, the remaining groups stay where they are. Deterministic: groups in id order, zones by name,
+NodeClaims by index.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ from karpy.scheduling.state import HOSTNAME, SolveState
 from karpy.scheduling.topology import AFFINITY
 from karpy.scheduling.topologydomains import claim_domains
 
-# Price look-ups allowed per NodeClaim of the plan, over the whole pass.
-BUDGET_PER_CLAIM = 40
+# Work units (price look-ups, destinations looked at) per NodeClaim of the plan, over the whole pass.
+BUDGET_PER_CLAIM = 20
 ROUNDS = 1
 
 
@@ -103,19 +105,27 @@ class _Mover:
         return self.fit_of(claim)[0]
 
     def groups(self) -> dict[int, list[tuple[Claim, Group]]]:
-        """Zone-affinity topology group id -> (NodeClaim, pod group) pairs holding its pods."""
+        """Zone-affinity topology group id -> (NodeClaim, pod group) pairs holding its pods; groups that
+        a pod they do not select refers to (its affinity or preference would follow the move) left out."""
         s = self.s
         out: dict[int, list[tuple[Claim, Group]]] = {}
+        owners: dict[int, set[int]] = {}
         seen: set[tuple[int, int]] = set()
         for claim in s.claims:
             for g, _ in claim.batches:
                 if (claim.index, id(g)) in seen:
                     continue
                 seen.add((claim.index, id(g)))
+                for level in g.levels:
+                    for tg, _role in level.cons:
+                        owners.setdefault(tg.id, set()).add(id(g))
                 for tid in g.selects:
                     tg = s.topo.groups[tid]
                     if tg.kind == AFFINITY and tg.key != HOSTNAME:
                         out.setdefault(tid, []).append((claim, g))
+        for tid, pairs in list(out.items()):
+            if not owners.get(tid, set()) <= {id(g) for _, g in pairs}:
+                del out[tid]
         return out
 
     def try_group(self, tid: int, pairs: list[tuple[Claim, Group]]) -> bool:
@@ -202,6 +212,7 @@ class _Mover:
             if self.budget <= 0:
                 return None
             vec = g.vec
+            self.budget -= len(dests)
             best: tuple[float, float, Claim, tuple[float, Sequence[int], int]] | None = None
             for d in dests:
                 cap = fit[d.index][1]

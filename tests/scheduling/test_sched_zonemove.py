@@ -111,3 +111,19 @@ def test_a_group_whose_zone_is_pinned_by_a_node_selector_stays(monkeypatch: pyte
     result = _solve(pods, monkeypatch, move=True)
     assert _zones_of_group(result) == {"z1"}
     assert _cost(result) == pytest.approx(_cost(stay))
+
+
+def test_a_group_another_pod_has_affinity_to_stays(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pod outside the group (not selected by it) with required zone affinity to it would lose its
+    matching pods if the group moved: the group stays."""
+    follower = Pod(
+        "f",
+        "default",
+        "follower",
+        labels={"role": "f"},
+        requests={"cpu": 100, "memory": GIB // 4, "pods": 1},
+        pod_affinity=(PodAffinityTerm(ZONE, TEAM),),
+    )
+    pods = [*_pods(pinned_group=False), follower]
+    result = _solve(pods, monkeypatch, move=True)
+    assert _zones_of_group(result) == {"z1"}
