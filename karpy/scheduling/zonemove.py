@@ -77,6 +77,15 @@ class _Mover:
         self.budget -= 1
         return claim_fit(claim, used, start)
 
+    def step(self, claim: Claim, at: tuple[float, Sequence[int], int]) -> float:
+        """The least a pod more can add to ``claim`` priced ``at`` once it no longer fits its type: the
+        price of the next type in price order minus the current one (0 when they cost the same)."""
+        if not at[1]:
+            return 0.0
+        _, prices = claim.table.price_list(claim.reqs, claim.sig)
+        j = at[2] + 1
+        return prices[j] - at[0] if j < len(prices) else float("inf")
+
     def spare(self, cap: Sequence[int], used: Sequence[int], vec: Sequence[int]) -> float:
         """Room left at allocatable ``cap`` once ``vec`` joins ``used``, summed as fractions of each resource."""
         return sum((x - u - v) / x for x, u, v in zip(cap, used, vec, strict=True) if x > 0)
@@ -222,6 +231,8 @@ class _Mover:
                         best = (0.0, spare, d, fit[d.index])
             if best is None:
                 for d in dests:
+                    if best is not None and best[0] < self.step(d, fit[d.index]) - 1e-12:
+                        continue  # its next dearer type already costs more than the best so far
                     after = [a + b for a, b in zip(used[d.index], vec, strict=True)]
                     p, cap, j = self.fit(d, after, fit[d.index][2])
                     added = p - fit[d.index][0]
