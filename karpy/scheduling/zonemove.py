@@ -176,6 +176,8 @@ class _Mover:
         by_zone = self.zones(table, tg.key)
         best: tuple[float, str, list[tuple[Claim, Group, Claim]]] | None = None
         for zone in sorted(z for z in by_zone if z != src_zone):
+            if len(moving) * len(by_zone[zone]) > self.budget:
+                continue  # the budget would run out before the last pod: the work would be wasted
             plan = self.pack(moving, by_zone[zone], src_used, left, bound - (best[0] if best else 0.0))
             if plan is not None:
                 best = (bound - plan[0], zone, plan[1])
