@@ -27,10 +27,12 @@ What a move may touch, and how it is checked:
 
 The search is bounded so that it stays linear in NodeClaims and cheap beside the placement: NodeClaims are
 ordered by their zone-like domains and each is visited once; for each pod whose removal would let it drop to
-a cheaper type, the next ``TRIES`` NodeClaims are tried, first as a destination with room for the pod at
-their current type, then for a swap with one of their pods that fits the visited NodeClaim's cheaper type
-and leaves the destination's type unchanged. Only vector comparisons run before the constraint check, and
-every accepted step makes the plan strictly cheaper.
+a cheaper type, the next ``TRIES`` NodeClaims are tried (every other one in a NodePool of at most ``SMALL``
+NodeClaims), first as a destination with room for the pod at their current type, then for a swap with one
+of their pods that fits the visited NodeClaim's cheaper type and leaves the destination's type unchanged.
+Only vector comparisons run before the constraint check, and every accepted step makes the plan strictly
+cheaper. Before it, :func:`karpy.scheduling.zonemove.move_groups` moves whole zone-affinity groups, which
+this pass keeps in their zone.
 """
 
 from __future__ import annotations
@@ -47,8 +49,11 @@ from karpy.scheduling.topology import AFFINITY, ANTI, INVERSE, SPREAD, TopoGroup
 from karpy.scheduling.topologydomains import claim_domains, eligible_domains
 
 ROUNDS = 1
+PASSES = 1
 # Most NodeClaims a pod is tried against per visit (keeps the pass linear in NodeClaims on huge plans).
 TRIES = 3
+# Up to this many NodeClaims in a NodePool, every other one is tried (at most SMALL² pairs per round).
+SMALL = 64
 
 Counts = dict[int, int]
 
@@ -319,7 +324,8 @@ class _Search:
         used = x.claim.used
         p0, p1 = self.pre
         n = len(self.seats)
-        near = [self.seats[(k + d) % n] for d in range(1, min(n, TRIES + 1))]
+        tries = n - 1 if n <= SMALL else min(n - 1, TRIES)
+        near = [self.seats[(k + d) % n] for d in range(1, tries + 1)]
         for g, _ in list(x.groups.values()):
             vec = g.vec
             # Room a pod coming back may take while x still drops to a cheaper type.
@@ -411,8 +417,39 @@ def _put(claim: Claim, g: Group, pod: Pod) -> None:
         claim.neutral = False
 
 
+def claim_fit(claim: Claim, used: Sequence[int], start: int = 0) -> tuple[float, Sequence[int], int]:
+    """USD/hour, allocatable and position in price order of the cheapest type of ``claim`` that holds
+    ``used`` ((inf, (), end) when none); types before ``start`` are known not to hold it."""
+    order, prices = claim.table.price_list(claim.reqs, claim.sig)
+    j = first_fit(order, claim.table.avail, used, start)
+    return (prices[j], claim.table.avail[order[j]], j) if j < len(order) else (float("inf"), (), j)
+
+
+def claim_price(claim: Claim, used: Sequence[int]) -> float:
+    """USD/hour of the cheapest type of ``claim`` that holds ``used`` (inf when none)."""
+    return _fit(claim, used)[0]
+
+
+def move_pod(x: Claim, y: Claim, g: Group) -> None:
+    """Move one pod of ``g`` from ``x`` to ``y`` (pods, batches and summed requests; no constraint check)."""
+    _put(y, g, _take(x, g))
+    x.used = [u - v for u, v in zip(x.used, g.vec, strict=True)]
+    y.used = [u + v for u, v in zip(y.used, g.vec, strict=True)]
+
+
 def exchange(s: SolveState) -> None:
-    """Move or swap pods between NodeClaims of one NodePool while that makes the plan cheaper (see module)."""
+    """Move or swap pods between NodeClaims of one NodePool while that makes the plan cheaper (see module).
+    Whole zone-affinity groups move first (:func:`karpy.scheduling.zonemove.move_groups`)."""
+    from karpy.scheduling.zonemove import move_groups  # the pass builds on this module's pricing
+
+    for _ in range(PASSES):
+        moved = move_groups(s)
+        _exchange_pods(s)
+        if not moved:
+            break
+
+
+def _exchange_pods(s: SolveState) -> None:
     pools: dict[int, list[Claim]] = {}
     for claim in s.claims:
         if claim.pods and not claim.limited and not min_values_keys(claim.reqs):

@@ -1,0 +1,129 @@
+"""Moving a whole zone-affinity group to another zone after placement (``karpy/scheduling/zonemove.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from benchmarks.plan_checks import plan_checks
+from karpy.cloudprovider.types import InstanceType, Offering
+from karpy.scheduling import scheduler, zonemove
+from karpy.scheduling.model import LabelSelector, NodePool, Pod, PodAffinityTerm
+
+GIB = 2**30
+HOST = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+NGINX = LabelSelector((("app", "nginx"),))
+TEAM = LabelSelector((("team", "t"),))
+
+
+def _pool() -> NodePool:
+    """Type k has k vCPU and 2k GiB at 0.3·k $/h, in zones z1 and z2."""
+    types = tuple(
+        InstanceType(
+            f"it-{k}",
+            {"node.kubernetes.io/instance-type": f"it-{k}"},
+            {"cpu": 1000 * k, "memory": 2 * GIB * k, "pods": 10 * k},
+            {"cpu": 100},
+            (Offering("z1", "on-demand", 0.3 * k), Offering("z2", "on-demand", 0.3 * k)),
+        )
+        for k in range(1, 17)
+    )
+    return NodePool("default", instance_types=types)
+
+
+def _pods(pinned_group: bool) -> list[Pod]:
+    """Two anchors, one per zone, kept apart by hostname anti-affinity; a group of pods with required
+    affinity to each other on the zone. The z1 anchor leaves little room, the z2 one much."""
+    anti: dict[str, Any] = {"labels": {"app": "nginx"}, "pod_anti_affinity": (PodAffinityTerm(HOST, NGINX),)}
+    extra: dict[str, Any] = {"node_selector": {ZONE: "z1"}} if pinned_group else {}
+    group = [
+        Pod(
+            f"g{i}",
+            "default",
+            f"group-{i}",
+            labels={"team": "t"},
+            requests={"cpu": 400, "memory": GIB, "pods": 1},
+            pod_affinity=(PodAffinityTerm(ZONE, TEAM),),
+            **extra,
+        )
+        for i in range(2)
+    ]
+    return [
+        Pod(
+            "a1",
+            "default",
+            "anchor-z1",
+            requests={"cpu": 3500, "memory": GIB, "pods": 1},
+            node_selector={ZONE: "z1"},
+            **anti,
+        ),
+        Pod(
+            "a2",
+            "default",
+            "anchor-z2",
+            requests={"cpu": 1000, "memory": GIB, "pods": 1},
+            node_selector={ZONE: "z2"},
+            **anti,
+        ),
+        *group,
+    ]
+
+
+def _cost(result: scheduler.SchedulingResult) -> float:
+    return sum(c.cheapest_price or 0.0 for c in result.new_nodeclaims)
+
+
+def _zones_of_group(result: scheduler.SchedulingResult) -> set[str]:
+    out: set[str] = set()
+    for claim in result.new_nodeclaims:
+        if any(p.name.startswith("group-") for p in claim.pods):
+            zone = next(r for r in claim.requirements if r.key == ZONE)
+            out |= set(zone.values)
+    return out
+
+
+def _solve(pods: list[Pod], monkeypatch: pytest.MonkeyPatch, move: bool) -> scheduler.SchedulingResult:
+    if not move:
+        monkeypatch.setattr(zonemove, "move_groups", lambda s: False)
+    result = scheduler.solve(pods, [_pool()], [], [])
+    monkeypatch.undo()
+    assert not result.errors
+    assert plan_checks(result, pods) == ()
+    return result
+
+
+def test_a_zone_affinity_group_moves_whole_to_the_zone_where_the_plan_is_cheaper(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pods = _pods(pinned_group=False)
+    stay = _solve(pods, monkeypatch, move=False)
+    moved = _solve(pods, monkeypatch, move=True)
+    assert _zones_of_group(stay) == {"z1"}  # the greedy put the group next to the first anchor
+    assert _zones_of_group(moved) == {"z2"}  # every pod of the group went, together
+    assert _cost(moved) < _cost(stay) - 1e-9
+
+
+def test_a_group_whose_zone_is_pinned_by_a_node_selector_stays(monkeypatch: pytest.MonkeyPatch) -> None:
+    pods = _pods(pinned_group=True)
+    stay = _solve(pods, monkeypatch, move=False)
+    result = _solve(pods, monkeypatch, move=True)
+    assert _zones_of_group(result) == {"z1"}
+    assert _cost(result) == pytest.approx(_cost(stay))
+
+
+def test_a_group_another_pod_has_affinity_to_stays(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pod outside the group (not selected by it) with required zone affinity to it would lose its
+    matching pods if the group moved: the group stays."""
+    follower = Pod(
+        "f",
+        "default",
+        "follower",
+        labels={"role": "f"},
+        requests={"cpu": 100, "memory": GIB // 4, "pods": 1},
+        pod_affinity=(PodAffinityTerm(ZONE, TEAM),),
+    )
+    pods = [*_pods(pinned_group=False), follower]
+    result = _solve(pods, monkeypatch, move=True)
+    assert _zones_of_group(result) == {"z1"}
