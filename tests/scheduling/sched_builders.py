@@ -180,6 +180,22 @@ def catalogue() -> tuple[InstanceType, ...]:
     )
 
 
+def linear_pool(largest: int, name: str = "default") -> NodePool:
+    """Karpenter's fake catalogue in miniature: type ``it-k`` (k = 1 … ``largest``) has k vCPU, 2k GiB and 10k pods at
+    0.3·k $/h, 100m kube-reserved, on-demand in zones z1 and z2."""
+    types = tuple(
+        InstanceType(
+            f"it-{k}",
+            {"node.kubernetes.io/instance-type": f"it-{k}"},
+            {"cpu": 1000 * k, "memory": 2 * GIB * k, "pods": 10 * k},
+            {"cpu": 100},
+            (Offering("z1", "on-demand", 0.3 * k), Offering("z2", "on-demand", 0.3 * k)),
+        )
+        for k in range(1, largest + 1)
+    )
+    return NodePool(name, instance_types=types)
+
+
 def nodepool(
     name: str = "default",
     *,

@@ -6,9 +6,9 @@ import random
 from typing import Any
 
 import pytest
+from sched_builders import linear_pool
 
 from benchmarks.plan_checks import plan_checks
-from karpy.cloudprovider.types import InstanceType, Offering
 from karpy.scheduling import exchange as ex
 from karpy.scheduling import scheduler
 from karpy.scheduling.model import LabelSelector, NodePool, Pod, PodAffinityTerm, TopologySpreadConstraint
@@ -22,18 +22,7 @@ NGINX = LabelSelector((("app", "nginx"),))
 
 
 def _pool() -> NodePool:
-    """Karpenter's fake catalogue in miniature: type k has k vCPU and 2k GiB at 0.3·k $/h, in two zones."""
-    types = tuple(
-        InstanceType(
-            f"it-{k}",
-            {"node.kubernetes.io/instance-type": f"it-{k}"},
-            {"cpu": 1000 * k, "memory": 2 * GIB * k, "pods": 10 * k},
-            {"cpu": 100},
-            (Offering("z1", "on-demand", 0.3 * k), Offering("z2", "on-demand", 0.3 * k)),
-        )
-        for k in range(1, 65)
-    )
-    return NodePool("default", instance_types=types)
+    return linear_pool(64)
 
 
 def _diverse(seed: int, n: int = 60) -> list[Pod]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 
 import pytest
+from sched_builders import linear_pool
 
 from benchmarks.plan_checks import plan_checks
-from karpy.cloudprovider.types import InstanceType, Offering
 from karpy.scheduling import scheduler
 from karpy.scheduling.model import LabelSelector, NodePool, Pod, PodAffinityTerm, TopologySpreadConstraint
 from karpy.scheduling.rebalance import class_key
@@ -19,17 +19,7 @@ NGINX = LabelSelector((("app", "nginx"),))
 
 
 def _pool() -> NodePool:
-    types = tuple(
-        InstanceType(
-            f"it-{k}",
-            {"node.kubernetes.io/instance-type": f"it-{k}"},
-            {"cpu": 1000 * k, "memory": 2 * GIB * k, "pods": 10 * k},
-            {"cpu": 100},
-            (Offering("z1", "on-demand", 0.3 * k), Offering("z2", "on-demand", 0.3 * k)),
-        )
-        for k in range(1, 65)
-    )
-    return NodePool("default", instance_types=types)
+    return linear_pool(64)
 
 
 def _pods(seed: int = 3) -> list[Pod]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sched_builders import linear_pool
 
 from benchmarks.plan_checks import plan_checks
-from karpy.cloudprovider.types import InstanceType, Offering
 from karpy.scheduling import scheduler, zonemove
 from karpy.scheduling.model import LabelSelector, NodePool, Pod, PodAffinityTerm
 
@@ -19,18 +19,7 @@ TEAM = LabelSelector((("team", "t"),))
 
 
 def _pool() -> NodePool:
-    """Type k has k vCPU and 2k GiB at 0.3·k $/h, in zones z1 and z2."""
-    types = tuple(
-        InstanceType(
-            f"it-{k}",
-            {"node.kubernetes.io/instance-type": f"it-{k}"},
-            {"cpu": 1000 * k, "memory": 2 * GIB * k, "pods": 10 * k},
-            {"cpu": 100},
-            (Offering("z1", "on-demand", 0.3 * k), Offering("z2", "on-demand", 0.3 * k)),
-        )
-        for k in range(1, 17)
-    )
-    return NodePool("default", instance_types=types)
+    return linear_pool(16)
 
 
 def _pods(pinned_group: bool) -> list[Pod]:
