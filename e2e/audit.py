@@ -64,7 +64,8 @@ def parse_time(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-def _json_lines(path: Path) -> list[dict[str, Any]]:
+def json_lines(path: Path) -> list[dict[str, Any]]:
+    """Every JSON line of ``path`` (the audit log: all stages of every request); [] when the file does not exist."""
     out: list[dict[str, Any]] = []
     if not path.exists():
         return out
@@ -80,7 +81,7 @@ def load_audit(path: Path) -> list[dict[str, Any]]:
     ``auditID``), in the file's order; [] when the file does not exist."""
     seen: set[str] = set()
     out: list[dict[str, Any]] = []
-    for event in _json_lines(path):
+    for event in json_lines(path):
         if event.get("stage") not in FINAL_STAGES:
             continue
         audit_id = str(event.get("auditID") or "")
@@ -93,7 +94,7 @@ def load_audit(path: Path) -> list[dict[str, Any]]:
 
 def load_aws_requests(path: Path) -> list[dict[str, Any]]:
     """moto's request log: ``{t, service, action, user_agent, status}`` dicts; [] when the file does not exist."""
-    return _json_lines(path)
+    return json_lines(path)
 
 
 def identity_of(user_agent: str, identities: Iterable[str] = ()) -> str:

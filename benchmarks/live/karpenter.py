@@ -6,7 +6,7 @@ KWOK cloud provider), built by ``build_karpenter.sh`` next to this file from Go 
 apiserver through a kubeconfig, configured by environment variables as Karpenter's KWOK Helm chart
 (``kwok/charts/templates/deployment.yaml``) configures its container, with leader election off.
 
-Functions, each usable on its own (item 2 of issue 12 builds ``benchmarks/live.py`` on them):
+Functions, each usable on its own (the side-by-side ``python -m benchmarks.live``, ``run.py``, builds on them):
 
 - :func:`ensure_binary` builds (once) and returns the binary; :func:`module_dir` finds Karpenter's sources.
 - :func:`crd_documents` Karpenter's CRDs as its KWOK chart installs them (``kwok/charts/crds``: the
@@ -17,7 +17,9 @@ Functions, each usable on its own (item 2 of issue 12 builds ``benchmarks/live.p
 - :class:`KarpenterProcess`: start against a kubeconfig, wait for ``/readyz``, scrape ``/metrics``, and
   :meth:`KarpenterProcess.stop`, which returns the controller's :class:`Usage` (peak RSS from ``VmHWM`` of
   ``/proc/<pid>/status``, CPU seconds from ``utime + stime`` of ``/proc/<pid>/stat``) read just before SIGTERM.
-- :func:`provision` applies a Deployment and measures time from creation to all pods Running.
+- :func:`provision` applies a Deployment and measures time from creation to all pods Running (the single-controller
+  proof run below, polling pod phases each second; the side-by-side benchmark measures from the pods' own timestamps
+  instead).
 
 How nodes appear: the provider's ``Create`` writes a Node itself (``providerID: kwok://<name>``, label and
 annotation ``kwok.x-k8s.io/node: fake``, the ``karpenter.sh/unregistered:NoExecute`` taint, phase Pending), after
@@ -51,6 +53,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchmarks.live import report
 
 HERE = Path(__file__).resolve().parent
 BUILD_SCRIPT = HERE / "build_karpenter.sh"
@@ -411,12 +415,10 @@ async def install(client: Any, source: Path | None = None, *, pool: Mapping[str,
     await apply(client, [kwok_nodeclass(), dict(pool or nodepool())])
 
 
-KARPENTER_USER = "system:serviceaccount:karpenter:karpenter"
-
-
 async def service_account_kubeconfig(client: Any, server: str, path: Path) -> Path:
     """A kubeconfig for the ServiceAccount ``karpenter/karpenter`` (created, bound to ``cluster-admin``), so the
-    apiserver's audit log and metrics can tell Karpenter's requests (user :data:`KARPENTER_USER`) from others'."""
+    apiserver's audit log can tell Karpenter's requests (``e2e.cluster.controlplane.KARPENTER_USER``) from
+    others'."""
     from e2e import helpers
 
     await apply(
@@ -460,15 +462,6 @@ class Provisioned:
     nodeclaims: int
     nodes: int
     instance_types: dict[str, int]
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The ``q``-quantile (0..1) of ``values`` by the nearest-rank method; 0.0 for no values."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 1))))
-    return ordered[rank - 1]
 
 
 async def provision(
@@ -516,7 +509,7 @@ async def provision(
         pods=pods,
         total_seconds=total,
         p50_seconds=statistics.median(seconds),
-        p99_seconds=percentile(seconds, 0.99),
+        p99_seconds=report.percentile(seconds, 0.99),
         nodeclaims=len(claims),
         nodes=len(kwok_nodes),
         instance_types=dict(sorted(types.items())),
@@ -565,7 +558,8 @@ async def _measure(
         await client.close()
 
 
-def _exit_on_signal(signum: int, frame: Any) -> None:
+def exit_on_signal(signum: int, frame: Any) -> None:
+    """SIGTERM as SystemExit, so ``finally`` blocks stop the controller and the cluster."""
     raise SystemExit(128 + signum)
 
 
@@ -622,7 +616,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # Cleanup (controller stopped, cluster torn down) on SIGTERM, and on SIGINT even when started in the background
     # by a non-interactive shell, which ignores SIGINT for its children: karpy's process has no pdeathsig.
-    signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGTERM, exit_on_signal)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     binary = ensure_binary() if args.controller in ("karpenter", "both") else None
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="karpy-live-"))

@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-KWOK_GROUP: Final = "karpenter.kwok.sh"
+from benchmarks.live.karpenter import KWOK_GROUP
+
 ZONES: Final = ("us-east-1a", "us-east-1b", "us-east-1c")
 SIZES: Final = ("large", "xlarge", "2xlarge", "4xlarge", "8xlarge", "12xlarge", "16xlarge")
 GENERAL_FAMILIES: Final = ("c6a", "c6i", "m6a", "m6i")

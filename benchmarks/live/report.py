@@ -1,5 +1,5 @@
 """The live benchmark's arithmetic: pod timings from the objects' own timestamps, the controller's apiserver
-requests from the audit log and APF metrics, a timeline, medians over runs and the side-by-side table.
+requests from the audit log, a timeline, medians over runs and the side-by-side table.
 
 Pure (no I/O), unit-tested in ``tests/unit/test_bench_live.py``. Times are epoch seconds (float), durations
 seconds, prices USD/hour.
@@ -11,15 +11,9 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Final
 
-WRITE_VERBS: Final = frozenset({"create", "update", "patch", "delete", "deletecollection"})
-
-
-def parse_time(stamp: str) -> float:
-    """An RFC 3339 timestamp (``2026-11-25T08:10:46Z``, or with a fraction) as epoch seconds."""
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+from e2e.audit import WRITE_VERBS, parse_time
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -27,7 +21,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     if not values:
         return 0.0
     ordered = sorted(values)
-    # round() first: 0.99 × 100 is 99.00000000000001 in floating point, whose ceiling would be rank 100.
+    # round() first: q × n can land just above a whole number in floating point (0.07 × 100 = 7.000000000000001).
     rank = max(1, min(len(ordered), math.ceil(round(q * len(ordered), 9))))
     return ordered[rank - 1]
 

@@ -35,21 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.live import mix, report
-from e2e.cluster.controlplane import AUDIT_READS_ENV
+from benchmarks.live.karpenter import KWOK_PROVIDER_PREFIX, exit_on_signal
+from benchmarks.live.karpyside import AWS_PROVIDER_PREFIX
+from e2e.audit import json_lines
+from e2e.cluster.controlplane import AUDIT_READS_ENV, KARPENTER_USER, KARPY_USER
 
-USERS = {
-    "karpy": "system:serviceaccount:karpy:karpy",
-    "karpenter": "system:serviceaccount:karpenter:karpenter",
-}
-PROVIDER_PREFIX = {"karpy": "aws://", "karpenter": "kwok://"}
+USERS = {"karpy": KARPY_USER, "karpenter": KARPENTER_USER}
+PROVIDER_PREFIX = {"karpy": AWS_PROVIDER_PREFIX, "karpenter": KWOK_PROVIDER_PREFIX}
 DEFAULT_LOCK = Path("/tmp/karpy-cluster.lock")
-
-
-def read_audit(path: Path) -> list[dict[str, Any]]:
-    """Every event of the apiserver's audit log (JSON lines, all stages); [] when the file does not exist."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(errors="replace").splitlines() if line.strip()]
 
 
 @contextlib.contextmanager
@@ -168,7 +161,6 @@ async def _controller_objects(client: Any, prefix: str) -> tuple[list[Any], list
 async def measure(
     client: Any,
     controller: Controller,
-    kubeconfig: Path,
     audit_log: Path,
     pods: int,
     *,
@@ -193,7 +185,7 @@ async def measure(
         await asyncio.sleep(1.0)
         ready = await _ready_replicas(client)
     observed = time.time()
-    rss_up, cpu_up = controller.usage()
+    _, cpu_up = controller.usage()
     items, _ = await client.list(r.PODS, "default", query={"labelSelector": "bench=bench"})
     claims, nodes = await _controller_objects(client, prefix)
     times = report.pod_times(items)
@@ -203,10 +195,12 @@ async def measure(
         types[name] = types.get(name, 0) + 1
     rows = report.timeline(t0, claims, nodes, items)
     print(report.timeline_text(rows), file=log, flush=True)
-    events = report.unique_events(read_audit(audit_log))
+    events = report.unique_events(json_lines(audit_log))
     up_writes = report.count_writes(events, user, t0, observed)
     up_requests = report.count_requests(events, user, t0, observed)
 
+    # The scale-down window starts where the scale-up one ended: what the controller does while the figures above
+    # are read counts in it, not in neither.
     t1 = time.time()
     for deployment in mix.workload(pods):
         await helpers.scale(client, deployment["metadata"]["name"], 0)
@@ -219,10 +213,10 @@ async def measure(
             break
         await asyncio.sleep(1.0)
     t2 = time.time()
-    rss, cpu = controller.usage()
-    events = report.unique_events(read_audit(audit_log))
-    down_writes = report.count_writes(events, user, t1, t2 + 1)
-    down_requests = report.count_requests(events, user, t1, t2 + 1)
+    rss, cpu = controller.usage()  # peak RSS (VmHWM) only rises: this one covers the scale-up too
+    events = report.unique_events(json_lines(audit_log))
+    down_writes = report.count_writes(events, user, observed, t2)
+    down_requests = report.count_requests(events, user, observed, t2)
     return {
         "controller": controller.name,
         "pods": pods,
@@ -235,7 +229,7 @@ async def measure(
         "nodes": len(nodes),
         "instance_types": dict(sorted(types.items())),
         "cost_per_h": round(report.hourly_cost(types, karpy_prices()), 4),
-        "peak_rss_mib": round(max(rss, rss_up), 1),
+        "peak_rss_mib": round(rss, 1),
         "cpu_s_up": round(cpu_up, 2),
         "cpu_s": round(cpu, 2),
         "requests_up": up_requests,
@@ -250,7 +244,7 @@ async def measure(
         "writes_down": down_writes["writes"],
         "writes_detail": {
             "up": report.write_breakdown(events, user, t0, observed),
-            "down": report.write_breakdown(events, user, t1, t2 + 1),
+            "down": report.write_breakdown(events, user, observed, t2),
         },
         "timeline": rows,
     }
@@ -284,7 +278,6 @@ async def _run(
             return await measure(
                 client,
                 ctl,
-                kubeconfig,
                 audit_log,
                 pods,
                 timeout=timeout,
@@ -335,10 +328,6 @@ def run_one(
             cluster.stop()
 
 
-def _exit_on_signal(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m benchmarks.live [--sizes 1000,5000,10000] [--runs N] [--controllers karpy,karpenter]``: the
     side-by-side table (medians over runs) on stdout; per-run JSON lines and timelines on stderr."""
@@ -354,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         "--lock", default=str(DEFAULT_LOCK), help="cluster lock file taken per cluster run ('' for none)"
     )
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGTERM, exit_on_signal)
     # The clusters started from here log the controllers' reads too, so their requests can be counted.
     os.environ[AUDIT_READS_ENV] = "1"
     signal.signal(signal.SIGINT, signal.default_int_handler)

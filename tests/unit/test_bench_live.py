@@ -1,6 +1,6 @@
-"""The live side-by-side benchmark's pure parts (benchmarks/live/mix.py, report.py, run.py's FlowSchema): the
+"""The live side-by-side benchmark's pure parts (benchmarks/live/mix.py, report.py): the
 workload mix, the NodePools, the fair catalogue carrying karpy's own allocatable, pod timings, the timeline, audit
-counting, APF request counting, medians and the table. Nothing here starts a cluster."""
+counting of writes and requests, medians and the table. Nothing here starts a cluster."""
 
 from __future__ import annotations
 

@@ -74,14 +74,6 @@ def test_crd_documents_reads_the_chart_and_kwok_crds(tmp_path: Path) -> None:
     assert names == ["nodeclaims.karpenter.sh", "nodepools.karpenter.sh", "kwoknodeclasses.karpenter.kwok.sh"]
 
 
-def test_percentile_nearest_rank() -> None:
-    values = [float(v) for v in range(1, 101)]
-    assert k.percentile(values, 0.99) == 99.0
-    assert k.percentile(values, 0.5) == 50.0
-    assert k.percentile([3.0], 0.99) == 3.0
-    assert k.percentile([], 0.5) == 0.0
-
-
 def _kwok_type(name: str, od: float, spot: float, arch: str = "x86_64", os_: str = "linux") -> dict[str, object]:
     def offering(ct: str, price: float) -> dict[str, object]:
         return {
