@@ -118,16 +118,19 @@ class _Mover:
         a pod they do not select refers to (its affinity or preference would follow the move) left out."""
         s = self.s
         out: dict[int, list[tuple[Claim, Group]]] = {}
+        # Every pod group owning a constraint, wherever its pods went (existing nodes included): a pod
+        # on an existing node with affinity toward a group would be stranded by the group's move.
         owners: dict[int, set[int]] = {}
+        for g in s.groups:
+            for level in g.levels:
+                for tg, _role in level.cons:
+                    owners.setdefault(tg.id, set()).add(id(g))
         seen: set[tuple[int, int]] = set()
         for claim in s.claims:
             for g, _ in claim.batches:
                 if (claim.index, id(g)) in seen:
                     continue
                 seen.add((claim.index, id(g)))
-                for level in g.levels:
-                    for tg, _role in level.cons:
-                        owners.setdefault(tg.id, set()).add(id(g))
                 for tid in g.selects:
                     tg = s.topo.groups[tid]
                     if tg.kind == AFFINITY and tg.key != HOSTNAME:
