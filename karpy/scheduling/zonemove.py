@@ -34,9 +34,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from karpy.scheduling.exchange import _within, claim_fit, move_pod
-from karpy.scheduling.instancetypes import PoolTable, min_values_keys
-from karpy.scheduling.nodeclaim import Claim
+from karpy.scheduling.instancetypes import PoolTable
+from karpy.scheduling.nodeclaim import Claim, claim_fit, movable_claim, move_pod, within
 from karpy.scheduling.queue import Group
 from karpy.scheduling.state import HOSTNAME, SolveState
 from karpy.scheduling.topology import AFFINITY
@@ -45,10 +44,6 @@ from karpy.scheduling.topologydomains import claim_domains
 # Work units (price look-ups, destinations looked at) per NodeClaim of the plan, over the whole pass.
 BUDGET_PER_CLAIM = 20
 ROUNDS = 1
-
-
-def _eligible_claim(claim: Claim) -> bool:
-    return bool(claim.pods) and not claim.limited and not min_values_keys(claim.reqs)
 
 
 def _group_only(s: SolveState, g: Group, tid: int) -> bool:
@@ -73,7 +68,7 @@ class _Mover:
         self.by_zone: dict[tuple[int, str], dict[str, list[Claim]]] = {}
 
     def fit(self, claim: Claim, used: Sequence[int], start: int = 0) -> tuple[float, Sequence[int], int]:
-        """:func:`~karpy.scheduling.exchange.claim_fit` (one budget unit)."""
+        """:func:`~karpy.scheduling.nodeclaim.claim_fit` (one budget unit)."""
         self.budget -= 1
         return claim_fit(claim, used, start)
 
@@ -97,7 +92,7 @@ class _Mover:
         if hit is None:
             hit = self.by_zone[(table.order, key)] = {}
             for c in self.s.claims:
-                if c.table is table and _eligible_claim(c):
+                if c.table is table and movable_claim(c):
                     doms = claim_domains(self.s, c, key)
                     if len(doms) == 1:
                         hit.setdefault(next(iter(doms)), []).append(c)
@@ -143,7 +138,7 @@ class _Mover:
     def try_group(self, tid: int, pairs: list[tuple[Claim, Group]]) -> bool:
         s = self.s
         tg = s.topo.groups[tid]
-        if any(not _group_only(s, g, tid) or not _eligible_claim(c) for c, g in pairs):
+        if any(not _group_only(s, g, tid) or not movable_claim(c) for c, g in pairs):
             return False
         table = pairs[0][0].table
         if any(c.table is not table for c, _ in pairs):
@@ -230,7 +225,7 @@ class _Mover:
             best: tuple[float, float, Claim, tuple[float, Sequence[int], int]] | None = None
             for d in dests:
                 cap = fit[d.index][1]
-                if cap and _within(used[d.index], vec, None, cap):
+                if cap and within(used[d.index], vec, None, cap):
                     spare = self.spare(cap, used[d.index], vec)
                     if best is None or spare < best[1]:
                         best = (0.0, spare, d, fit[d.index])

@@ -8,7 +8,7 @@ import pytest
 from sched_builders import existing, linear_pool
 
 from benchmarks.plan_checks import plan_checks
-from karpy.scheduling import scheduler, zonemove
+from karpy.scheduling import scheduler
 from karpy.scheduling.model import LabelSelector, NodePool, Pod, PodAffinityTerm
 
 GIB = 2**30
@@ -75,7 +75,7 @@ def _zones_of_group(result: scheduler.SchedulingResult) -> set[str]:
 
 def _solve(pods: list[Pod], monkeypatch: pytest.MonkeyPatch, move: bool) -> scheduler.SchedulingResult:
     if not move:
-        monkeypatch.setattr(zonemove, "move_groups", lambda s: False)
+        monkeypatch.setattr(scheduler, "move_groups", lambda s: False)
     result = scheduler.solve(pods, [_pool()], [], [])
     monkeypatch.undo()
     assert not result.errors
