@@ -40,7 +40,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 
-from karpy.scheduling.nodeclaim import Claim, claim_fit, movable_claim, put_pod, take_pod, within
+from karpy.scheduling.nodeclaim import Claim, claim_fit, movable_claim, move_pod, within
 from karpy.scheduling.queue import Group
 from karpy.scheduling.state import HOSTNAME, SolveState, frontier
 from karpy.scheduling.topology import AFFINITY, ANTI, INVERSE, SPREAD, TopoGroup
@@ -342,28 +342,22 @@ class _Search:
         for tg, a, b, n in _shifts(s, x.claim, y.claim, kg, kh, self.open_ids) or ():
             tg.add(a, -n)
             tg.add(b, n)
-        put_pod(y.claim, g, take_pod(x.claim, g))
-        if x.counted:
-            _count(x, kg, -1)
-        if y.counted:
-            _count(y, kg, 1)
-        x.hold(g, -1)
-        y.hold(g, 1)
-        xu = [u - v for u, v in zip(x.claim.used, g.vec, strict=True)]
-        yu = [u + v for u, v in zip(y.claim.used, g.vec, strict=True)]
+        self._move(x, y, g, kg)
         if h is not None and kh is not None:
-            put_pod(x.claim, h, take_pod(y.claim, h))
-            if y.counted:
-                _count(y, kh, -1)
-            if x.counted:
-                _count(x, kh, 1)
-            y.hold(h, -1)
-            x.hold(h, 1)
-            xu = [u + v for u, v in zip(xu, h.vec, strict=True)]
-            yu = [u - v for u, v in zip(yu, h.vec, strict=True)]
-        x.claim.used, y.claim.used = xu, yu
-        x.price, x.cap, _ = claim_fit(x.claim, xu)
-        y.price, y.cap, _ = claim_fit(y.claim, yu)
+            self._move(y, x, h, kh)
+        x.price, x.cap, _ = claim_fit(x.claim, x.claim.used)
+        y.price, y.cap, _ = claim_fit(y.claim, y.claim.used)
+
+    def _move(self, src: _Seat, dst: _Seat, g: Group, kind: _Kind) -> None:
+        """One pod of ``g`` from ``src`` to ``dst``: pods, batches, requests, hostname counts (where filled)
+        and the pod groups each seat holds."""
+        move_pod(src.claim, dst.claim, g)
+        if src.counted:
+            _count(src, kind, -1)
+        if dst.counted:
+            _count(dst, kind, 1)
+        src.hold(g, -1)
+        dst.hold(g, 1)
 
 
 def _domain_key(s: SolveState, claim: Claim) -> tuple[tuple[str, ...], ...]:

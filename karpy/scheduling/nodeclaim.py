@@ -391,7 +391,7 @@ def within(used: Sequence[int], plus: Sequence[int], minus: Sequence[int] | None
     return True
 
 
-def take_pod(claim: Claim, g: Group) -> Pod:
+def _take_pod(claim: Claim, g: Group) -> Pod:
     """Remove the last pod of ``g`` from ``claim``'s pods and batches (not from ``used``).
 
     Raises:
@@ -408,7 +408,7 @@ def take_pod(claim: Claim, g: Group) -> Pod:
     raise ValueError("group not on claim")
 
 
-def put_pod(claim: Claim, g: Group, pod: Pod) -> None:
+def _put_pod(claim: Claim, g: Group, pod: Pod) -> None:
     """Add ``pod`` of ``g`` to ``claim``'s pods and batches (not to ``used``)."""
     claim.batches.append((g, [pod]))
     claim.pods.append(pod)
@@ -418,7 +418,7 @@ def put_pod(claim: Claim, g: Group, pod: Pod) -> None:
 
 def move_pod(x: Claim, y: Claim, g: Group) -> None:
     """Move one pod of ``g`` from ``x`` to ``y`` (pods, batches and summed requests; no constraint check)."""
-    put_pod(y, g, take_pod(x, g))
+    _put_pod(y, g, _take_pod(x, g))
     x.used = [u - v for u, v in zip(x.used, g.vec, strict=True)]
     y.used = [u + v for u, v in zip(y.used, g.vec, strict=True)]
 
