@@ -40,14 +40,13 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 
+from karpy.scheduling.instancetypes import covers
 from karpy.scheduling.nodeclaim import Claim, claim_fit, movable_claim, move_pod, within
 from karpy.scheduling.queue import Group
 from karpy.scheduling.state import HOSTNAME, SolveState, frontier
 from karpy.scheduling.topology import AFFINITY, ANTI, INVERSE, SPREAD, TopoGroup
 from karpy.scheduling.topologydomains import claim_domains, eligible_domains
 
-ROUNDS = 1
-PASSES = 1
 # Most NodeClaims a pod is tried against per visit (keeps the pass linear in NodeClaims on huge plans).
 TRIES = 3
 # Up to this many NodeClaims in a NodePool, every other one is tried (at most SMALL² pairs per round).
@@ -217,13 +216,6 @@ def _shifts(s: SolveState, x: Claim, y: Claim, kg: _Kind, kh: _Kind | None, open
     return out
 
 
-def _le(a: Sequence[int], b: Sequence[int]) -> bool:
-    for x, y in zip(a, b, strict=True):  # noqa: SIM110
-        if x > y:
-            return False
-    return True
-
-
 class _Search:
     def __init__(self, s: SolveState, claims: list[Claim]) -> None:
         self.s = s
@@ -327,7 +319,7 @@ class _Search:
                         low0 <= hv[p0] <= top[0]
                         and low1 <= hv[p1] <= top[1]
                         and hv != vec
-                        and (_le(hv, room) or any(_le(hv, r) for r in rooms[1:]))
+                        and (covers(room, hv) or any(covers(r, hv) for r in rooms[1:]))
                         and within(yused, vec, hv, ycap)
                         and self.legal(x, y, g, h)
                     ):
@@ -379,10 +371,6 @@ def exchange(s: SolveState) -> None:
         if len(claims) < 2:
             continue
         search = _Search(s, claims)
-        for _ in range(ROUNDS):
-            changed = False
-            for k in range(len(search.seats)):
-                while search.visit(k):
-                    changed = True
-            if not changed:
-                break
+        for k in range(len(search.seats)):
+            while search.visit(k):
+                pass

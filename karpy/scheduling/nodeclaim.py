@@ -201,25 +201,13 @@ def push_claims(s: SolveState, claims: Sequence[Claim]) -> None:
             push_claim(s, claim)
 
 
-def top_claim(s: SolveState, heap: list[tuple[int, int]] | None = None) -> tuple[int, int] | None:
-    """The (pod count, index) of the open claim with fewest pods in ``heap``, dropping stale entries."""
-    heap = s.heap if heap is None else heap
-    while heap:
-        count, idx = heap[0]
-        claim = s.claims[idx]
-        if claim.in_heap == count and not claim.closed:
-            return count, idx
-        heapq.heappop(heap)
-    return None
-
-
 def pop_claim(s: SolveState, heaps: Sequence[list[tuple[int, int]]] | None = None) -> Claim | None:
     """Take the claim with fewest pods out of ``heaps`` (default: every open claim)."""
     claims = s.claims
     best: tuple[int, int] | None = None
     best_heap: list[tuple[int, int]] | None = None
     for heap in heaps if heaps is not None else (s.heap,):
-        # top_claim inlined: this runs once per claim looked at.
+        # The top of the heap, stale entries dropped, inline: this runs once per claim looked at.
         while heap:
             top = heap[0]
             claim = claims[top[1]]

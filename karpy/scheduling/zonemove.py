@@ -43,7 +43,6 @@ from karpy.scheduling.topologydomains import claim_domains
 
 # Work units (price look-ups, destinations looked at) per NodeClaim of the plan, over the whole pass.
 BUDGET_PER_CLAIM = 20
-ROUNDS = 1
 
 
 def _group_only(s: SolveState, g: Group, tid: int) -> bool:
@@ -176,15 +175,14 @@ class _Mover:
         for zone in sorted(z for z in by_zone if z != src_zone):
             if len(moving) * len(by_zone[zone]) > self.budget:
                 continue  # the budget would run out before the last pod: the work would be wasted
-            plan = self.pack(moving, by_zone[zone], src_used, left, bound - (best[0] if best else 0.0))
+            plan = self.pack(moving, by_zone[zone], bound - (best[0] if best else 0.0))
             if plan is not None:
                 best = (bound - plan[0], zone, plan[1])
         if best is None:
             return False
         _, zone, moves = best
-        for c, g, dest in moves:
-            if dest is not c:
-                move_pod(c, dest, g)
+        for c, g, dest in moves:  # every destination is in another zone than its source
+            move_pod(c, dest, g)
             self.fits.pop(c.index, None)
             self.fits.pop(dest.index, None)
         tg.add(src_zone, -tg.total)
@@ -195,26 +193,17 @@ class _Mover:
         self,
         moving: list[tuple[Claim, Group]],
         dests: list[Claim],
-        start: dict[int, list[int]],
-        start_fit: dict[int, tuple[float, Sequence[int], int]],
         limit: float,
     ) -> tuple[float, list[tuple[Claim, Group, Claim]]] | None:
-        """Each pod into the destination whose price grows least, the tightest fit on a tie, the group's
-        own NodeClaims starting without it (``start``, priced ``start_fit``): (USD/hour added, moves); None
+        """Each pod into the destination (all in another zone than the group's) whose price grows least, the
+        tightest fit on a tie: (USD/hour added, moves); None
         once the added price reaches ``limit``, when a pod fits nowhere, or when the budget runs out. A
         destination with room at its current type costs nothing more, so those are looked for first with
         vector comparisons only."""
         # A NodeClaim an earlier move emptied is gone: reviving it would cost its whole price.
-        dests = [d for d in dests if d.pods or d.index in start]
-        used: dict[int, list[int]] = {}
-        fit: dict[int, tuple[float, Sequence[int], int]] = {}
-        for d in dests:
-            if d.index in start:
-                used[d.index] = list(start[d.index])
-                fit[d.index] = start_fit[d.index]
-            else:
-                used[d.index] = list(d.used)
-                fit[d.index] = self.fit_of(d)
+        dests = [d for d in dests if d.pods]
+        used: dict[int, list[int]] = {d.index: list(d.used) for d in dests}
+        fit: dict[int, tuple[float, Sequence[int], int]] = {d.index: self.fit_of(d) for d in dests}
         moves: list[tuple[Claim, Group, Claim]] = []
         added_total = 0.0
         for c, g in moving:
@@ -258,13 +247,8 @@ def move_groups(s: SolveState) -> bool:
         return False
     mover = _Mover(s)
     moved = False
-    for _ in range(ROUNDS):
-        changed = False
-        for tid, pairs in sorted(mover.groups().items()):
-            if mover.budget <= 0:
-                return moved
-            changed = mover.try_group(tid, pairs) or changed
-        moved = moved or changed
-        if not changed:
+    for tid, pairs in sorted(mover.groups().items()):
+        if mover.budget <= 0:
             break
+        moved = mover.try_group(tid, pairs) or moved
     return moved
