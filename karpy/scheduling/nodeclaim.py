@@ -317,19 +317,10 @@ def price_list(s: SolveState, table: PoolTable, reqs: rq.Reqs, sig: rq.Signature
     return hit
 
 
-def price_steps(s: SolveState, table: PoolTable, reqs: rq.Reqs, sig: rq.Signature) -> list[int]:
-    """:meth:`PoolTable.price_steps` (positions in :func:`price_list` order worth a first-fit look), cached."""
-    key = (table.order, sig)
-    hit = s.price_steps.get(key)
-    if hit is None:
-        hit = s.price_steps[key] = table.price_steps(reqs, sig)
-    return hit
-
-
 def first_step(
     order: Sequence[int], steps: Sequence[int], avail: Sequence[Vector], used: Sequence[int], start: int
 ) -> int:
-    """:func:`first_fit` looking only at ``steps`` (:func:`price_steps` of ``order``): the same answer
+    """:func:`first_fit` looking only at ``steps`` (:meth:`PoolTable.price_steps` of ``order``): the same answer
     provided no type before ``start`` fits ``used`` (``start`` is 0 or a first fit of fewer requests)."""
     for q in range(bisect.bisect_left(steps, start), len(steps)):
         j = steps[q]
