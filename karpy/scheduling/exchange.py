@@ -33,6 +33,11 @@ of their pods that fits the visited NodeClaim's cheaper type and leaves the dest
 Only vector comparisons run before the constraint check, and every accepted step makes the plan strictly
 cheaper. The scheduler runs :func:`karpy.scheduling.zonemove.move_groups` first, which moves whole
 zone-affinity groups; this pass keeps them in their zone.
+
+Both passes update the pods, batches and requests of the NodeClaims and the counts of zone-like topology
+groups only: the hostname groups' ``counts``, ``Claim.members``, ``front``, ``headroom`` and ``price_pos`` are
+left stale (finalizing reads none of them); so they must run last in
+:func:`~karpy.scheduling.scheduler.build_result`, after every placement.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 
+from karpy.scheduling import requirements as rq
 from karpy.scheduling.instancetypes import covers
 from karpy.scheduling.nodeclaim import Claim, claim_fit, movable_claim, move_pod, within
 from karpy.scheduling.queue import Group
@@ -217,26 +223,25 @@ def _shifts(s: SolveState, x: Claim, y: Claim, kg: _Kind, kh: _Kind | None, open
 
 
 class _Search:
-    def __init__(self, s: SolveState, claims: list[Claim]) -> None:
+    def __init__(self, s: SolveState, claims: list[Claim], open_ids: set[int]) -> None:
         self.s = s
         self.kinds: dict[int, _Kind] = {}
         # Neighbours share their zone-like domains: most pods may only move between those.
         claims = sorted(claims, key=lambda c: _domain_key(s, c))
         self.seats = [_Seat(c) for c in claims]
-        self.cheaper: dict[tuple[int, int, float], list[Sequence[int]]] = {}
+        self.cheaper: dict[tuple[int, rq.Signature, float], list[Sequence[int]]] = {}
         for seat in self.seats:
             for g, pods in seat.claim.batches:
                 seat.hold(g, len(pods))
             seat.price, seat.cap, _ = claim_fit(seat.claim, seat.claim.used)
         pos = s.res_pos
         self.pre = (pos.get("cpu", 0), pos.get("memory", 0))
-        # Groups with pods on a NodeClaim whose domain is still open: their counts are not final.
-        self.open_ids: set[int] = {t for c in s.claims for t in (*c.members, *c.owner_members)}
+        self.open_ids = open_ids
 
     def caps(self, seat: _Seat) -> list[Sequence[int]]:
         """Allocatable of the Pareto-largest types cheaper than the seat's current one."""
         claim = seat.claim
-        key = (claim.table.order, id(claim.sig), seat.price)  # the signatures outlive the search
+        key = (claim.table.order, claim.sig, seat.price)
         hit = self.cheaper.get(key)
         if hit is None:
             order, prices = claim.table.price_list(claim.reqs, claim.sig)
@@ -367,10 +372,16 @@ def exchange(s: SolveState) -> None:
     for claim in s.claims:
         if movable_claim(claim):
             pools.setdefault(claim.table.order, []).append(claim)
+    open_ids = _open_ids(s)
     for claims in pools.values():
         if len(claims) < 2:
             continue
-        search = _Search(s, claims)
+        search = _Search(s, claims, open_ids)
         for k in range(len(search.seats)):
             while search.visit(k):
                 pass
+
+
+def _open_ids(s: SolveState) -> set[int]:
+    """Topology groups with pods on a NodeClaim whose domain is still open: their counts are not final."""
+    return {t for c in s.claims for t in (*c.members, *c.owner_members)}

@@ -28,6 +28,10 @@ The work is bounded: at most ``BUDGET_PER_CLAIM`` units per NodeClaim of the pla
 price look-up, or one destination looked at for one pod), so the pass stays linear in NodeClaims; once
 spent, the remaining groups stay where they are. Deterministic: groups in id order, zones by name,
 NodeClaims by index.
+
+Like :mod:`~karpy.scheduling.exchange`, the pass leaves the hostname groups' ``counts``, ``Claim.members``,
+``front``, ``headroom`` and ``price_pos`` stale (finalizing reads none of them): it must run last in
+:func:`~karpy.scheduling.scheduler.build_result`, after every placement.
 """
 
 from __future__ import annotations
