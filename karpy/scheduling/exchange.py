@@ -31,8 +31,13 @@ a cheaper type, the next ``TRIES`` NodeClaims are tried (every other one in a No
 NodeClaims), first as a destination with room for the pod at their current type, then for a swap with one
 of their pods that fits the visited NodeClaim's cheaper type and leaves the destination's type unchanged.
 Only vector comparisons run before the constraint check, and every accepted step makes the plan strictly
-cheaper. Before it, :func:`karpy.scheduling.zonemove.move_groups` moves whole zone-affinity groups, which
-this pass keeps in their zone.
+cheaper. The scheduler runs :func:`karpy.scheduling.zonemove.move_groups` first, which moves whole
+zone-affinity groups; this pass keeps them in their zone.
+
+Both passes update the pods, batches and requests of the NodeClaims and the counts of zone-like topology
+groups only: the hostname groups' ``counts``, ``Claim.members``, ``front``, ``headroom`` and ``price_pos`` are
+left stale (finalizing reads none of them); so they must run last in
+:func:`~karpy.scheduling.scheduler.build_result`, after every placement.
 """
 
 from __future__ import annotations
@@ -40,16 +45,14 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 
-from karpy.scheduling.instancetypes import min_values_keys
-from karpy.scheduling.model import Pod
-from karpy.scheduling.nodeclaim import Claim, first_fit
+from karpy.scheduling import requirements as rq
+from karpy.scheduling.instancetypes import covers
+from karpy.scheduling.nodeclaim import Claim, claim_fit, movable_claim, move_pod, within
 from karpy.scheduling.queue import Group
 from karpy.scheduling.state import HOSTNAME, SolveState, frontier
 from karpy.scheduling.topology import AFFINITY, ANTI, INVERSE, SPREAD, TopoGroup
 from karpy.scheduling.topologydomains import claim_domains, eligible_domains
 
-ROUNDS = 1
-PASSES = 1
 # Most NodeClaims a pod is tried against per visit (keeps the pass linear in NodeClaims on huge plans).
 TRIES = 3
 # Up to this many NodeClaims in a NodePool, every other one is tried (at most SMALL² pairs per round).
@@ -219,54 +222,26 @@ def _shifts(s: SolveState, x: Claim, y: Claim, kg: _Kind, kh: _Kind | None, open
     return out
 
 
-def _fit(claim: Claim, used: Sequence[int]) -> tuple[float, Sequence[int]]:
-    """USD/hour and allocatable of the cheapest type of ``claim`` that holds ``used`` ((inf, ()) when none)."""
-    order, prices = claim.table.price_list(claim.reqs, claim.sig)
-    j = first_fit(order, claim.table.avail, used, 0)
-    return (prices[j], claim.table.avail[order[j]]) if j < len(order) else (float("inf"), ())
-
-
-def _within(used: Sequence[int], plus: Sequence[int], minus: Sequence[int] | None, cap: Sequence[int]) -> bool:
-    """``used + plus - minus <= cap`` in every resource (loops, not ``all``: this is the hot path)."""
-    if minus is None:
-        for u, p, c in zip(used, plus, cap, strict=True):  # noqa: SIM110 (hot path: faster than all())
-            if u + p > c:
-                return False
-        return True
-    for u, p, m, c in zip(used, plus, minus, cap, strict=True):  # noqa: SIM110
-        if u + p - m > c:
-            return False
-    return True
-
-
-def _le(a: Sequence[int], b: Sequence[int]) -> bool:
-    for x, y in zip(a, b, strict=True):  # noqa: SIM110
-        if x > y:
-            return False
-    return True
-
-
 class _Search:
-    def __init__(self, s: SolveState, claims: list[Claim]) -> None:
+    def __init__(self, s: SolveState, claims: list[Claim], open_ids: set[int]) -> None:
         self.s = s
         self.kinds: dict[int, _Kind] = {}
         # Neighbours share their zone-like domains: most pods may only move between those.
         claims = sorted(claims, key=lambda c: _domain_key(s, c))
         self.seats = [_Seat(c) for c in claims]
-        self.cheaper: dict[tuple[int, int, float], list[Sequence[int]]] = {}
+        self.cheaper: dict[tuple[int, rq.Signature, float], list[Sequence[int]]] = {}
         for seat in self.seats:
             for g, pods in seat.claim.batches:
                 seat.hold(g, len(pods))
-            seat.price, seat.cap = _fit(seat.claim, seat.claim.used)
+            seat.price, seat.cap, _ = claim_fit(seat.claim, seat.claim.used)
         pos = s.res_pos
         self.pre = (pos.get("cpu", 0), pos.get("memory", 0))
-        # Groups with pods on a NodeClaim whose domain is still open: their counts are not final.
-        self.open_ids: set[int] = {t for c in s.claims for t in (*c.members, *c.owner_members)}
+        self.open_ids = open_ids
 
     def caps(self, seat: _Seat) -> list[Sequence[int]]:
         """Allocatable of the Pareto-largest types cheaper than the seat's current one."""
         claim = seat.claim
-        key = (claim.table.order, id(claim.sig), seat.price)  # the signatures outlive the search
+        key = (claim.table.order, claim.sig, seat.price)
         hit = self.cheaper.get(key)
         if hit is None:
             order, prices = claim.table.price_list(claim.reqs, claim.sig)
@@ -337,7 +312,7 @@ class _Search:
             top = [max(r[i] for r in rooms) for i in (p0, p1)]
             for y in near:
                 yused, ycap = y.claim.used, y.cap
-                if _within(yused, vec, None, ycap) and self.legal(x, y, g, None):
+                if within(yused, vec, None, ycap) and self.legal(x, y, g, None):
                     self.apply(x, y, g, None)
                     return True
                 # y gives h and takes g at its type: h >= g - (y's free room), on the same two resources.
@@ -349,8 +324,8 @@ class _Search:
                         low0 <= hv[p0] <= top[0]
                         and low1 <= hv[p1] <= top[1]
                         and hv != vec
-                        and (_le(hv, room) or any(_le(hv, r) for r in rooms[1:]))
-                        and _within(yused, vec, hv, ycap)
+                        and (covers(room, hv) or any(covers(r, hv) for r in rooms[1:]))
+                        and within(yused, vec, hv, ycap)
                         and self.legal(x, y, g, h)
                     ):
                         self.apply(x, y, g, h)
@@ -364,28 +339,22 @@ class _Search:
         for tg, a, b, n in _shifts(s, x.claim, y.claim, kg, kh, self.open_ids) or ():
             tg.add(a, -n)
             tg.add(b, n)
-        _put(y.claim, g, _take(x.claim, g))
-        if x.counted:
-            _count(x, kg, -1)
-        if y.counted:
-            _count(y, kg, 1)
-        x.hold(g, -1)
-        y.hold(g, 1)
-        xu = [u - v for u, v in zip(x.claim.used, g.vec, strict=True)]
-        yu = [u + v for u, v in zip(y.claim.used, g.vec, strict=True)]
+        self._move(x, y, g, kg)
         if h is not None and kh is not None:
-            _put(x.claim, h, _take(y.claim, h))
-            if y.counted:
-                _count(y, kh, -1)
-            if x.counted:
-                _count(x, kh, 1)
-            y.hold(h, -1)
-            x.hold(h, 1)
-            xu = [u + v for u, v in zip(xu, h.vec, strict=True)]
-            yu = [u - v for u, v in zip(yu, h.vec, strict=True)]
-        x.claim.used, y.claim.used = xu, yu
-        x.price, x.cap = _fit(x.claim, xu)
-        y.price, y.cap = _fit(y.claim, yu)
+            self._move(y, x, h, kh)
+        x.price, x.cap, _ = claim_fit(x.claim, x.claim.used)
+        y.price, y.cap, _ = claim_fit(y.claim, y.claim.used)
+
+    def _move(self, src: _Seat, dst: _Seat, g: Group, kind: _Kind) -> None:
+        """One pod of ``g`` from ``src`` to ``dst``: pods, batches, requests, hostname counts (where filled)
+        and the pod groups each seat holds."""
+        move_pod(src.claim, dst.claim, g)
+        if src.counted:
+            _count(src, kind, -1)
+        if dst.counted:
+            _count(dst, kind, 1)
+        src.hold(g, -1)
+        dst.hold(g, 1)
 
 
 def _domain_key(s: SolveState, claim: Claim) -> tuple[tuple[str, ...], ...]:
@@ -397,71 +366,22 @@ def _domain_key(s: SolveState, claim: Claim) -> tuple[tuple[str, ...], ...]:
     return tuple(out)
 
 
-def _take(claim: Claim, g: Group) -> Pod:
-    for k, (group, pods) in enumerate(claim.batches):
-        if group is g:
-            pod = pods[-1]
-            if len(pods) == 1:
-                del claim.batches[k]
-            else:
-                claim.batches[k] = (group, pods[:-1])
-            claim.pods = [p for p in claim.pods if p is not pod]
-            return pod
-    raise ValueError("group not on claim")
-
-
-def _put(claim: Claim, g: Group, pod: Pod) -> None:
-    claim.batches.append((g, [pod]))
-    claim.pods.append(pod)
-    if not g.neutral:
-        claim.neutral = False
-
-
-def claim_fit(claim: Claim, used: Sequence[int], start: int = 0) -> tuple[float, Sequence[int], int]:
-    """USD/hour, allocatable and position in price order of the cheapest type of ``claim`` that holds
-    ``used`` ((inf, (), end) when none); types before ``start`` are known not to hold it."""
-    order, prices = claim.table.price_list(claim.reqs, claim.sig)
-    j = first_fit(order, claim.table.avail, used, start)
-    return (prices[j], claim.table.avail[order[j]], j) if j < len(order) else (float("inf"), (), j)
-
-
-def claim_price(claim: Claim, used: Sequence[int]) -> float:
-    """USD/hour of the cheapest type of ``claim`` that holds ``used`` (inf when none)."""
-    return _fit(claim, used)[0]
-
-
-def move_pod(x: Claim, y: Claim, g: Group) -> None:
-    """Move one pod of ``g`` from ``x`` to ``y`` (pods, batches and summed requests; no constraint check)."""
-    _put(y, g, _take(x, g))
-    x.used = [u - v for u, v in zip(x.used, g.vec, strict=True)]
-    y.used = [u + v for u, v in zip(y.used, g.vec, strict=True)]
-
-
 def exchange(s: SolveState) -> None:
-    """Move or swap pods between NodeClaims of one NodePool while that makes the plan cheaper (see module).
-    Whole zone-affinity groups move first (:func:`karpy.scheduling.zonemove.move_groups`)."""
-    from karpy.scheduling.zonemove import move_groups  # the pass builds on this module's pricing
-
-    for _ in range(PASSES):
-        moved = move_groups(s)
-        _exchange_pods(s)
-        if not moved:
-            break
-
-
-def _exchange_pods(s: SolveState) -> None:
+    """Move or swap pods between NodeClaims of one NodePool while that makes the plan cheaper (see module)."""
     pools: dict[int, list[Claim]] = {}
     for claim in s.claims:
-        if claim.pods and not claim.limited and not min_values_keys(claim.reqs):
+        if movable_claim(claim):
             pools.setdefault(claim.table.order, []).append(claim)
+    open_ids = _open_ids(s)
     for claims in pools.values():
         if len(claims) < 2:
             continue
-        search = _Search(s, claims)
-        for _ in range(ROUNDS):
-            changed = False
-            for k in range(len(search.seats)):
-                while search.visit(k):
-                    changed = True
-            if not changed:
-                break
+        search = _Search(s, claims, open_ids)
+        for k in range(len(search.seats)):
+            while search.visit(k):
+                pass
+
+
+def _open_ids(s: SolveState) -> set[int]:
+    """Topology groups with pods on a NodeClaim whose domain is still open: their counts are not final."""
+    return {t for c in s.claims for t in (*c.members, *c.owner_members)}

@@ -523,15 +523,15 @@ def price_steps(avail: Sequence[Vector], order: Sequence[int]) -> list[int]:
     out: list[int] = []
     for j, t in enumerate(order):
         a = avail[t]
-        if any(_covers(k, a) for k in front):
+        if any(covers(k, a) for k in front):
             continue
-        front = [k for k in front if not _covers(a, k)]
+        front = [k for k in front if not covers(a, k)]
         front.append(a)
         out.append(j)
     return out
 
 
-def _covers(a: Vector, b: Vector) -> bool:
+def covers(a: Sequence[int], b: Sequence[int]) -> bool:
     """At least as much of every resource in ``a`` as in ``b``."""
     for x, y in zip(a, b):  # noqa: B905, SIM110 (equal lengths; a loop is faster than all() here)
         if x < y:

@@ -201,25 +201,13 @@ def push_claims(s: SolveState, claims: Sequence[Claim]) -> None:
             push_claim(s, claim)
 
 
-def top_claim(s: SolveState, heap: list[tuple[int, int]] | None = None) -> tuple[int, int] | None:
-    """The (pod count, index) of the open claim with fewest pods in ``heap``, dropping stale entries."""
-    heap = s.heap if heap is None else heap
-    while heap:
-        count, idx = heap[0]
-        claim = s.claims[idx]
-        if claim.in_heap == count and not claim.closed:
-            return count, idx
-        heapq.heappop(heap)
-    return None
-
-
 def pop_claim(s: SolveState, heaps: Sequence[list[tuple[int, int]]] | None = None) -> Claim | None:
     """Take the claim with fewest pods out of ``heaps`` (default: every open claim)."""
     claims = s.claims
     best: tuple[int, int] | None = None
     best_heap: list[tuple[int, int]] | None = None
     for heap in heaps if heaps is not None else (s.heap,):
-        # top_claim inlined: this runs once per claim looked at.
+        # The top of the heap, stale entries dropped, inline: this runs once per claim looked at.
         while heap:
             top = heap[0]
             claim = claims[top[1]]
@@ -329,19 +317,10 @@ def price_list(s: SolveState, table: PoolTable, reqs: rq.Reqs, sig: rq.Signature
     return hit
 
 
-def price_steps(s: SolveState, table: PoolTable, reqs: rq.Reqs, sig: rq.Signature) -> list[int]:
-    """:meth:`PoolTable.price_steps` (positions in :func:`price_list` order worth a first-fit look), cached."""
-    key = (table.order, sig)
-    hit = s.price_steps.get(key)
-    if hit is None:
-        hit = s.price_steps[key] = table.price_steps(reqs, sig)
-    return hit
-
-
 def first_step(
     order: Sequence[int], steps: Sequence[int], avail: Sequence[Vector], used: Sequence[int], start: int
 ) -> int:
-    """:func:`first_fit` looking only at ``steps`` (:func:`price_steps` of ``order``): the same answer
+    """:func:`first_fit` looking only at ``steps`` (:meth:`PoolTable.price_steps` of ``order``): the same answer
     provided no type before ``start`` fits ``used`` (``start`` is 0 or a first fit of fewer requests)."""
     for q in range(bisect.bisect_left(steps, start), len(steps)):
         j = steps[q]
@@ -362,6 +341,65 @@ def first_fit(order: Sequence[int], avail: Sequence[Vector], used: Sequence[int]
         else:
             return j
     return len(order)
+
+
+def claim_fit(claim: Claim, used: Sequence[int], start: int = 0) -> tuple[float, Sequence[int], int]:
+    """USD/hour, allocatable and position in price order of the cheapest type of ``claim`` that holds
+    ``used`` ((inf, (), end) when none); types before ``start`` are known not to hold it."""
+    order, prices = claim.table.price_list(claim.reqs, claim.sig)
+    j = first_fit(order, claim.table.avail, used, start)
+    return (prices[j], claim.table.avail[order[j]], j) if j < len(order) else (float("inf"), (), j)
+
+
+def movable_claim(claim: Claim) -> bool:
+    """Whether the passes after placement may move pods off or onto ``claim``: it holds pods, was not cut
+    by NodePool limits (so it counted its largest candidate type against them) and has no minValues."""
+    return bool(claim.pods) and not claim.limited and not min_values_keys(claim.reqs)
+
+
+def within(used: Sequence[int], plus: Sequence[int], minus: Sequence[int] | None, cap: Sequence[int]) -> bool:
+    """``used + plus - minus <= cap`` in every resource (loops, not ``all``: this is the hot path)."""
+    if minus is None:
+        for u, p, c in zip(used, plus, cap, strict=True):  # noqa: SIM110 (hot path: faster than all())
+            if u + p > c:
+                return False
+        return True
+    for u, p, m, c in zip(used, plus, minus, cap, strict=True):  # noqa: SIM110
+        if u + p - m > c:
+            return False
+    return True
+
+
+def _take_pod(claim: Claim, g: Group) -> Pod:
+    """Remove the last pod of ``g`` from ``claim``'s pods and batches (not from ``used``).
+
+    Raises:
+        ValueError: no pod of ``g`` on ``claim``."""
+    for k, (group, pods) in enumerate(claim.batches):
+        if group is g:
+            pod = pods[-1]
+            if len(pods) == 1:
+                del claim.batches[k]
+            else:
+                claim.batches[k] = (group, pods[:-1])
+            claim.pods = [p for p in claim.pods if p is not pod]
+            return pod
+    raise ValueError("group not on claim")
+
+
+def _put_pod(claim: Claim, g: Group, pod: Pod) -> None:
+    """Add ``pod`` of ``g`` to ``claim``'s pods and batches (not to ``used``)."""
+    claim.batches.append((g, [pod]))
+    claim.pods.append(pod)
+    if not g.neutral:
+        claim.neutral = False
+
+
+def move_pod(x: Claim, y: Claim, g: Group) -> None:
+    """Move one pod of ``g`` from ``x`` to ``y`` (pods, batches and summed requests; no constraint check)."""
+    _put_pod(y, g, _take_pod(x, g))
+    x.used = [u - v for u, v in zip(x.used, g.vec, strict=True)]
+    y.used = [u + v for u, v in zip(y.used, g.vec, strict=True)]
 
 
 def commit(s: SolveState, claim: Claim, cands: Candidates, g: Group, variant: Variant, pods: list[Pod]) -> None:

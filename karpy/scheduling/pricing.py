@@ -22,7 +22,6 @@ from karpy.scheduling.nodeclaim import (
     pool_candidates,
     pop_claim,
     price_list,
-    price_steps,
     push_claim,
 )
 from karpy.scheduling.queue import Group, Level, Variant
@@ -127,7 +126,7 @@ def marginal_price(s: SolveState, deal: _DealtClaim, need: Sequence[tuple[int, i
         return 0.0
     table = deal.claim.table
     order, prices = price_list(s, table, cands.reqs, cands.sig)
-    steps = price_steps(s, table, cands.reqs, cands.sig)
+    steps = table.price_steps(cands.reqs, cands.sig)
     avail = table.avail
     used = deal.used
     start = deal.pos
@@ -159,7 +158,7 @@ def grows_too_much(s: SolveState, claim: Claim, cands: Candidates, g: Group, lev
         return False
     table = claim.table
     order, prices = price_list(s, table, cands.reqs, cands.sig)
-    steps = price_steps(s, table, cands.reqs, cands.sig)
+    steps = table.price_steps(cands.reqs, cands.sig)
     avail = table.avail
     used = claim.used
     start = first_step(order, steps, avail, used, claim.price_pos if cands.sig == claim.price_sig else 0)

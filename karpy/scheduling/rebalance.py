@@ -22,11 +22,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import pairwise
 
-from karpy.scheduling.instancetypes import min_values_keys
 from karpy.scheduling.model import Pod
-from karpy.scheduling.nodeclaim import Claim
+from karpy.scheduling.nodeclaim import Claim, claim_fit, movable_claim
 from karpy.scheduling.queue import Group
-from karpy.scheduling.repack import price_of
 from karpy.scheduling.state import SolveState
 
 
@@ -59,7 +57,7 @@ def rebalance(s: SolveState) -> None:
         return
     seats: dict[tuple[int, tuple[object, ...]], list[tuple[Claim, Group, Pod]]] = {}
     for claim in s.claims:
-        if not claim.pods or claim.limited or min_values_keys(claim.reqs):
+        if not movable_claim(claim):
             continue
         held: dict[tuple[object, ...], list[tuple[Group, Pod]]] = {}
         for g, pods in claim.batches:
@@ -98,9 +96,9 @@ def _repair(s: SolveState, members: list[tuple[Claim, Group, Pod]], cpu: int, me
         hit = known.get((seat, pod))
         if hit is None:
             vec = members[pod][1].vec
-            hit = known[seat, pod] = price_of(
-                s, members[seat][0], [r + v for r, v in zip(rests[seat], vec, strict=True)]
-            )
+            hit = known[seat, pod] = claim_fit(
+                members[seat][0], [r + v for r, v in zip(rests[seat], vec, strict=True)]
+            )[0]
         return hit
 
     for a, b in pairwise(seats):  # neighbouring NodeClaims try their pods swapped

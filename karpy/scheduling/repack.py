@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from karpy.scheduling import requirements as rq
-from karpy.scheduling.instancetypes import Vector, min_values_keys
+from karpy.scheduling.instancetypes import Vector
 from karpy.scheduling.model import Pod
-from karpy.scheduling.nodeclaim import Claim, first_fit, frontier_of
+from karpy.scheduling.nodeclaim import Claim, claim_fit, frontier_of, movable_claim
 from karpy.scheduling.queue import Group
 from karpy.scheduling.state import SolveState
 
@@ -30,19 +30,11 @@ def repack(s: SolveState) -> None:
     """
     pools: dict[tuple[int, rq.Signature], list[Claim]] = {}
     for claim in s.claims:
-        if claim.neutral and claim.pods and not claim.limited and not min_values_keys(claim.reqs):
+        if claim.neutral and movable_claim(claim):
             pools.setdefault((claim.table.order, claim.sig), []).append(claim)
     for claims in pools.values():
         if len(claims) > 1:
             repack_pool(s, claims)
-
-
-def price_of(s: SolveState, claim: Claim, used: Sequence[int]) -> float:
-    """USD/hour of the cheapest candidate type whose allocatable fits ``used`` (inf when none)."""
-    table = claim.table
-    order, prices = table.price_list(claim.reqs, claim.sig)
-    j = first_fit(order, table.avail, used, 0)
-    return prices[j] if j < len(order) else float("inf")
 
 
 def repack_pool(s: SolveState, claims: list[Claim]) -> None:
@@ -62,14 +54,14 @@ def repack_pool(s: SolveState, claims: list[Claim]) -> None:
         return max(g.vec[i] * scale[i] for i in dims)
 
     items.sort(key=lambda item: -share(item[0]))
-    old_cost = sum(price_of(s, c, c.used) for c in claims)
+    old_cost = sum(claim_fit(c, c.used)[0] for c in claims)
     least = max(1, max(-(-total[i] // biggest[i]) for i in dims if biggest[i] > 0))
     for n in range(least, len(claims) + 1):
         plan = deal_bins(s, items, n, front, avail, scale)
         if plan is None:
             continue
         bins, members = plan
-        cost = sum(price_of(s, first, used) for used in bins)
+        cost = sum(claim_fit(first, used)[0] for used in bins)
         if cost < old_cost * (1 - 1e-9):
             apply_repack(s, claims, bins, members)
         return

@@ -113,6 +113,7 @@ from karpy.scheduling.topologydomains import (
     domain_values,
     record_existing_owners,
 )
+from karpy.scheduling.zonemove import move_groups
 
 # Outcomes of trying one open NodeClaim for one pod of a topology group.
 PLACED, NEVER, NOT_NOW, PRICEY = 0, 1, 2, 3
@@ -362,6 +363,7 @@ def topo_new(s: SolveState, g: Group, level: Level, variant: Variant, pod: Pod) 
 def build_result(s: SolveState) -> SchedulingResult:
     rebalance(s)
     repack(s)
+    move_groups(s)
     exchange(s)
     new: list[NewNodeClaim] = []
     for claim in s.claims:

@@ -113,7 +113,6 @@ class SolveState:
         "pool_reqs",
         "port_types",
         "price_lists",
-        "price_steps",
         "relax_min_values",
         "remaining",
         "req_models",
@@ -172,7 +171,6 @@ class SolveState:
         self.pool_reqs: dict[tuple[int, rq.Signature], tuple[rq.Reqs, rq.Signature] | str] = {}
         self.offered: dict[tuple[object, ...], frozenset[str]] = {}
         self.price_lists: dict[tuple[int, rq.Signature], tuple[list[int], list[float]]] = {}
-        self.price_steps: dict[tuple[int, rq.Signature], list[int]] = {}
         self.claim_labels: dict[tuple[int, rq.Signature], dict[str, str]] = {}
         self.req_models: dict[tuple[object, ...], tuple[Requirement, ...]] = {}
         self.finalized: dict[tuple[int, rq.Signature, tuple[int, ...]], NewNodeClaim | str] = {}

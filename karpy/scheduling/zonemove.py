@@ -28,15 +28,18 @@ The work is bounded: at most ``BUDGET_PER_CLAIM`` units per NodeClaim of the pla
 price look-up, or one destination looked at for one pod), so the pass stays linear in NodeClaims; once
 spent, the remaining groups stay where they are. Deterministic: groups in id order, zones by name,
 NodeClaims by index.
+
+Like :mod:`~karpy.scheduling.exchange`, the pass leaves the hostname groups' ``counts``, ``Claim.members``,
+``front``, ``headroom`` and ``price_pos`` stale (finalizing reads none of them): it must run last in
+:func:`~karpy.scheduling.scheduler.build_result`, after every placement.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from karpy.scheduling.exchange import _within, claim_fit, move_pod
-from karpy.scheduling.instancetypes import PoolTable, min_values_keys
-from karpy.scheduling.nodeclaim import Claim
+from karpy.scheduling.instancetypes import PoolTable
+from karpy.scheduling.nodeclaim import Claim, claim_fit, movable_claim, move_pod, within
 from karpy.scheduling.queue import Group
 from karpy.scheduling.state import HOSTNAME, SolveState
 from karpy.scheduling.topology import AFFINITY
@@ -44,11 +47,6 @@ from karpy.scheduling.topologydomains import claim_domains
 
 # Work units (price look-ups, destinations looked at) per NodeClaim of the plan, over the whole pass.
 BUDGET_PER_CLAIM = 20
-ROUNDS = 1
-
-
-def _eligible_claim(claim: Claim) -> bool:
-    return bool(claim.pods) and not claim.limited and not min_values_keys(claim.reqs)
 
 
 def _group_only(s: SolveState, g: Group, tid: int) -> bool:
@@ -73,7 +71,7 @@ class _Mover:
         self.by_zone: dict[tuple[int, str], dict[str, list[Claim]]] = {}
 
     def fit(self, claim: Claim, used: Sequence[int], start: int = 0) -> tuple[float, Sequence[int], int]:
-        """:func:`~karpy.scheduling.exchange.claim_fit` (one budget unit)."""
+        """:func:`~karpy.scheduling.nodeclaim.claim_fit` (one budget unit)."""
         self.budget -= 1
         return claim_fit(claim, used, start)
 
@@ -97,7 +95,7 @@ class _Mover:
         if hit is None:
             hit = self.by_zone[(table.order, key)] = {}
             for c in self.s.claims:
-                if c.table is table and _eligible_claim(c):
+                if c.table is table and movable_claim(c):
                     doms = claim_domains(self.s, c, key)
                     if len(doms) == 1:
                         hit.setdefault(next(iter(doms)), []).append(c)
@@ -118,16 +116,19 @@ class _Mover:
         a pod they do not select refers to (its affinity or preference would follow the move) left out."""
         s = self.s
         out: dict[int, list[tuple[Claim, Group]]] = {}
+        # Every pod group owning a constraint, wherever its pods went (existing nodes included): a pod
+        # on an existing node with affinity toward a group would be stranded by the group's move.
         owners: dict[int, set[int]] = {}
+        for g in s.groups:
+            for level in g.levels:
+                for tg, _role in level.cons:
+                    owners.setdefault(tg.id, set()).add(id(g))
         seen: set[tuple[int, int]] = set()
         for claim in s.claims:
             for g, _ in claim.batches:
                 if (claim.index, id(g)) in seen:
                     continue
                 seen.add((claim.index, id(g)))
-                for level in g.levels:
-                    for tg, _role in level.cons:
-                        owners.setdefault(tg.id, set()).add(id(g))
                 for tid in g.selects:
                     tg = s.topo.groups[tid]
                     if tg.kind == AFFINITY and tg.key != HOSTNAME:
@@ -140,7 +141,7 @@ class _Mover:
     def try_group(self, tid: int, pairs: list[tuple[Claim, Group]]) -> bool:
         s = self.s
         tg = s.topo.groups[tid]
-        if any(not _group_only(s, g, tid) or not _eligible_claim(c) for c, g in pairs):
+        if any(not _group_only(s, g, tid) or not movable_claim(c) for c, g in pairs):
             return False
         table = pairs[0][0].table
         if any(c.table is not table for c, _ in pairs):
@@ -178,15 +179,14 @@ class _Mover:
         for zone in sorted(z for z in by_zone if z != src_zone):
             if len(moving) * len(by_zone[zone]) > self.budget:
                 continue  # the budget would run out before the last pod: the work would be wasted
-            plan = self.pack(moving, by_zone[zone], src_used, left, bound - (best[0] if best else 0.0))
+            plan = self.pack(moving, by_zone[zone], bound - (best[0] if best else 0.0))
             if plan is not None:
                 best = (bound - plan[0], zone, plan[1])
         if best is None:
             return False
         _, zone, moves = best
-        for c, g, dest in moves:
-            if dest is not c:
-                move_pod(c, dest, g)
+        for c, g, dest in moves:  # every destination is in another zone than its source
+            move_pod(c, dest, g)
             self.fits.pop(c.index, None)
             self.fits.pop(dest.index, None)
         tg.add(src_zone, -tg.total)
@@ -197,26 +197,17 @@ class _Mover:
         self,
         moving: list[tuple[Claim, Group]],
         dests: list[Claim],
-        start: dict[int, list[int]],
-        start_fit: dict[int, tuple[float, Sequence[int], int]],
         limit: float,
     ) -> tuple[float, list[tuple[Claim, Group, Claim]]] | None:
-        """Each pod into the destination whose price grows least, the tightest fit on a tie, the group's
-        own NodeClaims starting without it (``start``, priced ``start_fit``): (USD/hour added, moves); None
+        """Each pod into the destination (all in another zone than the group's) whose price grows least, the
+        tightest fit on a tie: (USD/hour added, moves); None
         once the added price reaches ``limit``, when a pod fits nowhere, or when the budget runs out. A
         destination with room at its current type costs nothing more, so those are looked for first with
         vector comparisons only."""
         # A NodeClaim an earlier move emptied is gone: reviving it would cost its whole price.
-        dests = [d for d in dests if d.pods or d.index in start]
-        used: dict[int, list[int]] = {}
-        fit: dict[int, tuple[float, Sequence[int], int]] = {}
-        for d in dests:
-            if d.index in start:
-                used[d.index] = list(start[d.index])
-                fit[d.index] = start_fit[d.index]
-            else:
-                used[d.index] = list(d.used)
-                fit[d.index] = self.fit_of(d)
+        dests = [d for d in dests if d.pods]
+        used: dict[int, list[int]] = {d.index: list(d.used) for d in dests}
+        fit: dict[int, tuple[float, Sequence[int], int]] = {d.index: self.fit_of(d) for d in dests}
         moves: list[tuple[Claim, Group, Claim]] = []
         added_total = 0.0
         for c, g in moving:
@@ -227,7 +218,7 @@ class _Mover:
             best: tuple[float, float, Claim, tuple[float, Sequence[int], int]] | None = None
             for d in dests:
                 cap = fit[d.index][1]
-                if cap and _within(used[d.index], vec, None, cap):
+                if cap and within(used[d.index], vec, None, cap):
                     spare = self.spare(cap, used[d.index], vec)
                     if best is None or spare < best[1]:
                         best = (0.0, spare, d, fit[d.index])
@@ -260,13 +251,8 @@ def move_groups(s: SolveState) -> bool:
         return False
     mover = _Mover(s)
     moved = False
-    for _ in range(ROUNDS):
-        changed = False
-        for tid, pairs in sorted(mover.groups().items()):
-            if mover.budget <= 0:
-                return moved
-            changed = mover.try_group(tid, pairs) or changed
-        moved = moved or changed
-        if not changed:
+    for tid, pairs in sorted(mover.groups().items()):
+        if mover.budget <= 0:
             break
+        moved = mover.try_group(tid, pairs) or moved
     return moved

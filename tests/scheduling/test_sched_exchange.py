@@ -56,6 +56,7 @@ def test_moving_and_swapping_pods_makes_the_plan_cheaper_and_keeps_every_constra
         pods = _diverse(seed)
         better = scheduler.solve(pods, [_pool()], [], [])
         assert plan_checks(better, pods) == (), seed
+        monkeypatch.setattr(scheduler, "move_groups", lambda s: False)
         monkeypatch.setattr(scheduler, "exchange", lambda s: None)
         before = scheduler.solve(pods, [_pool()], [], [])
         monkeypatch.undo()
@@ -67,6 +68,7 @@ def test_moving_and_swapping_pods_makes_the_plan_cheaper_and_keeps_every_constra
 
 def _state_after_placement(monkeypatch: pytest.MonkeyPatch, pods: list[Pod]) -> SolveState:
     seen: list[SolveState] = []
+    monkeypatch.setattr(scheduler, "move_groups", lambda s: False)
     monkeypatch.setattr(scheduler, "exchange", seen.append)
     scheduler.solve(pods, [_pool()], [], [])
     return seen[0]
@@ -95,7 +97,7 @@ def test_a_move_that_would_break_anti_affinity_or_hostname_spread_is_refused(
         Pod("f", "default", "free", requests=small),
     ]
     s = _state_after_placement(monkeypatch, pods)
-    search = ex._Search(s, [c for c in s.claims if c.pods])
+    search = ex._Search(s, [c for c in s.claims if c.pods], ex._open_ids(s))
     one, two = _seat_of(search, "anti-1"), _seat_of(search, "anti-2")
     assert one is not two
     # anti-2 next to anti-1 breaks the required anti-affinity; the plain pod may go anywhere.
@@ -122,7 +124,7 @@ def test_a_pod_changes_zone_only_while_the_zone_spread_stays_within_max_skew(mon
         for i in range(2)
     ] + [Pod("p", "default", "plain", labels={"tier": "web"}, requests={"cpu": 100})]
     s = _state_after_placement(monkeypatch, pods)
-    search = ex._Search(s, [c for c in s.claims if c.pods])
+    search = ex._Search(s, [c for c in s.claims if c.pods], ex._open_ids(s))
     a, b = _seat_of(search, "zonal-0"), _seat_of(search, "zonal-1")
     assert a is not b
     plain = _seat_of(search, "plain")

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sched_builders import linear_pool
+from sched_builders import existing, linear_pool
 
 from benchmarks.plan_checks import plan_checks
-from karpy.scheduling import scheduler, zonemove
+from karpy.scheduling import scheduler
 from karpy.scheduling.model import LabelSelector, NodePool, Pod, PodAffinityTerm
 
 GIB = 2**30
@@ -75,7 +75,7 @@ def _zones_of_group(result: scheduler.SchedulingResult) -> set[str]:
 
 def _solve(pods: list[Pod], monkeypatch: pytest.MonkeyPatch, move: bool) -> scheduler.SchedulingResult:
     if not move:
-        monkeypatch.setattr(zonemove, "move_groups", lambda s: False)
+        monkeypatch.setattr(scheduler, "move_groups", lambda s: False)
     result = scheduler.solve(pods, [_pool()], [], [])
     monkeypatch.undo()
     assert not result.errors
@@ -115,4 +115,24 @@ def test_a_group_another_pod_has_affinity_to_stays(monkeypatch: pytest.MonkeyPat
     )
     pods = [*_pods(pinned_group=False), follower]
     result = _solve(pods, monkeypatch, move=True)
+    assert _zones_of_group(result) == {"z1"}
+
+
+def test_a_group_a_pod_on_an_existing_node_has_affinity_to_stays(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The follower with required zone affinity to the group lands on an existing node of the group's
+    zone: moving the group would strand it, so the group stays."""
+    follower = Pod(
+        "f",
+        "default",
+        "follower",
+        labels={"role": "f"},
+        requests={"cpu": 100, "memory": GIB // 4, "pods": 1},
+        pod_affinity=(PodAffinityTerm(ZONE, TEAM),),
+    )
+    old = existing("old-z1", cpu=1, mem_gib=1, used_cpu="700m", labels={ZONE: "z1"})
+    pods = [*_pods(pinned_group=False), follower]
+    result = scheduler.solve(pods, [_pool()], [old], [])
+    assert not result.errors
+    assert [p.name for p in result.existing.get("old-z1", ())] == ["follower"]
+    assert plan_checks(result, pods, [old]) == ()
     assert _zones_of_group(result) == {"z1"}
