@@ -20,6 +20,7 @@ never affects running instances.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import math
@@ -182,6 +183,9 @@ class LaunchTemplateProvider:
         self.cluster_cidr = cluster_cidr
         self.cluster_dns = tuple(cluster_dns)
         self._ensured = ttl_cache(LAUNCH_TEMPLATES, clock)
+        # The describe/create of a name in flight: concurrent launches of one NodeClass share it instead of each
+        # sending DescribeLaunchTemplates (and, on a cold cache, CreateLaunchTemplate that N-1 of them lose).
+        self._inflight: dict[str, asyncio.Task[None]] = {}
         # Rendered user data by its inputs: a launch renders one per candidate instance type (up to 60) and the
         # types of a batch share a handful of kubelet resource sets, so most renders (YAML, MIME) are repeats.
         self._user_data: dict[str, str] = {}
@@ -298,11 +302,34 @@ class LaunchTemplateProvider:
         return amifamily.user_data(family, options)
 
     async def ensure(self, data: Mapping[str, Any], tags: Mapping[str, str]) -> str:
-        """The name of a launch template holding ``data``, created (tagged with ``tags``) when missing."""
+        """The name of a launch template holding ``data``, created (tagged with ``tags``) when missing.
+
+        Concurrent callers for one name share a single DescribeLaunchTemplates (+ CreateLaunchTemplate) in
+        flight; its failure is raised to every one of them and the next call tries again.
+
+        Raises:
+            botocore ClientError: EC2 refused (other than not-found on describe, already-exists on create).
+        """
         name = template_name(self.cluster_name, data)
         self.last_used[name] = self.clock()
         if name in self._ensured:
             return name
+        task = self._inflight.get(name)
+        if task is None:
+            task = asyncio.ensure_future(self._describe_or_create(name, data, tags))
+            self._inflight[name] = task
+            task.add_done_callback(lambda done: self._settle(name, done))
+        # shield: a caller cancelled while waiting does not cancel the operation the others wait on.
+        await asyncio.shield(task)
+        return name
+
+    def _settle(self, name: str, task: asyncio.Task[None]) -> None:
+        if self._inflight.get(name) is task:
+            del self._inflight[name]
+        if not task.cancelled():
+            task.exception()  # retrieved here too, so a failure every waiter left behind is not logged as lost
+
+    async def _describe_or_create(self, name: str, data: Mapping[str, Any], tags: Mapping[str, str]) -> None:
         try:
             await self.ec2.describe_launch_templates(LaunchTemplateNames=[name])
         except Exception as err:
@@ -310,7 +337,6 @@ class LaunchTemplateProvider:
                 raise
             await self._create(name, data, tags)
         self._ensured[name] = True
-        return name
 
     async def _create(self, name: str, data: Mapping[str, Any], tags: Mapping[str, str]) -> None:
         tag_list = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
