@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import math
 import time
 from collections.abc import Collection, Mapping, Sequence
@@ -31,6 +30,7 @@ from typing import Any, Final
 
 import attrs
 import structlog
+from cachetools import LRUCache
 
 from karpy.apis import labels as wk
 from karpy.apis.hashing import stable_hash
@@ -188,7 +188,7 @@ class LaunchTemplateProvider:
         self._inflight: dict[str, asyncio.Task[None]] = {}
         # Rendered user data by its inputs: a launch renders one per candidate instance type (up to 60) and the
         # types of a batch share a handful of kubelet resource sets, so most renders (YAML, MIME) are repeats.
-        self._user_data: dict[str, str] = {}
+        self._user_data: LRUCache[str, str] = LRUCache(USER_DATA_CACHE)
         self.renders = 0  # user data rendered (cache misses), for tests and the profile
         self.started = clock()
         self.last_used: dict[str, float] = {}
@@ -248,9 +248,11 @@ class LaunchTemplateProvider:
         reserved: KubeletResources,
     ) -> str:
         """The user data (text) of one launch of ``family`` (see :meth:`ensure_for`); the same inputs give the
-        same text, so it is rendered once per distinct inputs (up to ``USER_DATA_CACHE`` of them)."""
+        same text, so it is rendered once per distinct inputs (a ``cachetools.LRUCache`` of ``USER_DATA_CACHE``
+        renders keyed by the :func:`~karpy.apis.hashing.stable_hash` of the inputs; listed in
+        :mod:`karpy.aws.cache`)."""
         labels = node_labels(request, capacity_type, family)
-        key = json.dumps(
+        key = stable_hash(
             [
                 family,
                 spec,
@@ -262,14 +264,10 @@ class LaunchTemplateProvider:
                 self.cluster_ca_bundle,
                 self.cluster_cidr,
                 self.cluster_dns,
-            ],
-            sort_keys=True,
-            default=str,
+            ]
         )
         cached = self._user_data.get(key)
         if cached is None:
-            if len(self._user_data) >= USER_DATA_CACHE:
-                self._user_data.clear()
             cached = self._user_data[key] = self._render_user_data(family, spec, request, labels, reserved)
         return cached
 
