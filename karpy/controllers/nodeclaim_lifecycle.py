@@ -31,7 +31,6 @@ Karpenter core ``pkg/controllers/nodeclaim/lifecycle/`` (``launch.go``, ``regist
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -72,23 +71,17 @@ log = structlog.get_logger("karpy.nodeclaim.lifecycle")
 LAUNCH_TTL = 300.0
 OVERLAY_WAIT = 1.0  # seconds between launch attempts while the NodePool's NodeOverlays are not evaluated yet
 REGISTRATION_TTL = 900.0
-# Concurrent reconciles (Karpenter core ``nodeclaim/lifecycle/controller.go``: ``LinearScaleReconciles(cpus, 1000,
-# 5000)``, "higher concurrency limit since we want fast reaction to node syncing and launch"). A launch holds its
-# worker for the whole CreateFleet round trip, so a batch of N NodeClaims needs N workers to launch in parallel,
-# and a Node that registers meanwhile must not wait behind launches (its pods are bound only once it is synced).
+# Concurrent reconciles: ``Settings.linear_workers(MIN_WORKERS, MAX_WORKERS)`` (Karpenter core
+# ``nodeclaim/lifecycle/controller.go``: ``LinearScaleReconciles(cpus, 1000, 5000)``, "higher concurrency limit
+# since we want fast reaction to node syncing and launch"); idle workers are parked coroutines (a few KiB each).
+# A launch holds its worker for the whole CreateFleet round trip, so a batch of N NodeClaims needs N workers to
+# launch in parallel, and a Node that registers meanwhile must not wait behind launches (its pods are bound only
+# once it is synced).
 MIN_WORKERS = 1000
 MAX_WORKERS = 5000
 # Longest time the unregistered taint is held (as NoSchedule) for karpy's binder; a pod that cannot be bound
 # by then is left to kube-scheduler (seconds since the Node was created).
 BIND_HOLD = 15.0
-
-
-def workers(cpu_requests: int) -> int:
-    """The lifecycle's concurrent reconciles for ``cpu_requests`` millicores (``CPU_REQUESTS``): Karpenter's
-    ``LinearScaleReconciles``, ``MIN_WORKERS`` at one core up to ``MAX_WORKERS`` at 60 (cores rounded up). Idle
-    workers are parked coroutines (a few KiB each)."""
-    cores = max(1, math.ceil(cpu_requests / 1000))
-    return min(MAX_WORKERS, MIN_WORKERS + int((MAX_WORKERS - MIN_WORKERS) / 59 * (cores - 1)))
 
 
 class NodeClaimLifecycle:
