@@ -283,8 +283,7 @@ class NodeClaimLifecycle:
         initialized = not initialization_blocker(claim, node)
         if initialized:
             await self._label_initialized(node)
-            conditions = set_condition(conditions, wk.COND_INITIALIZED, "True", "Initialized", "", generation)
-            conditions = set_condition(conditions, wk.COND_READY, "True", "Ready", "", generation)
+            conditions = _initialized_conditions(conditions, generation)
         updated = await self.client.merge_patch(
             NODECLAIMS,
             claim.name,
@@ -295,8 +294,7 @@ class NodeClaimLifecycle:
         metrics.NODES_CREATED.labels(nodepool=claim.nodepool, zone=claim.meta.labels.get(wk.LABEL_ZONE, "")).inc()
         log.info("registered nodeclaim", nodeclaim=claim.name, node=node.name)
         if initialized:
-            log.info("initialized nodeclaim", nodeclaim=claim.name, node=node.name)
-            return Result()
+            return _initialized(claim, node)
         return await self._initialize(registered)
 
     async def _link(self, claim: NodeClaim, node: NodeInfo) -> NodeClaim:
@@ -381,10 +379,7 @@ class NodeClaimLifecycle:
             return Result(requeue_after=2.0)
         await self._label_initialized(node)
         generation = claim.meta.generation
-        conditions = set_condition(
-            conditions_json(claim.raw), wk.COND_INITIALIZED, "True", "Initialized", "", generation
-        )
-        conditions = set_condition(conditions, wk.COND_READY, "True", "Ready", "", generation)
+        conditions = _initialized_conditions(conditions_json(claim.raw), generation)
         updated = await self.client.merge_patch(
             NODECLAIMS,
             claim.name,
@@ -392,8 +387,7 @@ class NodeClaimLifecycle:
             subresource="status",
         )
         self.state.apply("NodeClaim", "MODIFIED", updated)
-        log.info("initialized nodeclaim", nodeclaim=claim.name, node=node.name)
-        return Result()
+        return _initialized(claim, node)
 
     async def _label_initialized(self, node: NodeInfo) -> None:
         """``karpenter.sh/initialized=true`` on the Node (no write when it has it)."""
@@ -430,6 +424,18 @@ class NodeClaimLifecycle:
         # ``reason`` is Karpenter's: launch_timeout, registration_timeout, insufficient_capacity, nodeclass_not_ready.
         metrics.nodeclaim_disrupted(claim, reason)
         return Result()
+
+
+def _initialized_conditions(conditions: list[dict[str, Any]], generation: int | None) -> list[dict[str, Any]]:
+    """``conditions`` with Initialized and Ready True (Karpenter core ``nodeclaim/lifecycle/initialization.go``)."""
+    conditions = set_condition(conditions, wk.COND_INITIALIZED, "True", "Initialized", "", generation)
+    return set_condition(conditions, wk.COND_READY, "True", "Ready", "", generation)
+
+
+def _initialized(claim: NodeClaim, node: NodeInfo) -> Result:
+    """Log the NodeClaim initialized (its Initialized/Ready status written); nothing left to do for it."""
+    log.info("initialized nodeclaim", nodeclaim=claim.name, node=node.name)
+    return Result()
 
 
 def _initialized_once_synced(claim: NodeClaim, node: NodeInfo) -> bool:
