@@ -15,26 +15,8 @@ from e2e.cluster.motofast import FLEET_ID_TAG, LAUNCH_TEMPLATE_ID_TAG, LAUNCH_TE
 from e2e.cluster.nodeagent import NodeAgent
 from karpy.apis.labels import TAG_NODECLAIM
 from karpy.kube import resources as r
+from tests.cluster.test_kubelet import KARPENTER_USER_DATA
 
-USER_DATA = """MIME-Version: 1.0
-Content-Type: multipart/mixed; boundary="//"
-
---//
-Content-Type: application/node.eks.aws
-
-apiVersion: node.eks.aws/v1alpha1
-kind: NodeConfig
-spec:
-  cluster:
-    apiServerEndpoint: https://127.0.0.1:6443
-    name: demo
-  kubelet:
-    flags:
-    - --node-labels="karpenter.sh/nodepool=default"
-    - --register-with-taints="karpenter.sh/unregistered:NoExecute"
-
---//--
-"""
 T3A_MICRO = {
     "InstanceType": "t3a.micro",
     "VCpuInfo": {"DefaultVCpus": 2},
@@ -99,7 +81,7 @@ class FakeEC2:
         return {"LaunchTemplateVersions": [{"LaunchTemplateData": data}]}
 
     def describe_instance_attribute(self, **_: Any) -> dict[str, Any]:
-        return {"UserData": {"Value": base64.b64encode(USER_DATA.encode()).decode()}}
+        return {"UserData": {"Value": base64.b64encode(KARPENTER_USER_DATA.encode()).decode()}}
 
     def describe_instance_types(self, **_: Any) -> dict[str, Any]:
         return {"InstanceTypes": [T3A_MICRO]}
