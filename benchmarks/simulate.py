@@ -21,7 +21,7 @@ like a cluster dump plus the user's own workload files, about the examples in ``
 
 Every pod requests 100m–2 CPU and 128Mi–4Gi memory. The CLI runs as a subprocess (``python -m karpy simulate -f
 DIR --spot-price-ratio 0.35 --output json --timings``) ``--repeat`` times per size; the table shows the median
-wall time and CPU time (user + system of the child and its parsing workers, steadier than wall time on a
+wall time and CPU time (user + system of the child, steadier than wall time on a
 shared machine), the median of each phase (``--timings`` prints them on stderr), the peak RSS of the child
 (``os.wait4`` rusage, largest over the runs) and the plan's node count and price. The machine may be shared:
 medians, not minima, are printed. Targets (at 20,000 pods: ≤ 5 s wall, ≤ 400 MB peak RSS) are checked here and
@@ -276,7 +276,7 @@ def write_manifests(directory: Path, pods: int) -> None:
 
 @attrs.frozen
 class Run:
-    """One CLI run: wall seconds, CPU seconds (user + system, parsing workers included), peak RSS in MB, phase
+    """One CLI run: wall seconds, CPU seconds (user + system), peak RSS in MB, phase
     seconds (from ``--timings``) and the plan's summary."""
 
     wall: float

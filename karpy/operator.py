@@ -41,8 +41,9 @@ from karpy.controllers.interruption import RECEIVE_BACKOFF, Interruption
 from karpy.controllers.node_repair import NodeRepair, RepairPolicies
 from karpy.controllers.nodeclaim_disruption import NodeClaimDisruption, affected_nodeclaims
 from karpy.controllers.nodeclaim_expiration import NodeClaimExpiration
+from karpy.controllers.nodeclaim_lifecycle import MAX_WORKERS as LIFECYCLE_MAX_WORKERS
+from karpy.controllers.nodeclaim_lifecycle import MIN_WORKERS as LIFECYCLE_MIN_WORKERS
 from karpy.controllers.nodeclaim_lifecycle import NodeClaimLifecycle
-from karpy.controllers.nodeclaim_lifecycle import workers as lifecycle_workers
 from karpy.controllers.nodeclaim_tagging import NodeClaimTagging
 from karpy.controllers.nodeclass_status import NodeClassResolver, NodeClassStatusReconciler
 from karpy.controllers.nodeoverlay_status import NodeOverlayStatus
@@ -158,7 +159,7 @@ class Operator:
                 plans=self.plans,
                 overlays=self.overlays,
             ),
-            workers=lifecycle_workers(settings.cpu_requests),
+            workers=settings.linear_workers(LIFECYCLE_MIN_WORKERS, LIFECYCLE_MAX_WORKERS),
             key_name="nodeclaim",
         )
         self.binder = Controller(

@@ -453,11 +453,22 @@ class Settings:
     consolidation_min_savings_ratio: float = 0.1
     drift_check_interval: float = 300.0
 
+    @property
+    def cores(self) -> int:
+        """The cores ``CPU_REQUESTS`` (millicores) requests, rounded up, at least 1."""
+        return max(1, math.ceil(self.cpu_requests / 1000))
+
     def workers(self, per_core: int) -> int:
-        """Concurrent workers of a keyed reconciler: ``per_core`` x the cores ``CPU_REQUESTS`` (millicores)
-        requests, rounded up, at least ``per_core``. Karpenter scales its reconcilers' concurrency with
-        ``CPU_REQUESTS`` (core ``pkg/utils/controller/controller.go`` ``LinearScaleReconciles``)."""
-        return per_core * max(1, math.ceil(self.cpu_requests / 1000))
+        """Concurrent workers of a keyed reconciler: ``per_core`` x :attr:`cores` (karpy's own proportional
+        scaling, not Karpenter's ``LinearScaleReconciles``: that is :meth:`linear_workers`)."""
+        return per_core * self.cores
+
+    def linear_workers(self, minimum: int, maximum: int) -> int:
+        """Concurrent workers scaled linearly with :attr:`cores`: ``minimum`` at 1 core, ``maximum`` at 60 and
+        beyond (Karpenter core ``pkg/utils/controller/controller.go`` ``LinearScaleReconciles``: the slope is
+        truncated to an int after multiplying, the result clamped to [minimum, maximum])."""
+        slope = (maximum - minimum) / 59
+        return min(maximum, max(minimum, minimum + int(slope * (self.cores - 1))))
 
 
 def _get(env: Mapping[str, str], name: str, parse: Callable[[str], T], default: T) -> T:

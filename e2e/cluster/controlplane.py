@@ -49,10 +49,11 @@ AUDIT_READS_ENV = "KARPY_AUDIT_READS"
 def audit_policy(users: tuple[str, ...] = (KARPY_USER,), *, reads: bool = False) -> dict[str, object]:
     """The apiserver audit policy (``audit.k8s.io/v1`` Policy): ``Metadata`` for the writes of ``users`` (create,
     update, patch, delete, deletecollection: who wrote what, when, with which user agent and response code),
-    ``None`` for everything else, so the log costs the other suites almost nothing (only karpy's writes are
-    logged). ``RequestReceived`` is omitted: one event per request, at ``ResponseComplete`` (or ``Panic``), whose
-    ``requestReceivedTimestamp`` still says when the request arrived. ``reads``: their get/list/watch too (a watch
-    is logged when it starts and when it ends)."""
+    ``None`` for everything else, so the log costs the other suites almost nothing (only the controllers' writes
+    are logged: the cluster passes karpy's and Karpenter's users). ``RequestReceived`` is omitted: one event per
+    request, at ``ResponseComplete`` (or ``Panic``), whose ``requestReceivedTimestamp`` still says when the
+    request arrived. ``reads``: their get/list/watch too (a watch is logged when it starts and when it ends; the
+    cluster sets it when ``KARPY_AUDIT_READS=1``)."""
     return {
         "apiVersion": "audit.k8s.io/v1",
         "kind": "Policy",

@@ -33,8 +33,9 @@ Restart-safe: a Node already present for a providerID is left alone. Errors are 
 
 Fast at scale (hundreds of instances launched at once, as a provisioner does for a big batch): the instances a
 pass finds without a Node are registered concurrently (up to ``concurrency`` at a time, kubelets boot in
-parallel); DescribeFleets is read at most once per pass and its instance → launch template answer kept (an instant
-fleet's instances never change), and a numbered launch template version is read once (versions are immutable).
+parallel); an instance's launch template is read from its ``aws:ec2launchtemplate:id/version`` tags (EC2 puts them
+on a fleet's instances; :func:`e2e.cluster.motofast.patch_moto_fleet_instance_tags` makes moto do so too), and a
+numbered launch template version is read once (versions are immutable).
 moto runs in this process, so every EC2 call the agent saves is CPU moto's CreateFleet gets back.
 """
 
@@ -48,7 +49,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from e2e.cluster import kubelet
-from e2e.cluster.motofast import FLEET_ID_TAG
+from e2e.cluster.motofast import LAUNCH_TEMPLATE_ID_TAG, LAUNCH_TEMPLATE_VERSION_TAG
+from karpy.apis.labels import TAG_NODECLAIM
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
@@ -141,19 +143,20 @@ def instance_of_provider_id(provider_id: str) -> str | None:
     return last if last.startswith("i-") else None
 
 
-FLEET_LISTING_GRACE = 5.0  # seconds after launch an instance's fleet may still be missing from DescribeFleets
+TEMPLATE_TAG_GRACE = 5.0  # seconds after launch a fleet's instance may still lack its launch template tags
 
 
-class FleetNotListedYet(RuntimeError):
-    """The instance's fleet is not in DescribeFleets yet (the registration is retried on the next pass)."""
+class TemplateNotTaggedYet(RuntimeError):
+    """A just-launched NodeClaim instance has no launch template tags yet (the registration is retried on the
+    next pass)."""
 
 
 def _just_launched(inst: Mapping[str, Any], now: datetime | None = None) -> bool:
-    """The instance launched less than ``FLEET_LISTING_GRACE`` seconds ago."""
+    """The instance launched less than ``TEMPLATE_TAG_GRACE`` seconds ago."""
     launched = inst.get("LaunchTime")
     if not isinstance(launched, datetime):
         return False
-    return ((now or datetime.now(UTC)) - launched).total_seconds() < FLEET_LISTING_GRACE
+    return ((now or datetime.now(UTC)) - launched).total_seconds() < TEMPLATE_TAG_GRACE
 
 
 class NodeAgent:
@@ -179,8 +182,6 @@ class NodeAgent:
         self.interval = interval
         self.concurrency = max(1, concurrency)
         self._lock = threading.Lock()  # the EC2 reads run in worker threads, several at once
-        self._fleet_templates: dict[str, dict[str, str]] = {}  # instance id -> its instant fleet's template spec
-        self._fleets_read = False  # DescribeFleets already read in this pass
         self._template_versions: dict[tuple[str, str], dict[str, Any] | None] = {}  # (template, number) -> data
         self._types: dict[str, Mapping[str, Any]] = {}
         self._zone_ids: dict[str, str] = {}
@@ -221,7 +222,6 @@ class NodeAgent:
                 by_instance[iid] = node
         live = {i["InstanceId"] for i in instances}
         new = [i for i in instances if i["InstanceId"] not in by_instance and i["InstanceId"] not in self._ignored]
-        self._fleets_read = False
         limit = asyncio.Semaphore(self.concurrency)
         await asyncio.gather(*(self._register_new(inst, limit) for inst in new))
         for inst in instances:
@@ -250,8 +250,8 @@ class NodeAgent:
                 return
             try:
                 await self._register(inst)
-            except FleetNotListedYet:
-                log.info("instance %s: its fleet is not listed yet; registering on the next pass", iid)
+            except TemplateNotTaggedYet:
+                log.info("instance %s: its launch template tags are not there yet; registering on the next pass", iid)
             except Exception:
                 self._failures[iid] = self._failures.get(iid, 0) + 1
                 if self._failures[iid] >= MAX_ATTEMPTS:
@@ -326,24 +326,24 @@ class NodeAgent:
             return self._zone_ids.get(zone)
 
     def _launch_template_data(self, inst: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The LaunchTemplateData the instance was launched from, if it can be found.
+        """The LaunchTemplateData the instance was launched from, if it can be found (from its
+        ``aws:ec2launchtemplate:id/version`` tags, which EC2 puts on RunInstances' and fleets' instances).
 
-        RunInstances with a template tags the instance ``aws:ec2launchtemplate:id/version``; an instance from
-        CreateFleet is found in its fleet's instance list (DescribeFleets), which names the template.
+        Raises:
+            TemplateNotTaggedYet: a just-launched instance of a NodeClaim (karpy's ``karpenter.sh/nodeclaim`` tag)
+                without the template tags yet.
         """
         tags = {t["Key"]: t["Value"] for t in inst.get("Tags") or []}
         spec: dict[str, str] | None = None
-        if "aws:ec2launchtemplate:id" in tags:
-            spec = {"LaunchTemplateId": tags["aws:ec2launchtemplate:id"]}
-            if "aws:ec2launchtemplate:version" in tags:
-                spec["Version"] = tags["aws:ec2launchtemplate:version"]
-        else:
-            spec = self._fleet_template_of(inst["InstanceId"])
-            if spec is None and FLEET_ID_TAG in tags and _just_launched(inst):
-                # moto lists a fleet's instances a moment before the fleet itself: read the fleets again on the
-                # next pass rather than register without the template's volume size. Only a fleet's instance (EC2
-                # tags it aws:ec2:fleet-id) waits: one from RunInstances without a template has no fleet to wait for.
-                raise FleetNotListedYet(inst["InstanceId"])
+        if LAUNCH_TEMPLATE_ID_TAG in tags:
+            spec = {"LaunchTemplateId": tags[LAUNCH_TEMPLATE_ID_TAG]}
+            if LAUNCH_TEMPLATE_VERSION_TAG in tags:
+                spec["Version"] = tags[LAUNCH_TEMPLATE_VERSION_TAG]
+        elif TAG_NODECLAIM in tags and _just_launched(inst):
+            # moto's threaded server can list a fleet's instance (already carrying the tags karpy asked for) a
+            # moment before the fleet patch tags it with its template: wait for the next pass rather than register
+            # without the template's volume size. One without karpy's tag (RunInstances, no template) is decided now.
+            raise TemplateNotTaggedYet(inst["InstanceId"])
         if not spec:
             return None
         kwargs: dict[str, Any] = {k: v for k, v in spec.items() if k in ("LaunchTemplateId", "LaunchTemplateName")}
@@ -358,30 +358,6 @@ class NodeAgent:
         if version.isdigit():
             self._template_versions[key] = data
         return data
-
-    def _fleet_template_of(self, instance_id: str) -> dict[str, str] | None:
-        """The launch template of the instant fleet that launched ``instance_id``: DescribeFleets is read at most
-        once per pass (under the lock, so concurrent registrations share the read), every fleet's instances are
-        remembered."""
-        with self._lock:
-            if instance_id not in self._fleet_templates and not self._fleets_read:
-                self._fleets_read = True
-                for page in self.ec2.get_paginator("describe_fleets").paginate():
-                    for fleet in page.get("Fleets") or []:
-                        spec = next(
-                            (
-                                c["LaunchTemplateSpecification"]
-                                for c in fleet.get("LaunchTemplateConfigs") or []
-                                if c.get("LaunchTemplateSpecification")
-                            ),
-                            None,
-                        )
-                        if spec is None:
-                            continue
-                        for group in fleet.get("Instances") or []:
-                            for iid in group.get("InstanceIds") or []:
-                                self._fleet_templates[iid] = {k: str(v) for k, v in spec.items()}
-            return self._fleet_templates.get(instance_id)
 
     def _user_data(self, inst: Mapping[str, Any], template: Mapping[str, Any] | None) -> bytes:
         attr = self.ec2.describe_instance_attribute(InstanceId=inst["InstanceId"], Attribute="userData")

@@ -7,6 +7,11 @@ Every cache takes a ``timer`` (monotonic seconds; tests inject a fake one) and e
 profiles (Karpenter holds them 1 min / 15 min; karpy re-reads them on every EC2NodeClass status refresh, every
 ``SUBNET_REFRESH_INTERVAL``, so a failed read is seen as one and the last known status is kept), and
 DescribeInstances (Karpenter reads it uncached too before a termination).
+
+Bounded by size, not time (karpy's own): the rendered user data of launches
+(:class:`karpy.aws.launchtemplates.LaunchTemplateProvider`), a ``cachetools.LRUCache`` of ``USER_DATA_CACHE``
+(1024) renders keyed by the ``stable_hash`` of every render input; the same inputs always give the same text, so
+an entry never goes stale.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ never affects running instances.
 
 from __future__ import annotations
 
+import asyncio
 import base64
-import json
 import math
 import time
 from collections.abc import Collection, Mapping, Sequence
@@ -30,6 +30,7 @@ from typing import Any, Final
 
 import attrs
 import structlog
+from cachetools import LRUCache
 
 from karpy.apis import labels as wk
 from karpy.apis.hashing import stable_hash
@@ -182,9 +183,12 @@ class LaunchTemplateProvider:
         self.cluster_cidr = cluster_cidr
         self.cluster_dns = tuple(cluster_dns)
         self._ensured = ttl_cache(LAUNCH_TEMPLATES, clock)
+        # The describe/create of a name in flight: concurrent launches of one NodeClass share it instead of each
+        # sending DescribeLaunchTemplates (and, on a cold cache, CreateLaunchTemplate that N-1 of them lose).
+        self._inflight: dict[str, asyncio.Task[None]] = {}
         # Rendered user data by its inputs: a launch renders one per candidate instance type (up to 60) and the
         # types of a batch share a handful of kubelet resource sets, so most renders (YAML, MIME) are repeats.
-        self._user_data: dict[str, str] = {}
+        self._user_data: LRUCache[str, str] = LRUCache(USER_DATA_CACHE)
         self.renders = 0  # user data rendered (cache misses), for tests and the profile
         self.started = clock()
         self.last_used: dict[str, float] = {}
@@ -244,9 +248,11 @@ class LaunchTemplateProvider:
         reserved: KubeletResources,
     ) -> str:
         """The user data (text) of one launch of ``family`` (see :meth:`ensure_for`); the same inputs give the
-        same text, so it is rendered once per distinct inputs (up to ``USER_DATA_CACHE`` of them)."""
+        same text, so it is rendered once per distinct inputs (a ``cachetools.LRUCache`` of ``USER_DATA_CACHE``
+        renders keyed by the :func:`~karpy.apis.hashing.stable_hash` of the inputs; listed in
+        :mod:`karpy.aws.cache`)."""
         labels = node_labels(request, capacity_type, family)
-        key = json.dumps(
+        key = stable_hash(
             [
                 family,
                 spec,
@@ -258,14 +264,10 @@ class LaunchTemplateProvider:
                 self.cluster_ca_bundle,
                 self.cluster_cidr,
                 self.cluster_dns,
-            ],
-            sort_keys=True,
-            default=str,
+            ]
         )
         cached = self._user_data.get(key)
         if cached is None:
-            if len(self._user_data) >= USER_DATA_CACHE:
-                self._user_data.clear()
             cached = self._user_data[key] = self._render_user_data(family, spec, request, labels, reserved)
         return cached
 
@@ -298,11 +300,34 @@ class LaunchTemplateProvider:
         return amifamily.user_data(family, options)
 
     async def ensure(self, data: Mapping[str, Any], tags: Mapping[str, str]) -> str:
-        """The name of a launch template holding ``data``, created (tagged with ``tags``) when missing."""
+        """The name of a launch template holding ``data``, created (tagged with ``tags``) when missing.
+
+        Concurrent callers for one name share a single DescribeLaunchTemplates (+ CreateLaunchTemplate) in
+        flight; its failure is raised to every one of them and the next call tries again.
+
+        Raises:
+            botocore ClientError: EC2 refused (other than not-found on describe, already-exists on create).
+        """
         name = template_name(self.cluster_name, data)
         self.last_used[name] = self.clock()
         if name in self._ensured:
             return name
+        task = self._inflight.get(name)
+        if task is None:
+            task = asyncio.ensure_future(self._describe_or_create(name, data, tags))
+            self._inflight[name] = task
+            task.add_done_callback(lambda done: self._settle(name, done))
+        # shield: a caller cancelled while waiting does not cancel the operation the others wait on.
+        await asyncio.shield(task)
+        return name
+
+    def _settle(self, name: str, task: asyncio.Task[None]) -> None:
+        if self._inflight.get(name) is task:
+            del self._inflight[name]
+        if not task.cancelled():
+            task.exception()  # retrieved here too, so a failure every waiter left behind is not logged as lost
+
+    async def _describe_or_create(self, name: str, data: Mapping[str, Any], tags: Mapping[str, str]) -> None:
         try:
             await self.ec2.describe_launch_templates(LaunchTemplateNames=[name])
         except Exception as err:
@@ -310,7 +335,6 @@ class LaunchTemplateProvider:
                 raise
             await self._create(name, data, tags)
         self._ensured[name] = True
-        return name
 
     async def _create(self, name: str, data: Mapping[str, Any], tags: Mapping[str, str]) -> None:
         tag_list = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]

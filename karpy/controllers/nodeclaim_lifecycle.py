@@ -31,7 +31,6 @@ Karpenter core ``pkg/controllers/nodeclaim/lifecycle/`` (``launch.go``, ``regist
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -72,23 +71,17 @@ log = structlog.get_logger("karpy.nodeclaim.lifecycle")
 LAUNCH_TTL = 300.0
 OVERLAY_WAIT = 1.0  # seconds between launch attempts while the NodePool's NodeOverlays are not evaluated yet
 REGISTRATION_TTL = 900.0
-# Concurrent reconciles (Karpenter core ``nodeclaim/lifecycle/controller.go``: ``LinearScaleReconciles(cpus, 1000,
-# 5000)``, "higher concurrency limit since we want fast reaction to node syncing and launch"). A launch holds its
-# worker for the whole CreateFleet round trip, so a batch of N NodeClaims needs N workers to launch in parallel,
-# and a Node that registers meanwhile must not wait behind launches (its pods are bound only once it is synced).
+# Concurrent reconciles: ``Settings.linear_workers(MIN_WORKERS, MAX_WORKERS)`` (Karpenter core
+# ``nodeclaim/lifecycle/controller.go``: ``LinearScaleReconciles(cpus, 1000, 5000)``, "higher concurrency limit
+# since we want fast reaction to node syncing and launch"); idle workers are parked coroutines (a few KiB each).
+# A launch holds its worker for the whole CreateFleet round trip, so a batch of N NodeClaims needs N workers to
+# launch in parallel, and a Node that registers meanwhile must not wait behind launches (its pods are bound only
+# once it is synced).
 MIN_WORKERS = 1000
 MAX_WORKERS = 5000
 # Longest time the unregistered taint is held (as NoSchedule) for karpy's binder; a pod that cannot be bound
 # by then is left to kube-scheduler (seconds since the Node was created).
 BIND_HOLD = 15.0
-
-
-def workers(cpu_requests: int) -> int:
-    """The lifecycle's concurrent reconciles for ``cpu_requests`` millicores (``CPU_REQUESTS``): Karpenter's
-    ``LinearScaleReconciles``, ``MIN_WORKERS`` at one core up to ``MAX_WORKERS`` at 60 (cores rounded up). Idle
-    workers are parked coroutines (a few KiB each)."""
-    cores = max(1, math.ceil(cpu_requests / 1000))
-    return min(MAX_WORKERS, MIN_WORKERS + int((MAX_WORKERS - MIN_WORKERS) / 59 * (cores - 1)))
 
 
 class NodeClaimLifecycle:
@@ -290,8 +283,7 @@ class NodeClaimLifecycle:
         initialized = not initialization_blocker(claim, node)
         if initialized:
             await self._label_initialized(node)
-            conditions = set_condition(conditions, wk.COND_INITIALIZED, "True", "Initialized", "", generation)
-            conditions = set_condition(conditions, wk.COND_READY, "True", "Ready", "", generation)
+            conditions = _initialized_conditions(conditions, generation)
         updated = await self.client.merge_patch(
             NODECLAIMS,
             claim.name,
@@ -302,8 +294,7 @@ class NodeClaimLifecycle:
         metrics.NODES_CREATED.labels(nodepool=claim.nodepool, zone=claim.meta.labels.get(wk.LABEL_ZONE, "")).inc()
         log.info("registered nodeclaim", nodeclaim=claim.name, node=node.name)
         if initialized:
-            log.info("initialized nodeclaim", nodeclaim=claim.name, node=node.name)
-            return Result()
+            return _initialized(claim, node)
         return await self._initialize(registered)
 
     async def _link(self, claim: NodeClaim, node: NodeInfo) -> NodeClaim:
@@ -388,10 +379,7 @@ class NodeClaimLifecycle:
             return Result(requeue_after=2.0)
         await self._label_initialized(node)
         generation = claim.meta.generation
-        conditions = set_condition(
-            conditions_json(claim.raw), wk.COND_INITIALIZED, "True", "Initialized", "", generation
-        )
-        conditions = set_condition(conditions, wk.COND_READY, "True", "Ready", "", generation)
+        conditions = _initialized_conditions(conditions_json(claim.raw), generation)
         updated = await self.client.merge_patch(
             NODECLAIMS,
             claim.name,
@@ -399,8 +387,7 @@ class NodeClaimLifecycle:
             subresource="status",
         )
         self.state.apply("NodeClaim", "MODIFIED", updated)
-        log.info("initialized nodeclaim", nodeclaim=claim.name, node=node.name)
-        return Result()
+        return _initialized(claim, node)
 
     async def _label_initialized(self, node: NodeInfo) -> None:
         """``karpenter.sh/initialized=true`` on the Node (no write when it has it)."""
@@ -437,6 +424,18 @@ class NodeClaimLifecycle:
         # ``reason`` is Karpenter's: launch_timeout, registration_timeout, insufficient_capacity, nodeclass_not_ready.
         metrics.nodeclaim_disrupted(claim, reason)
         return Result()
+
+
+def _initialized_conditions(conditions: list[dict[str, Any]], generation: int | None) -> list[dict[str, Any]]:
+    """``conditions`` with Initialized and Ready True (Karpenter core ``nodeclaim/lifecycle/initialization.go``)."""
+    conditions = set_condition(conditions, wk.COND_INITIALIZED, "True", "Initialized", "", generation)
+    return set_condition(conditions, wk.COND_READY, "True", "Ready", "", generation)
+
+
+def _initialized(claim: NodeClaim, node: NodeInfo) -> Result:
+    """Log the NodeClaim initialized (its Initialized/Ready status written); nothing left to do for it."""
+    log.info("initialized nodeclaim", nodeclaim=claim.name, node=node.name)
+    return Result()
 
 
 def _initialized_once_synced(claim: NodeClaim, node: NodeInfo) -> bool:

@@ -42,9 +42,8 @@ from karpy.kube.errors import ApiError
 from karpy.kube.events import WARNING, EventRecorder
 from karpy.kube.resources import NODEPOOLS
 from karpy.runtime.controller import Result
-from karpy.scheduling import requirements as rq
 from karpy.scheduling.instancetypes import labels_allow, offering_allowed, reservation_of, type_labels
-from karpy.scheduling.translate import template_requirements as translate_template_requirements
+from karpy.scheduling.translate import template_requirements
 from karpy.state.cluster import ClusterState
 
 log = structlog.get_logger("karpy.nodepool")
@@ -120,11 +119,6 @@ def unsupported_features(nodepool: NodePool, *, static_capacity: bool = False) -
     return out
 
 
-def template_requirements(nodepool: NodePool) -> rq.Reqs:
-    """The NodePool template's requirements narrowed by its template labels (what a NodeClaim of it requires)."""
-    return translate_template_requirements(nodepool.raw)
-
-
 def _features_condition(conditions: list[Any], unsupported: list[Unsupported], generation: int | None) -> list[Any]:
     """``conditions`` with ``FeaturesSupported=False`` naming ``unsupported``, or without that condition."""
     if not unsupported:
@@ -163,7 +157,7 @@ def compatible_instance_types(nodepool: NodePool, instance_types: list[InstanceT
     """Names of the types that can satisfy the NodePool's requirements and template labels, with at least one
     offering (zone, capacity type) they allow, available or not (Karpenter ``filterInstanceTypesByRequirements``
     on the NodeClaim template, without pods)."""
-    reqs = template_requirements(nodepool)
+    reqs = template_requirements(nodepool.raw)  # narrowed by the template labels: what a NodeClaim requires
     return [
         it.name
         for it in instance_types

@@ -9,20 +9,13 @@ Kubernetes object (:mod:`karpy.simulate.validation`) and named from ``generateNa
 YAML is loaded by :mod:`karpy.simulate.yamlload`: the objects ``yaml.safe_load_all`` gives, parsed by libyaml's
 C parser when PyYAML has it (PyYAML's pure-Python scanner took most of a 20,000-pod simulation), else by
 PyYAML's own. Documents are streamed: one file's text and one document's nodes at a time, each object handed on
-as it is read. Large inputs (:data:`PARALLEL_MIN_BYTES` in two files or more, such as a cluster dump split per
-namespace) are parsed ahead by forked worker processes, one per idle CPU and a file each, which send the objects back
-pickled (unpickling is several times faster than parsing); they are handed on in the same order, and the first
-error is the same.
+as it is read, in this process (so a run's timings do not depend on the machine's load).
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import sys
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -140,65 +133,20 @@ def parse_documents(text: str, origin: str, loader: yamlload.LoaderClass | None 
     return list(iter_documents(text, origin, loader))
 
 
-# Large inputs are parsed by worker processes, one file each, when there are at least two files and this many bytes
-# in all (and two idle CPUs): below that, starting the workers costs more than they save.
-PARALLEL_MIN_BYTES = 4 * 2**20
-
-
 def iter_sources(sources: Sequence[str], stdin: TextIO | None = None) -> Iterator[Document]:
-    """All objects of the ``-f`` arguments in order (``-`` reads stdin once), streamed.
-
-    Small inputs are read a file at a time, when the previous one's objects have been consumed. Large ones
-    (:data:`PARALLEL_MIN_BYTES`, two files or more) are parsed ahead by one worker process per idle CPU (``fork``),
-    a file each; the objects still come in order, and the first error is still the first in reading order, raised
-    after the objects before it: the result is what reading them one by one gives. A file whose worker died
-    (killed, out of memory) is read here instead.
+    """All objects of the ``-f`` arguments in order (``-`` reads stdin once), streamed: a file is read when the
+    previous one's objects have been consumed.
 
     Raises:
         ManifestError: a path is missing or unreadable, or a document is invalid (when it is reached).
     """
-    tasks = _tasks(sources)
-    files = [item for kind, item in tasks if kind == "file"]
-    workers = _workers(files)
-    if workers <= 1:
-        for kind, item in tasks:
-            if kind == "stdin":
-                yield from iter_documents((stdin or sys.stdin).read(), "<stdin>")
-            elif kind == "file":
-                yield from iter_documents(_read_text(item), item)
-            else:
-                raise ManifestError(item)
-        return
-    executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
-    try:
-        parsed = [executor.submit(read_file, path) for path in files]
-        for kind, item in tasks:
-            if kind == "stdin":
-                yield from iter_documents((stdin or sys.stdin).read(), "<stdin>")
-            elif kind == "file":
-                try:
-                    docs, error = parsed.pop(0).result()
-                except BrokenProcessPool:  # a worker died (killed, out of memory): read the file here instead
-                    docs, error = read_file(item)
-                yield from docs
-                if error is not None:
-                    raise ManifestError(error)
-            else:
-                raise ManifestError(item)
-    finally:
-        # On an error, files not started are dropped; the worker busy with one finishes it and exits.
-        executor.shutdown(wait=False, cancel_futures=True)
-
-
-def read_file(path: str) -> tuple[list[Document], str | None]:
-    """The objects of one manifest file, and the message of the error that stopped reading it (None when none):
-    what a worker of :func:`iter_sources` sends back (picklable)."""
-    docs: list[Document] = []
-    try:
-        docs.extend(iter_documents(_read_text(path), path))
-    except ManifestError as err:
-        return docs, str(err)
-    return docs, None
+    for kind, item in _tasks(sources):
+        if kind == "stdin":
+            yield from iter_documents((stdin or sys.stdin).read(), "<stdin>")
+        elif kind == "file":
+            yield from iter_documents(_read_text(item), item)
+        else:
+            raise ManifestError(item)
 
 
 def _read_text(path: str) -> str:
@@ -227,31 +175,6 @@ def _tasks(sources: Sequence[str]) -> list[tuple[str, str]]:
             out.append(("error", str(err)))
             break
     return out
-
-
-def _workers(files: Sequence[str]) -> int:
-    """How many worker processes to parse ``files`` with (1: none, read them here): one per idle CPU
-    (:func:`idle_cpus`), when that is two or more. On busy CPUs workers only add the cost of pickling (measured on
-    a loaded two-CPU machine: slower than reading here)."""
-    if len(files) < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        return 1
-    try:
-        size = sum(os.path.getsize(f) for f in files)
-    except OSError:
-        return 1  # read here, where the error is reported in order
-    if size < PARALLEL_MIN_BYTES:
-        return 1
-    idle = idle_cpus()
-    return min(len(files), idle) if idle >= 2 else 1
-
-
-def idle_cpus() -> int:
-    """CPUs this process may use minus the one-minute load average, rounded (0 when unknown)."""
-    try:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        return max(0, round(cpus - os.getloadavg()[0]))
-    except OSError:
-        return 0
 
 
 def read_sources(sources: Sequence[str], stdin: TextIO | None = None) -> list[Document]:

@@ -1,5 +1,6 @@
 """The node agent at scale, with a fake EC2 and a fake apiserver (no cluster): the Nodes of many new instances are
-registered concurrently, and DescribeFleets / DescribeLaunchTemplateVersions are not read once per instance."""
+registered concurrently, the launch template is read from the instance's tags (no DescribeFleets) and
+DescribeLaunchTemplateVersions is not read once per instance."""
 
 from __future__ import annotations
 
@@ -10,29 +11,12 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from e2e.cluster.motofast import FLEET_ID_TAG
+from e2e.cluster.motofast import FLEET_ID_TAG, LAUNCH_TEMPLATE_ID_TAG, LAUNCH_TEMPLATE_VERSION_TAG
 from e2e.cluster.nodeagent import NodeAgent
+from karpy.apis.labels import TAG_NODECLAIM
 from karpy.kube import resources as r
+from tests.cluster.test_kubelet import KARPENTER_USER_DATA
 
-USER_DATA = """MIME-Version: 1.0
-Content-Type: multipart/mixed; boundary="//"
-
---//
-Content-Type: application/node.eks.aws
-
-apiVersion: node.eks.aws/v1alpha1
-kind: NodeConfig
-spec:
-  cluster:
-    apiServerEndpoint: https://127.0.0.1:6443
-    name: demo
-  kubelet:
-    flags:
-    - --node-labels="karpenter.sh/nodepool=default"
-    - --register-with-taints="karpenter.sh/unregistered:NoExecute"
-
---//--
-"""
 T3A_MICRO = {
     "InstanceType": "t3a.micro",
     "VCpuInfo": {"DefaultVCpus": 2},
@@ -40,7 +24,7 @@ T3A_MICRO = {
     "ProcessorInfo": {"SupportedArchitectures": ["x86_64"]},
     "NetworkInfo": {"MaximumNetworkInterfaces": 2, "Ipv4AddressesPerInterface": 2},
 }
-TEMPLATE = {"LaunchTemplateId": "lt-1", "Version": "1"}
+TEMPLATE_TAGS = {LAUNCH_TEMPLATE_ID_TAG, LAUNCH_TEMPLATE_VERSION_TAG}
 
 
 class _Pages:
@@ -52,7 +36,8 @@ class _Pages:
 
 
 class FakeEC2:
-    """The EC2 reads the agent makes, over ``count`` instances each launched by its own instant fleet."""
+    """The EC2 reads the agent makes, over ``count`` NodeClaim instances each launched by its own instant fleet
+    from template ``lt-1`` version 1 (tagged as EC2 tags a fleet's instances)."""
 
     def __init__(self, count: int) -> None:
         self.calls: Counter[str] = Counter()
@@ -68,18 +53,13 @@ class FakeEC2:
                 "RootDeviceName": "/dev/xvda",
                 "Tags": [
                     {"Key": "kubernetes.io/cluster/demo", "Value": "owned"},
+                    {"Key": TAG_NODECLAIM, "Value": f"default-{n}"},  # karpy's own
                     {"Key": FLEET_ID_TAG, "Value": f"fleet-{n}"},  # as EC2 tags a fleet's instances
+                    {"Key": LAUNCH_TEMPLATE_ID_TAG, "Value": "lt-1"},
+                    {"Key": LAUNCH_TEMPLATE_VERSION_TAG, "Value": "1"},
                 ],
             }
             for n in range(count)
-        ]
-        self.fleets = [
-            {
-                "FleetId": f"fleet-{n}",
-                "LaunchTemplateConfigs": [{"LaunchTemplateSpecification": TEMPLATE}],
-                "Instances": [{"InstanceIds": [inst["InstanceId"]]}],
-            }
-            for n, inst in enumerate(self.instances)
         ]
 
     def _count(self, name: str) -> None:
@@ -88,10 +68,8 @@ class FakeEC2:
 
     def get_paginator(self, name: str) -> _Pages:
         self._count(name)
-        if name == "describe_instances":
-            return _Pages([{"Reservations": [{"Instances": self.instances}]}])
-        assert name == "describe_fleets"
-        return _Pages([{"Fleets": self.fleets}])
+        assert name == "describe_instances"  # no DescribeFleets: the template is read from the instance's tags
+        return _Pages([{"Reservations": [{"Instances": self.instances}]}])
 
     def describe_images(self, **_: Any) -> dict[str, Any]:
         return {"Images": []}
@@ -103,7 +81,7 @@ class FakeEC2:
         return {"LaunchTemplateVersions": [{"LaunchTemplateData": data}]}
 
     def describe_instance_attribute(self, **_: Any) -> dict[str, Any]:
-        return {"UserData": {"Value": base64.b64encode(USER_DATA.encode()).decode()}}
+        return {"UserData": {"Value": base64.b64encode(KARPENTER_USER_DATA.encode()).decode()}}
 
     def describe_instance_types(self, **_: Any) -> dict[str, Any]:
         return {"InstanceTypes": [T3A_MICRO]}
@@ -138,7 +116,7 @@ class FakeKube:
         return body
 
 
-async def test_new_instances_are_registered_concurrently_with_one_fleet_read() -> None:
+async def test_new_instances_are_registered_concurrently_with_one_template_read() -> None:
     count = 12
     ec2 = FakeEC2(count)
     kube = FakeKube(expect=count)
@@ -152,12 +130,12 @@ async def test_new_instances_are_registered_concurrently_with_one_fleet_read() -
         f"aws:///us-east-1a/{i['InstanceId']}" for i in ec2.instances
     }
     assert {n["status"]["capacity"]["ephemeral-storage"] for n in kube.nodes} == {"20Gi"}  # the template's volume
-    # One DescribeFleets for the pass and one read of the (immutable, numbered) template version, not one each.
-    assert ec2.calls["describe_fleets"] == 1
+    # No DescribeFleets and one read of the (immutable, numbered) template version, not one each.
+    assert ec2.calls["describe_fleets"] == 0
     assert ec2.calls["describe_launch_template_versions"] == 1
 
 
-async def test_concurrency_is_bounded_and_a_later_pass_reads_fleets_only_for_unknown_instances() -> None:
+async def test_concurrency_is_bounded_and_a_later_pass_reads_nothing_for_registered_instances() -> None:
     ec2 = FakeEC2(6)
     kube = FakeKube(expect=2)
     agent = NodeAgent(kube, ec2, "demo", "us-east-1", concurrency=2)  # type: ignore[arg-type]
@@ -167,18 +145,27 @@ async def test_concurrency_is_bounded_and_a_later_pass_reads_fleets_only_for_unk
     assert len(agent.registered) == 6
 
     await agent.sync_once()  # everything registered: nothing to look up
-    assert ec2.calls["describe_fleets"] == 1
+    assert ec2.calls["describe_fleets"] == 0
+    assert ec2.calls["describe_launch_template_versions"] == 1
 
 
-async def test_a_just_launched_instance_whose_fleet_is_not_listed_yet_waits_for_the_next_pass() -> None:
-    """moto lists a fleet's instances a moment before the fleet: the agent must not register such an instance
-    without its template (the template's volume size), but retry; an old instance without a fleet registers."""
+def untag(inst: dict[str, Any], keys: set[str]) -> list[dict[str, str]]:
+    """Remove ``keys`` from the instance's tags; the removed tags."""
+    removed = [t for t in inst["Tags"] if t["Key"] in keys]
+    inst["Tags"] = [t for t in inst["Tags"] if t["Key"] not in keys]
+    return removed
+
+
+async def test_a_just_launched_nodeclaim_instance_without_its_template_tags_waits_for_the_next_pass() -> None:
+    """moto's threaded server can list a fleet's instance (with karpy's tags) a moment before the fleet patch tags
+    it with its template: the agent must not register such an instance without its template (the template's
+    volume size), but retry; an old instance without template tags registers."""
     ec2 = FakeEC2(2)
     young, old = ec2.instances
     young["LaunchTime"] = datetime.now(UTC)
     old["LaunchTime"] = datetime.now(UTC) - timedelta(minutes=5)
-    listed = ec2.fleets
-    ec2.fleets = []  # neither fleet listed yet
+    template_tags = untag(young, TEMPLATE_TAGS)  # neither tagged with its template yet
+    untag(old, TEMPLATE_TAGS)
     kube = FakeKube(expect=1)
     agent = NodeAgent(kube, ec2, "demo", "us-east-1")  # type: ignore[arg-type]
 
@@ -186,7 +173,7 @@ async def test_a_just_launched_instance_whose_fleet_is_not_listed_yet_waits_for_
     assert set(agent.registered) == {old["InstanceId"]}  # registered without a template, as before
     assert young["InstanceId"] not in agent.ignored
 
-    ec2.fleets = listed
+    young["Tags"] += template_tags
     await agent.sync_once()
     assert set(agent.registered) == {old["InstanceId"], young["InstanceId"]}
     storage = {
@@ -195,14 +182,13 @@ async def test_a_just_launched_instance_whose_fleet_is_not_listed_yet_waits_for_
     assert storage[young["InstanceId"]] == "20Gi"  # the template's volume
 
 
-async def test_a_just_launched_instance_of_no_fleet_is_decided_in_one_pass() -> None:
-    """An instance from RunInstances without a template (no ``aws:ec2:fleet-id`` tag) has no fleet to wait for: the
-    first pass decides it (here: registered from its own user data), even while no fleet is listed."""
+async def test_a_just_launched_instance_of_no_nodeclaim_is_decided_in_one_pass() -> None:
+    """An instance from RunInstances without a template (no NodeClaim tag, no template tags) has no template to
+    wait for: the first pass decides it (here: registered from its own user data)."""
     ec2 = FakeEC2(1)
     (inst,) = ec2.instances
     inst["LaunchTime"] = datetime.now(UTC)
-    inst["Tags"] = [t for t in inst["Tags"] if t["Key"] != FLEET_ID_TAG]
-    ec2.fleets = []
+    untag(inst, {TAG_NODECLAIM, FLEET_ID_TAG, *TEMPLATE_TAGS})
     kube = FakeKube(expect=1)
     agent = NodeAgent(kube, ec2, "demo", "us-east-1")  # type: ignore[arg-type]
 

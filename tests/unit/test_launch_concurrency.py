@@ -16,7 +16,7 @@ from karpy.cloudprovider.types import InsufficientCapacityError, LaunchRequest, 
 from karpy.controllers import nodeclaim_lifecycle
 from karpy.kube.fake import FakeKube
 from karpy.operator import Operator
-from karpy.settings import from_environment
+from karpy.settings import Settings, from_environment
 from tests.unit.test_provisioner_scheduling_inputs import nodeclass
 
 BATCH = 60  # more than any per-core worker count karpy used to run (8)
@@ -91,4 +91,5 @@ async def test_every_nodeclaim_of_a_batch_has_its_launch_in_flight_at_once() -> 
 @pytest.mark.parametrize(("cpu_requests", "expected"), [(0, 1000), (1000, 1000), (2000, 1067), (60_000, 5000)])
 def test_workers_scale_as_karpenters_lifecycle(cpu_requests: int, expected: int) -> None:
     """Karpenter's ``LinearScaleReconciles(cpus, 1000, 5000)``."""
-    assert nodeclaim_lifecycle.workers(cpu_requests) == expected
+    settings = Settings(cluster_name="c", cpu_requests=cpu_requests)
+    assert settings.linear_workers(nodeclaim_lifecycle.MIN_WORKERS, nodeclaim_lifecycle.MAX_WORKERS) == expected

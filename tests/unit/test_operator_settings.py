@@ -9,7 +9,7 @@ from typing import Any
 from karpy.cloudprovider.fake import FakeCloudProvider
 from karpy.kube.fake import FakeKube
 from karpy.operator import Operator
-from karpy.settings import from_environment
+from karpy.settings import Settings, from_environment
 
 
 class Resolver:
@@ -36,6 +36,17 @@ def test_cpu_requests_scale_the_workers() -> None:
     assert one_core["lifecycle"] == 1000 and one_core["binder"] == 4
     three_cores = workers(operator(CPU_REQUESTS="2500"))
     assert three_cores == {name: 1135 if name == "lifecycle" else 3 * count for name, count in one_core.items()}
+
+
+def test_linear_workers_follow_linear_scale_reconciles() -> None:
+    """Karpenter's LinearScaleReconciles(cpus, 1000, 5000): 1000 at one core, int(slope x (cores - 1)) more per
+    core, 5000 from 60 cores on; the cores are CPU_REQUESTS rounded up."""
+
+    def at(millicores: int) -> int:
+        return Settings(cluster_name="c", cpu_requests=millicores).linear_workers(1000, 5000)
+
+    assert [at(1000), at(1001), at(3000), at(59_000), at(60_000), at(200_000)] == [1000, 1067, 1135, 4932, 5000, 5000]
+    assert Settings(cluster_name="c", cpu_requests=2500).cores == 3
 
 
 def test_nodeclasses_refresh_at_the_tighter_interval() -> None:
