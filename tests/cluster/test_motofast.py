@@ -8,6 +8,7 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
+from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ec2.models.core import TaggedEC2Resource
 from moto.ec2.models.tags import TagBackend
 
@@ -16,7 +17,11 @@ from e2e.cluster import motofast
 
 @pytest.fixture
 def patched(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The patch applied for this test only (monkeypatch restores moto's own ``get_tags`` afterwards)."""
+    """The patch applied for this test only (monkeypatch restores moto's own ``get_tags`` afterwards).
+
+    The session's local cluster puts ``AWS_ENDPOINT_URL`` (its moto server) in this process's environment: a client
+    built here would send its calls there, past ``mock_aws``'s in-process backend, so the test drops it."""
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     monkeypatch.setattr(TaggedEC2Resource, "get_tags", TaggedEC2Resource.get_tags)
     monkeypatch.setattr(TaggedEC2Resource, "_karpy_fast_tags", False, raising=False)
     motofast.patch_moto_tags()
@@ -36,7 +41,7 @@ def test_tags_are_read_by_id_with_describe_tags_answer(patched: None, monkeypatc
     other = _run(ec2, 2, {"kubernetes.io/cluster/other": "owned"})
     from moto.ec2.models import ec2_backends
 
-    backend = next(iter(ec2_backends.values()))["us-east-1"]
+    backend = ec2_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
     for iid in mine + other:  # the same answer as moto's scan
         assert motofast.resource_tags(backend, iid) == backend.describe_tags(filters={"resource-id": [iid]})
 
