@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from e2e.audit import WRITE_VERBS, parse_time
+from e2e.cluster.controlplane import ADMIN_USER
+
+# How kube-scheduler's requests are told from the other components' that share the admin user.
+SCHEDULER_AGENT: Final = "kube-scheduler/"
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -68,11 +72,16 @@ def timeline(
     nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     step: float = 15.0,
+    marked: Sequence[float] = (),
 ) -> list[dict[str, float | int]]:
-    """Cumulative counts at ``start + k·step`` (k = 1, 2, … until everything is counted): NodeClaims created,
-    Nodes created (registered), pods scheduled (PodScheduled=True) and Ready; each row ``{"t": seconds, "claims",
-    "nodes", "scheduled", "ready"}``."""
+    """Cumulative counts at ``start + k·step`` (k = 1, 2, … until everything is counted): pods created, pods marked
+    unschedulable by kube-scheduler (``marked``: epoch seconds, :func:`marked_times`), NodeClaims created, Nodes
+    created (registered), pods scheduled (PodScheduled=True) and Ready; each row ``{"t": seconds, "created",
+    "marked", "claims", "nodes", "scheduled", "ready"}``."""
+    pods = list(pods)
     series = {
+        "created": sorted(created(p) - start for p in pods),
+        "marked": sorted(t - start for t in marked),
         "claims": sorted(created(c) - start for c in claims),
         "nodes": sorted(created(n) - start for n in nodes),
         "scheduled": sorted(t - start for p in pods if (t := condition_time(p, "PodScheduled")) is not None),
@@ -141,6 +150,51 @@ def write_breakdown(
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+def _is_scheduler(event: Mapping[str, Any]) -> bool:
+    return (event.get("user") or {}).get("username") == ADMIN_USER and str(event.get("userAgent", "")).startswith(
+        SCHEDULER_AGENT
+    )
+
+
+def scheduler_writes(events: Iterable[Mapping[str, Any]], since: float, until: float = float("inf")) -> dict[str, int]:
+    """kube-scheduler's writes received in ``[since, until)`` (logged when the cluster runs with
+    ``KARPY_AUDIT_SCHEDULER=1``: the admin user, User-Agent ``kube-scheduler/…``): ``writes`` (all, any code),
+    ``bindings`` (2xx creates of ``pods/binding``), ``status`` (pod status writes: PodScheduled=False
+    ``Unschedulable``) and ``events`` (FailedScheduling, Scheduled)."""
+    out = {"writes": 0, "bindings": 0, "status": 0, "events": 0}
+    for event in events:
+        if not _is_scheduler(event) or event.get("verb") not in WRITE_VERBS:
+            continue
+        if not since <= parse_time(str(event["requestReceivedTimestamp"])) < until:
+            continue
+        out["writes"] += 1
+        ref = event.get("objectRef") or {}
+        if ref.get("resource") == "pods" and ref.get("subresource") == "binding":
+            out["bindings"] += 200 <= _code(event) < 300
+        elif ref.get("resource") == "pods" and ref.get("subresource") == "status":
+            out["status"] += 1
+        elif ref.get("resource") == "events":
+            out["events"] += 1
+    return out
+
+
+def marked_times(events: Iterable[Mapping[str, Any]]) -> list[float]:
+    """Per pod, when kube-scheduler first wrote its status (epoch seconds, sorted): the moment it marked the pod
+    PodScheduled=False ``Unschedulable``, which is when either controller may first consider the pod (Karpenter's
+    ``IsProvisionable``). Pods kube-scheduler bound at its first attempt have none."""
+    first: dict[tuple[str, str], float] = {}
+    for event in events:
+        ref = event.get("objectRef") or {}
+        if not _is_scheduler(event) or ref.get("resource") != "pods" or ref.get("subresource") != "status":
+            continue
+        if not 200 <= _code(event) < 300:
+            continue
+        key = (str(ref.get("namespace")), str(ref.get("name")))
+        t = parse_time(str(event["requestReceivedTimestamp"]))
+        first[key] = min(t, first.get(key, t))
+    return sorted(first.values())
+
+
 def unique_events(events: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Audit events one per request (by ``auditID``, the last stage seen: ``ResponseComplete`` of a finished
     request, ``ResponseStarted`` of a watch still open), in first-seen order."""
@@ -174,6 +228,8 @@ def hourly_cost(instance_types: Mapping[str, int], prices: Mapping[str, float]) 
 # (key in a result, label, format); lower is better for all of them.
 METRICS: Final = (
     ("total_s", "all Running (s)", "{:.1f}"),
+    ("created_s", "last pod created (s)", "{:.1f}"),
+    ("marked_s", "last pod marked Unschedulable by kube-scheduler (s)", "{:.1f}"),
     ("p50_s", "per pod p50 (s)", "{:.1f}"),
     ("p99_s", "per pod p99 (s)", "{:.1f}"),
     ("nodeclaims", "NodeClaims created", "{:.0f}"),
@@ -185,6 +241,8 @@ METRICS: Final = (
     ("requests_up", "apiserver requests (scale-up)", "{:.0f}"),
     ("writes_up", "apiserver writes (scale-up)", "{:.0f}"),
     ("writes_per_pod", "writes per pod", "{:.2f}"),
+    ("scheduler_writes_up", "kube-scheduler writes (scale-up)", "{:.0f}"),
+    ("system_writes_per_pod", "controller + kube-scheduler writes per pod", "{:.2f}"),
     ("down_s", "scale-down to nothing (s)", "{:.1f}"),
     ("down_left_nodes", "nodes left when the scale-down wait ended", "{:.0f}"),
     ("evictions", "evictions (scale-down)", "{:.0f}"),
@@ -221,9 +279,10 @@ def table(results: Mapping[int, Mapping[str, Sequence[Mapping[str, Any]]]]) -> s
 
 def timeline_text(rows: Sequence[Mapping[str, float | int]]) -> str:
     """A timeline (:func:`timeline`) as aligned text lines."""
-    out = ["    t(s)  claims   nodes  scheduled   ready"]
+    out = ["    t(s)  created  marked  claims   nodes  scheduled   ready"]
     for row in rows:
         out.append(
-            f"  {row['t']:6.0f}  {row['claims']:6d}  {row['nodes']:6d}  {row['scheduled']:9d}  {row['ready']:6d}"
+            f"  {row['t']:6.0f}  {row.get('created', 0):7d}  {row.get('marked', 0):6d}  {row['claims']:6d}"
+            f"  {row['nodes']:6d}  {row['scheduled']:9d}  {row['ready']:6d}"
         )
     return "\n".join(out)

@@ -37,8 +37,8 @@ from typing import Any
 from benchmarks.live import mix, report
 from benchmarks.live.karpenter import KWOK_PROVIDER_PREFIX, exit_on_signal
 from benchmarks.live.karpyside import AWS_PROVIDER_PREFIX
-from e2e.audit import json_lines
-from e2e.cluster.controlplane import AUDIT_READS_ENV, KARPENTER_USER, KARPY_USER
+from e2e.audit import json_lines, parse_time
+from e2e.cluster.controlplane import AUDIT_READS_ENV, AUDIT_SCHEDULER_ENV, KARPENTER_USER, KARPY_USER
 
 USERS = {"karpy": KARPY_USER, "karpenter": KARPENTER_USER}
 PROVIDER_PREFIX = {"karpy": AWS_PROVIDER_PREFIX, "karpenter": KWOK_PROVIDER_PREFIX}
@@ -193,11 +193,13 @@ async def measure(
     for node in nodes:
         name = node["metadata"].get("labels", {}).get("node.kubernetes.io/instance-type", "?")
         types[name] = types.get(name, 0) + 1
-    rows = report.timeline(t0, claims, nodes, items)
-    print(report.timeline_text(rows), file=log, flush=True)
     events = report.unique_events(json_lines(audit_log))
+    marked = report.marked_times(e for e in events if parse_time(str(e["requestReceivedTimestamp"])) >= t0)
+    rows = report.timeline(t0, claims, nodes, items, marked=marked)
+    print(report.timeline_text(rows), file=log, flush=True)
     up_writes = report.count_writes(events, user, t0, observed)
     up_requests = report.count_requests(events, user, t0, observed)
+    up_scheduler = report.scheduler_writes(events, t0, observed)
 
     # The scale-down window starts where the scale-up one ended: what the controller does while the figures above
     # are read counts in it, not in neither.
@@ -223,6 +225,8 @@ async def measure(
         "complete": complete,
         "ready_pods": times.ready,
         "total_s": round(times.last_ready - t0, 2) if complete else None,
+        "created_s": round(max((report.created(p) for p in items), default=t0) - t0, 2),
+        "marked_s": round(marked[-1] - t0, 2) if marked else None,
         "p50_s": times.p50,
         "p99_s": times.p99,
         "nodeclaims": up_writes["nodeclaim_creates"],
@@ -235,6 +239,8 @@ async def measure(
         "requests_up": up_requests,
         "writes_up": up_writes["writes"],
         "writes_per_pod": round(up_writes["writes"] / pods, 3),
+        "scheduler_writes_up": up_scheduler["writes"],
+        "system_writes_per_pod": round((up_writes["writes"] + up_scheduler["writes"]) / pods, 3),
         "down_s": None if gone is None else round(gone, 1),
         # What was still there when the scale-down wait ended (0 when it reached nothing).
         "down_left_nodeclaims": len(left_claims),
@@ -244,6 +250,7 @@ async def measure(
         "writes_down": down_writes["writes"],
         "writes_detail": {
             "up": report.write_breakdown(events, user, t0, observed),
+            "scheduler_up": up_scheduler,
             "down": report.write_breakdown(events, user, observed, t2),
         },
         "timeline": rows,
@@ -344,8 +351,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, exit_on_signal)
-    # The clusters started from here log the controllers' reads too, so their requests can be counted.
+    # The clusters started from here log the controllers' reads too, so their requests can be counted, and
+    # kube-scheduler's writes (its Bindings under Karpenter, its Unschedulable marks under both).
     os.environ[AUDIT_READS_ENV] = "1"
+    os.environ[AUDIT_SCHEDULER_ENV] = "1"
     signal.signal(signal.SIGINT, signal.default_int_handler)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     controllers = [c for c in args.controllers.split(",") if c]

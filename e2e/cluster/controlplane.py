@@ -26,6 +26,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 import yaml
 
@@ -44,16 +45,27 @@ KARPENTER_USER = "system:serviceaccount:karpenter:karpenter"
 # Set to "1" in the environment of the cluster's supervisor to log the audited users' reads too (get, list, watch):
 # the live benchmark (benchmarks/live) counts each controller's requests, not only its writes.
 AUDIT_READS_ENV = "KARPY_AUDIT_READS"
+# Set to "1" to log kube-scheduler's writes to pods (Bindings, status: PodScheduled=False "Unschedulable") and its
+# events as well: every control-plane component authenticates as ``ADMIN_USER`` here, so they are logged for that user
+# and told apart by User-Agent (``kube-scheduler/…``). The live benchmark counts them: under Karpenter kube-scheduler
+# makes every Binding, under karpy karpy makes most, and "writes per pod" compares like with like only with both.
+AUDIT_SCHEDULER_ENV = "KARPY_AUDIT_SCHEDULER"
+# The static-token user of the cluster's admin kubeconfig, which kube-controller-manager, kube-scheduler and KWOK use.
+ADMIN_USER = "admin"
 
 
-def audit_policy(users: tuple[str, ...] = (KARPY_USER,), *, reads: bool = False) -> dict[str, object]:
+def audit_policy(
+    users: tuple[str, ...] = (KARPY_USER,), *, reads: bool = False, scheduler: bool = False
+) -> dict[str, object]:
     """The apiserver audit policy (``audit.k8s.io/v1`` Policy): ``Metadata`` for the writes of ``users`` (create,
     update, patch, delete, deletecollection: who wrote what, when, with which user agent and response code),
     ``None`` for everything else, so the log costs the other suites almost nothing (only the controllers' writes
     are logged: the cluster passes karpy's and Karpenter's users). ``RequestReceived`` is omitted: one event per
     request, at ``ResponseComplete`` (or ``Panic``), whose ``requestReceivedTimestamp`` still says when the
     request arrived. ``reads``: their get/list/watch too (a watch is logged when it starts and when it ends; the
-    cluster sets it when ``KARPY_AUDIT_READS=1``)."""
+    cluster sets it when ``KARPY_AUDIT_READS=1``). ``scheduler``: the admin user's creates/updates/patches of
+    ``pods/binding``, ``pods/status`` and events (core and ``events.k8s.io``) too — kube-scheduler's writes, among
+    those of the other components sharing that user (``KARPY_AUDIT_SCHEDULER=1``)."""
     return {
         "apiVersion": "audit.k8s.io/v1",
         "kind": "Policy",
@@ -65,9 +77,21 @@ def audit_policy(users: tuple[str, ...] = (KARPY_USER,), *, reads: bool = False)
                 "verbs": ["create", "update", "patch", "delete", "deletecollection"],
             },
             *([{"level": "Metadata", "users": list(users), "verbs": ["get", "list", "watch"]}] if reads else []),
+            *([_SCHEDULER_WRITES] if scheduler else []),
             {"level": "None"},
         ],
     }
+
+
+_SCHEDULER_WRITES: Final = {
+    "level": "Metadata",
+    "users": [ADMIN_USER],
+    "verbs": ["create", "update", "patch"],
+    "resources": [
+        {"group": "", "resources": ["pods/binding", "pods/status", "events"]},
+        {"group": "events.k8s.io", "resources": ["events"]},
+    ],
+}
 
 
 class ControlPlaneError(RuntimeError):
@@ -236,7 +260,7 @@ class ControlPlane:
                 serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
             )
         )
-        (self.workdir / "pki" / "tokens.csv").write_text(f'{self.token},admin,admin,"system:masters"\n')
+        (self.workdir / "pki" / "tokens.csv").write_text(f'{self.token},{ADMIN_USER},admin,"system:masters"\n')
         self.etcd_port, self.apiserver_port = free_port(), free_port()
         config = {
             "apiVersion": "v1",
@@ -248,7 +272,13 @@ class ControlPlane:
         }
         self.kubeconfig.write_text(yaml.safe_dump(config))
         (self.workdir / "audit-policy.yaml").write_text(
-            yaml.safe_dump(audit_policy((KARPY_USER, KARPENTER_USER), reads=os.environ.get(AUDIT_READS_ENV) == "1"))
+            yaml.safe_dump(
+                audit_policy(
+                    (KARPY_USER, KARPENTER_USER),
+                    reads=os.environ.get(AUDIT_READS_ENV) == "1",
+                    scheduler=os.environ.get(AUDIT_SCHEDULER_ENV) == "1",
+                )
+            )
         )
 
     # -- components --------------------------------------------------------------------------------

@@ -144,26 +144,30 @@ def test_timeline_counts_cumulatively_per_step() -> None:
         _pod("2026-11-25T08:00:00Z", "2026-11-25T08:00:14Z", "2026-11-25T08:00:16Z"),
         _pod("2026-11-25T08:00:00Z", "2026-11-25T08:00:14Z", "2026-11-25T08:00:25Z"),
     ]
-    rows = report.timeline(start, claims, nodes, pods, step=10.0)
+    marked = [report.parse_time("2026-11-25T08:00:02Z"), report.parse_time("2026-11-25T08:00:11Z")]
+    rows = report.timeline(start, claims, nodes, pods, step=10.0, marked=marked)
     assert rows == [
-        {"t": 10.0, "claims": 1, "nodes": 0, "scheduled": 0, "ready": 0},
-        {"t": 20.0, "claims": 1, "nodes": 1, "scheduled": 2, "ready": 1},
-        {"t": 30.0, "claims": 1, "nodes": 1, "scheduled": 2, "ready": 2},
+        {"t": 10.0, "created": 2, "marked": 1, "claims": 1, "nodes": 0, "scheduled": 0, "ready": 0},
+        {"t": 20.0, "created": 2, "marked": 2, "claims": 1, "nodes": 1, "scheduled": 2, "ready": 1},
+        {"t": 30.0, "created": 2, "marked": 2, "claims": 1, "nodes": 1, "scheduled": 2, "ready": 2},
     ]
-    assert "scheduled" in report.timeline_text(rows)
+    assert "marked" in report.timeline_text(rows)
 
 
 # -- apiserver requests ------------------------------------------------------------------------------------------------
 
 
-def _event(verb: str, resource: str, t: str, *, sub: str = "", code: int = 201, user: str = KARPY) -> dict:
-    ref = {"resource": resource, "name": "x"}
+def _event(
+    verb: str, resource: str, t: str, *, sub: str = "", code: int = 201, user: str = KARPY, name: str = "x", agent=""
+) -> dict:
+    ref = {"resource": resource, "name": name, "namespace": "default"}
     if sub:
         ref["subresource"] = sub
     return {
         "stage": "ResponseComplete",
         "verb": verb,
         "user": {"username": user},
+        "userAgent": agent,
         "objectRef": ref,
         "responseStatus": {"code": code},
         "requestReceivedTimestamp": t,
@@ -204,6 +208,43 @@ def test_write_breakdown_per_verb_and_resource() -> None:
     assert report.write_breakdown(events, KARPY, 0.0) == {"create pods/binding": 2, "patch nodeclaims/status": 1}
 
 
+SCHED = "kube-scheduler/v1.34.0 (linux/amd64) kubernetes/abc/scheduler"
+
+
+def test_scheduler_writes_are_the_admin_users_with_a_kube_scheduler_agent() -> None:
+    def sched(verb: str, resource: str, t: str, **kw: object) -> dict:
+        return _event(verb, resource, t, user="admin", agent=SCHED, **kw)  # type: ignore[arg-type]
+
+    events = [
+        sched("create", "pods", "2026-11-25T08:00:01Z", sub="binding"),
+        sched("create", "pods", "2026-11-25T08:00:01Z", sub="binding", code=409),  # lost a race: a write, no Binding
+        sched("patch", "pods", "2026-11-25T08:00:02Z", sub="status", code=200),
+        sched("create", "events", "2026-11-25T08:00:02Z"),
+        _event("patch", "pods", "2026-11-25T08:00:02Z", sub="status", user="admin", agent="kwok/v0.7.0"),  # KWOK
+        _event("create", "pods", "2026-11-25T08:00:02Z", sub="binding"),  # karpy's
+        sched("create", "events", "2026-11-25T08:00:20Z"),  # after the window
+    ]
+    since, until = report.parse_time("2026-11-25T08:00:00Z"), report.parse_time("2026-11-25T08:00:10Z")
+    assert report.scheduler_writes(events, since, until) == {"writes": 4, "bindings": 1, "status": 1, "events": 1}
+
+
+def test_marked_times_are_each_pods_first_status_write_by_kube_scheduler() -> None:
+    def status(name: str, t: str, **kw: object) -> dict:
+        return _event("patch", "pods", t, sub="status", code=200, name=name, **kw)  # type: ignore[arg-type]
+
+    events = [
+        status("a", "2026-11-25T08:00:05Z", user="admin", agent=SCHED),
+        status("a", "2026-11-25T08:00:03Z", user="admin", agent=SCHED),  # out of order: the earlier counts
+        status("b", "2026-11-25T08:00:04Z", user="admin", agent=SCHED),
+        status("c", "2026-11-25T08:00:01Z", user="admin", agent="kwok/v0.7.0"),  # KWOK's Running status: not a mark
+        {**status("d", "2026-11-25T08:00:01Z", user="admin", agent=SCHED), "responseStatus": {"code": 409}},
+    ]
+    assert report.marked_times(events) == [
+        report.parse_time("2026-11-25T08:00:03Z"),
+        report.parse_time("2026-11-25T08:00:04Z"),
+    ]
+
+
 def test_count_requests_counts_each_request_once_reads_included() -> None:
     watch = _event("watch", "pods", "2026-11-25T08:00:01Z", code=200)
     events = [
@@ -226,6 +267,17 @@ def test_audit_policy_logs_reads_only_when_asked() -> None:
     assert len(audit_policy(users)["rules"]) == 2  # type: ignore[arg-type]
     rules = audit_policy(users, reads=True)["rules"]
     assert rules[1] == {"level": "Metadata", "users": list(users), "verbs": ["get", "list", "watch"]}  # type: ignore[index]
+    assert rules[-1] == {"level": "None"}  # type: ignore[index]
+
+
+def test_audit_policy_logs_kube_schedulers_pod_writes_only_when_asked() -> None:
+    from e2e.cluster.controlplane import ADMIN_USER, audit_policy
+
+    assert all(ADMIN_USER not in rule.get("users", []) for rule in audit_policy(reads=True)["rules"])  # type: ignore[attr-defined]
+    rules = audit_policy(scheduler=True)["rules"]
+    (rule,) = [r for r in rules if ADMIN_USER in r.get("users", [])]  # type: ignore[attr-defined]
+    assert rule["verbs"] == ["create", "update", "patch"]
+    assert {"group": "", "resources": ["pods/binding", "pods/status", "events"]} in rule["resources"]
     assert rules[-1] == {"level": "None"}  # type: ignore[index]
 
 
