@@ -38,7 +38,13 @@ from benchmarks.live import mix, report
 from benchmarks.live.karpenter import KWOK_PROVIDER_PREFIX, exit_on_signal
 from benchmarks.live.karpyside import AWS_PROVIDER_PREFIX
 from e2e.audit import json_lines, parse_time
-from e2e.cluster.controlplane import AUDIT_READS_ENV, AUDIT_SCHEDULER_ENV, KARPENTER_USER, KARPY_USER
+from e2e.cluster.controlplane import (
+    AUDIT_READS_ENV,
+    AUDIT_SCHEDULER_ENV,
+    KARPENTER_USER,
+    KARPY_USER,
+    SCHEDULER_QPS_ENV,
+)
 
 USERS = {"karpy": KARPY_USER, "karpenter": KARPENTER_USER}
 PROVIDER_PREFIX = {"karpy": AWS_PROVIDER_PREFIX, "karpenter": KWOK_PROVIDER_PREFIX}
@@ -347,6 +353,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="write every run's figures and the table here")
     parser.add_argument("--workdir", type=Path, default=None, help="parent of the cluster workdirs (default: temp)")
     parser.add_argument(
+        "--scheduler-qps",
+        type=int,
+        default=None,
+        help="kube-scheduler's client QPS (burst 2x) on every cluster; default: kube-scheduler's own (50, burst 100)",
+    )
+    parser.add_argument(
         "--lock", default=str(DEFAULT_LOCK), help="cluster lock file taken per cluster run ('' for none)"
     )
     args = parser.parse_args(argv)
@@ -355,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     # kube-scheduler's writes (its Bindings under Karpenter, its Unschedulable marks under both).
     os.environ[AUDIT_READS_ENV] = "1"
     os.environ[AUDIT_SCHEDULER_ENV] = "1"
+    if args.scheduler_qps is not None:
+        os.environ[SCHEDULER_QPS_ENV] = str(args.scheduler_qps)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     controllers = [c for c in args.controllers.split(",") if c]

@@ -50,6 +50,11 @@ AUDIT_READS_ENV = "KARPY_AUDIT_READS"
 # and told apart by User-Agent (``kube-scheduler/…``). The live benchmark counts them: under Karpenter kube-scheduler
 # makes every Binding, under karpy karpy makes most, and "writes per pod" compares like with like only with both.
 AUDIT_SCHEDULER_ENV = "KARPY_AUDIT_SCHEDULER"
+# kube-scheduler's client QPS (burst: twice that) when set, else its default (50, burst 100: ``ClientConnection``
+# defaults in ``pkg/scheduler/apis/config/v1/defaults.go``). At the default every pod's Unschedulable mark and every
+# Binding kube-scheduler makes waits in that one token bucket, which bounds how fast ANY node provisioner can get
+# pods Running here; the live benchmark can lift it (``--scheduler-qps``) to measure the controllers themselves.
+SCHEDULER_QPS_ENV = "KARPY_KUBE_SCHEDULER_QPS"
 # The static-token user of the cluster's admin kubeconfig, which kube-controller-manager, kube-scheduler and KWOK use.
 ADMIN_USER = "admin"
 
@@ -378,9 +383,11 @@ class ControlPlane:
         )
 
     def _start_scheduler(self, port: int) -> Child:
+        qps = os.environ.get(SCHEDULER_QPS_ENV)
         return self._spawn(
             "kube-scheduler",
             [
+                *([f"--kube-api-qps={int(qps)}", f"--kube-api-burst={2 * int(qps)}"] if qps else []),
                 f"--kubeconfig={self.kubeconfig}",
                 "--leader-elect=false",
                 "--bind-address=127.0.0.1",

@@ -307,3 +307,19 @@ def test_table_puts_both_side_by_side_with_the_ratio() -> None:
     assert "| 1,000 | writes per pod | 1.50 | 3.00 | 0.50 |" in lines
     assert "| 1,000 | scale-down to nothing (s) | — | — | — |" in lines
     assert len(lines) == 2 + len(report.METRICS)
+
+
+def test_scheduler_qps_is_kube_schedulers_default_unless_the_benchmark_lifts_it(
+    tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from e2e.cluster.controlplane import SCHEDULER_QPS_ENV, ControlPlane
+
+    plane = ControlPlane(workdir=tmp_path, bindir=tmp_path)  # type: ignore[arg-type]
+    spawned: list[list[str]] = []
+    monkeypatch.setattr(plane, "_spawn", lambda name, args, env=None: spawned.append(args))
+    monkeypatch.delenv(SCHEDULER_QPS_ENV, raising=False)
+    plane._start_scheduler(1234)
+    assert not any(a.startswith("--kube-api-") for a in spawned[-1])
+    monkeypatch.setenv(SCHEDULER_QPS_ENV, "500")
+    plane._start_scheduler(1234)
+    assert {"--kube-api-qps=500", "--kube-api-burst=1000"} <= set(spawned[-1])
