@@ -24,7 +24,7 @@ from kubernetes_asyncio import config as k8s_config
 import karpy.metrics_runtime as runtime_metrics
 from karpy.apis.meta import JSON
 from karpy.kube.errors import ApiError
-from karpy.kube.ratelimit import TokenBucket, client_rate_limiter
+from karpy.kube.ratelimit import PerKindRateLimiter, TokenBucket, per_kind_rate_limiter
 from karpy.kube.resources import Resource
 from karpy.runtime.fence import Fence
 
@@ -84,7 +84,8 @@ class KubeClient:
 
     Build with :meth:`from_environment`; close with :meth:`close`. Every method raises :class:`ApiError` on a
     non-2xx answer. With a ``rate_limiter`` every request but a watch first takes a token from it (client-go's
-    client-side throttling, :mod:`karpy.kube.ratelimit`).
+    client-side throttling, :mod:`karpy.kube.ratelimit`): from the one bucket, or from its resource kind's bucket
+    of a :class:`~karpy.kube.ratelimit.PerKindRateLimiter` (as Karpenter's controller-runtime client has them).
 
     With a ``fence`` (:class:`karpy.runtime.fence.Fence`) every write (POST, PUT, PATCH, DELETE: creates, patches,
     replaces, deletes and subresources such as ``binding`` and ``eviction``) is checked right before it is sent and
@@ -101,7 +102,7 @@ class KubeClient:
         api: k8s_client.ApiClient,
         *,
         user_agent: str = "karpy",
-        rate_limiter: TokenBucket | None = None,
+        rate_limiter: TokenBucket | PerKindRateLimiter | None = None,
         fence: Fence | None = None,
     ) -> None:
         self._api = api
@@ -156,8 +157,9 @@ class KubeClient:
     ) -> KubeClient:
         """In-cluster config when running in a pod, else ``kubeconfig`` / ``$KUBECONFIG`` / ``~/.kube/config``.
 
-        ``qps``/``burst``: client-side rate limit as client-go applies ``KUBE_CLIENT_QPS``/``KUBE_CLIENT_BURST``
-        (None: not limited, e.g. a test's admin client). ``user_agent`` and ``fence``: as the constructor's.
+        ``qps``/``burst``: client-side rate limit as Karpenter applies ``KUBE_CLIENT_QPS``/``KUBE_CLIENT_BURST``:
+        a client-go token bucket per resource kind (None: not limited, e.g. a test's admin client). ``user_agent``
+        and ``fence``: as the constructor's.
         """
         configuration = k8s_client.Configuration()
         path = kubeconfig or os.environ.get("KUBECONFIG")
@@ -165,7 +167,7 @@ class KubeClient:
             _load_incluster_config(client_configuration=configuration)
         else:
             await k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
-        limiter = None if qps is None else client_rate_limiter(qps, burst)
+        limiter = None if qps is None else per_kind_rate_limiter(qps, burst)
         return cls(
             k8s_client.ApiClient(configuration=configuration), user_agent=user_agent, rate_limiter=limiter, fence=fence
         )
@@ -267,7 +269,9 @@ class KubeClient:
             ApiError: a non-2xx status.
             NotLeader: a write while the fence does not hold; nothing was sent.
         """
-        if self.rate_limiter is not None:
+        if isinstance(self.rate_limiter, PerKindRateLimiter):
+            await self.rate_limiter.wait(path)
+        elif self.rate_limiter is not None:
             await self.rate_limiter.wait()
         if self.fence is not None and method.upper() in WRITE_METHODS:
             self.fence.check(f"{method.upper()} {path}")

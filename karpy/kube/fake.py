@@ -48,7 +48,7 @@ from karpy.apis.meta import JSON
 from karpy.kube import resources
 from karpy.kube.client import JSON_PATCH, KubeClient
 from karpy.kube.errors import ApiError
-from karpy.kube.ratelimit import TokenBucket
+from karpy.kube.ratelimit import PerKindRateLimiter, TokenBucket
 from karpy.kube.resources import EVENTS, PDBS, Resource
 from karpy.kube.watch import WatchSink
 
@@ -250,7 +250,7 @@ class FakeKube(KubeClient):
         *,
         sink: WatchSink | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        rate_limiter: TokenBucket | None = None,
+        rate_limiter: TokenBucket | PerKindRateLimiter | None = None,
     ) -> None:
         # No transport: KubeClient.__init__ would build a kubernetes-asyncio ApiClient.
         self.rate_limiter = rate_limiter

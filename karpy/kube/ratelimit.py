@@ -7,6 +7,12 @@ tokens, full at start, refilled at ``qps`` tokens per second; each request takes
 counts). Watches are not throttled ("We specifically don't want to rate limit watches", ``Request.Watch``): a
 watch is one long-lived request and throttling it would delay the stream controllers depend on. A QPS of 0
 means client-go's defaults (5 QPS, burst 10); a negative QPS disables the limiter.
+
+One bucket per resource kind, as Karpenter has them: its controller-runtime client builds one REST client — and so
+one token bucket of ``QPS``/``Burst`` — per GroupVersionKind (``pkg/client/apiutil`` ``RESTClientForGVK`` →
+``rest.RESTClientForConfigAndClient``, which makes a limiter whenever ``config.RateLimiter`` is unset, as
+Karpenter's ``operator.go`` leaves it), and its event recorder has a client of its own. So NodeClaim status
+patches, Node patches, pod Bindings and events do not queue behind each other: :class:`PerKindRateLimiter`.
 """
 
 from __future__ import annotations
@@ -93,6 +99,57 @@ class TokenBucket:
             raise
 
 
+class PerKindRateLimiter:
+    """A :class:`TokenBucket` of ``qps``/``burst`` per resource kind, made on first use (see the module docstring).
+
+    The kind of a request is its API group, version and resource read from the path (``/api/v1/namespaces/default/
+    pods/p/binding`` → ``("", "v1", "pods")``; ``/apis/karpenter.sh/v1/nodeclaims/c/status`` → ``("karpenter.sh",
+    "v1", "nodeclaims")``): a subresource shares its resource's bucket, as controller-runtime's ``SubResource``
+    client uses the object's REST client. Paths outside ``/api`` and ``/apis`` (``/version``) share one bucket.
+    """
+
+    def __init__(
+        self,
+        qps: float,
+        burst: int,
+        *,
+        now: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        TokenBucket(qps, burst)  # the same ValueError for a bad qps/burst, at construction
+        self.qps, self.burst = qps, burst
+        self._now, self._sleep = now, sleep
+        self._buckets: dict[tuple[str, str, str], TokenBucket] = {}
+
+    def bucket(self, path: str) -> TokenBucket:
+        """The bucket of the resource kind ``path`` (an apiserver request path, no query) addresses."""
+        key = resource_kind(path)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = TokenBucket(self.qps, self.burst, now=self._now, sleep=self._sleep)
+        return bucket
+
+    async def wait(self, path: str) -> None:
+        """Wait for a token of ``path``'s kind (:meth:`TokenBucket.wait`)."""
+        await self.bucket(path).wait()
+
+
+def resource_kind(path: str) -> tuple[str, str, str]:
+    """(API group, version, resource) of an apiserver request path; ``("", "", "")`` outside ``/api(s)``."""
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    if parts[:1] == ["api"] and len(parts) >= 3:
+        group, version, rest = "", parts[1], parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 4:
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return ("", "", "")
+    # /namespaces/<ns>/<resource>/… is a namespaced resource; /namespaces and /namespaces/<ns>[/status] are
+    # Namespaces themselves.
+    if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in ("status", "finalize"):
+        return (group, version, rest[2])
+    return (group, version, rest[0])
+
+
 def client_rate_limiter(
     qps: float,
     burst: int,
@@ -106,3 +163,19 @@ def client_rate_limiter(
     if qps < 0:
         return None
     return TokenBucket(qps, burst, now=now, sleep=sleep)
+
+
+def per_kind_rate_limiter(
+    qps: float,
+    burst: int,
+    *,
+    now: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> PerKindRateLimiter | None:
+    """:class:`PerKindRateLimiter` for ``KUBE_CLIENT_QPS``/``KUBE_CLIENT_BURST`` with :func:`client_rate_limiter`'s
+    defaults (0 → 5/10; QPS < 0 → None, unlimited)."""
+    qps = DEFAULT_QPS if qps == 0 else qps
+    burst = DEFAULT_BURST if burst == 0 else burst
+    if qps < 0:
+        return None
+    return PerKindRateLimiter(qps, burst, now=now, sleep=sleep)

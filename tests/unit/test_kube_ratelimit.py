@@ -9,7 +9,13 @@ import json
 import pytest
 
 from karpy.kube.fake import FakeKube
-from karpy.kube.ratelimit import TokenBucket, client_rate_limiter
+from karpy.kube.ratelimit import (
+    PerKindRateLimiter,
+    TokenBucket,
+    client_rate_limiter,
+    per_kind_rate_limiter,
+    resource_kind,
+)
 from karpy.runtime.clock import FakeClock, settle
 
 
@@ -84,3 +90,47 @@ async def test_a_cancelled_waiter_gives_its_token_back() -> None:
     first.cancel()
     await asyncio.gather(first, return_exceptions=True)
     assert bucket.reserve() == 4.0, "the later reservation already counts on the cancelled token"
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    [
+        ("/api/v1/namespaces/default/pods/p/binding", ("", "v1", "pods")),
+        ("/api/v1/namespaces/default/pods", ("", "v1", "pods")),
+        ("/api/v1/pods", ("", "v1", "pods")),
+        ("/api/v1/nodes/n", ("", "v1", "nodes")),
+        ("/api/v1/namespaces/default/events", ("", "v1", "events")),
+        ("/api/v1/namespaces/kube-system", ("", "v1", "namespaces")),
+        ("/api/v1/namespaces/kube-system/status", ("", "v1", "namespaces")),
+        ("/apis/karpenter.sh/v1/nodeclaims/c/status", ("karpenter.sh", "v1", "nodeclaims")),
+        ("/apis/coordination.k8s.io/v1/namespaces/karpy/leases/l", ("coordination.k8s.io", "v1", "leases")),
+        ("/version", ("", "", "")),
+    ],
+)
+def test_resource_kind_of_a_request_path(path: str, kind: tuple[str, str, str]) -> None:
+    assert resource_kind(path) == kind
+
+
+async def test_per_kind_buckets_do_not_queue_bindings_behind_other_kinds() -> None:
+    """Karpenter's controller-runtime client has a token bucket per GroupVersionKind: with the NodeClaim bucket
+    empty, a pod Binding still goes at once; a second request of the drained kind waits its 1/qps."""
+    clock = FakeClock()
+    kube = FakeKube(
+        [{"kind": "Node", "metadata": {"name": "n"}}],
+        rate_limiter=PerKindRateLimiter(1.0, 1, now=clock.now, sleep=clock.sleep),
+    )
+    first = asyncio.create_task(kube.request("GET", "/apis/karpenter.sh/v1/nodeclaims"))
+    second = asyncio.create_task(kube.request("GET", "/apis/karpenter.sh/v1/nodeclaims/c/status"))
+    other = asyncio.create_task(kube.request("GET", "/api/v1/nodes/n"))
+    await settle()
+    assert [first.done(), second.done(), other.done()] == [True, False, True]
+    await clock.advance(1.0)
+    assert second.done()
+
+
+def test_per_kind_limiter_defaults_as_client_go() -> None:
+    limiter = per_kind_rate_limiter(0, 0)
+    assert limiter is not None and (limiter.qps, limiter.burst) == (5.0, 10)
+    assert per_kind_rate_limiter(-1, 0) is None
+    with pytest.raises(ValueError):
+        PerKindRateLimiter(0, 1)
