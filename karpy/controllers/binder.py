@@ -250,10 +250,13 @@ class Binder:
         return False
 
     async def _bind_within(self, limit: asyncio.Semaphore, pod: Pod, node_name: str) -> bool:
-        async with limit:
-            bound = await self._bind(pod, node_name)
-        if not bound:
-            self._sent.pop(pod.uid, None)
+        bound = False
+        try:
+            async with limit:
+                bound = await self._bind(pod, node_name)
+        finally:
+            if not bound:  # failed, or cancelled or raised before an answer: the pod may be bound again
+                self._sent.pop(pod.uid, None)
         return bound
 
     def _check(self, nodes: Sequence[str], pods: Sequence[Pod]) -> MultiBindingCheck:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from karpy.apis import labels as wk
 from karpy.controllers.binder import Binder
 from karpy.controllers.nodeclaim_lifecycle import BIND_HOLD
@@ -153,3 +155,25 @@ async def test_sent_binding_is_not_sent_again_before_the_watch_shows_it() -> Non
     await binder.reconcile("claim-a")
     assert len(kube.bindings) == 2
     assert binder._sent == {}
+
+
+async def test_a_binding_that_raised_is_sent_again() -> None:
+    class FlakyKube(FakeKube):
+        fail = True
+
+        async def create_subresource(self, *args: Any, **kwargs: Any) -> JSON:
+            if FlakyKube.fail:
+                raise ConnectionResetError("connection reset")
+            return await super().create_subresource(*args, **kwargs)
+
+    ca = batch_claim("a", ["a1"])
+    objs = [nodepool(), ca, node(ca), pod("a1", cpu="100m")]
+    state = loaded_state(objs)
+    kube = FlakyKube(objs)
+    binder = Binder(kube, state, following_plans(state), clock=lambda: T0)
+    with pytest.raises(ConnectionResetError):
+        await binder.reconcile("claim-a")
+    assert binder._sent == {}
+    FlakyKube.fail = False
+    await binder.reconcile("claim-a")
+    assert [name for _, name, _ in kube.bindings] == ["a1"]
