@@ -57,6 +57,14 @@ async def fresh_node(kube: KubeClient) -> AsyncIterator[dict[str, Any]]:
             raise
 
 
+def keyed(node: dict[str, Any]) -> set[tuple[str, str]]:
+    return {(t["key"], t["effect"]) for t in node["spec"].get("taints") or []}
+
+
+def not_ready(node: dict[str, Any]) -> list[tuple[str, str]]:
+    return [k for k in keyed(node) if k[0] == "node.kubernetes.io/not-ready"]
+
+
 def without_owner(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The ops minus the ownerReference (its NodeClaim does not exist here: the garbage collector would act)."""
     return [op for op in ops if not op["path"].startswith("/metadata/ownerReferences")]
@@ -83,15 +91,18 @@ async def test_registration_patch_applies_after_another_write_without_conflict(
     assert updated["metadata"]["labels"]["team"] == "a"
     assert updated["metadata"]["annotations"]["example.com/heartbeat"] == "1"
     assert updated["metadata"]["finalizers"] == [wk.FINALIZER_TERMINATION]  # null test on the missing list
-    assert updated["spec"]["taints"] == [
-        {"key": wk.TAINT_UNREGISTERED_KEY, "effect": "NoSchedule"},
-        {"key": "example.com/claim", "effect": "NoSchedule"},
-    ]
+    # The unregistered taint edited in place, the NodeClaim's taint added; the apiserver's own not-ready taint
+    # (added on create, TaintNodesByCondition) is kept.
+    assert keyed(updated) == {
+        (wk.TAINT_UNREGISTERED_KEY, "NoSchedule"),
+        ("example.com/claim", "NoSchedule"),
+        *not_ready(fresh_node),
+    }
     # The hold ends: the NoSchedule entry is removed in place, again on a stale view.
     state.apply("Node", "MODIFIED", updated)
     await status_write(kube)
     done = await kube.json_patch(NODES, NAME, without_owner(registration_ops(claim, state.nodes[NAME], False, True)))
-    assert done["spec"]["taints"] == [{"key": "example.com/claim", "effect": "NoSchedule"}]
+    assert keyed(done) - set(not_ready(done)) == {("example.com/claim", "NoSchedule")}
     assert done["metadata"]["labels"][wk.LABEL_INITIALIZED] == "true"
     assert done["metadata"]["finalizers"] == [wk.FINALIZER_TERMINATION]
 
