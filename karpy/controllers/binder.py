@@ -143,6 +143,23 @@ class Binder:
             other = self._bindable_node(sibling)
             if other is not None:
                 targets.append((sibling, other))
+        queues, infos = self._queues(targets)
+        if not queues:
+            return Result()
+        admitted, refused = self._admit([n.name for _, n in targets], interleave(queues))
+        for pod, node_name in admitted:
+            self._sent[pod.uid] = (infos[pod.uid], node_name)
+        wait = self._wait_for_peers(key, refused)
+        limit = asyncio.Semaphore(BIND_CONCURRENCY)
+        await asyncio.gather(*(self._bind_within(limit, pod, node_name) for pod, node_name in admitted))
+        return Result(requeue_after=wait) if wait is not None else Result()
+
+    def _queues(
+        self, targets: Sequence[tuple[str, NodeInfo]]
+    ) -> tuple[list[list[tuple[Pod, str]]], dict[str, PodInfo]]:
+        """Per target (NodeClaim name, Node): its planned pods to check, as (pod with volume terms, node name);
+        and pod uid → PodInfo. Pods whose Binding is sent are skipped; pods waiting for volume binding stay
+        planned but are not bound; a pod whose volumes cannot be resolved is left to kube-scheduler."""
         queues: list[list[tuple[Pod, str]]] = []
         infos: dict[str, PodInfo] = {}
         for name, target in targets:
@@ -162,15 +179,7 @@ class Binder:
                 queue.append((pod, target.name))
             if queue:
                 queues.append(queue)
-        if not queues:
-            return Result()
-        admitted, refused = self._admit([n.name for _, n in targets], interleave(queues))
-        for pod, node_name in admitted:
-            self._sent[pod.uid] = (infos[pod.uid], node_name)
-        wait = self._wait_for_peers(key, refused)
-        limit = asyncio.Semaphore(BIND_CONCURRENCY)
-        await asyncio.gather(*(self._bind_within(limit, pod, node_name) for pod, node_name in admitted))
-        return Result(requeue_after=wait) if wait is not None else Result()
+        return queues, infos
 
     def _bindable_node(self, nodeclaim: str) -> NodeInfo | None:
         """The NodeClaim's Node once registration labelled it registered (in the same patch that turned the
