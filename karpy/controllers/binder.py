@@ -13,35 +13,50 @@ pick its node. Keyed by NodeClaim name; enqueued by the plan owner (:class:`~kar
 are planned onto a NodeClaim, and by its Node's changes. A pod left to kube-scheduler is released from its plan.
 A node's admitted pods are bound concurrently (``BIND_CONCURRENCY`` at a time), each counted for the checks of
 the pods after it before its Binding is sent.
+
+The registered nodes of one batch (one provisioning decision) are bound in one pass, their pods interleaved, so
+a spread the plan made over their domains stays within its skew as they are admitted. A pod refused by a filter
+that depends on other pods (PodTopologySpread, InterPodAffinity) while NodeClaims of its batch with planned pods
+have not registered yet keeps its plan (no event): the reconcile that follows their registration binds it with
+them; it is left to kube-scheduler once its Node's bind hold (``BIND_HOLD``) is over. A pod whose Binding was
+sent is neither bound again nor left before the watch shows it bound; it counts on its node meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 
 import structlog
 
 from karpy.apis import labels as wk
 from karpy.apis.taints import Taint
-from karpy.controllers.provisioner import bound_nodes, node_capacity, with_volume_terms
+from karpy.controllers.nodeclaim_lifecycle import BIND_HOLD
+from karpy.controllers.provisioner import node_capacity, with_volume_terms
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
 from karpy.kube.events import WARNING, EventRecorder
 from karpy.kube.resources import PODS
 from karpy.metrics import PODS_BOUND
 from karpy.runtime.controller import Result
-from karpy.scheduling.model import Pod
-from karpy.scheduling.predicate import BindingCheck, has_topology
+from karpy.scheduling.existingnode import assume_bound, node_refusal
+from karpy.scheduling.model import ExistingNode, Pod
+from karpy.scheduling.predicate import has_topology
+from karpy.scheduling.scheduler import new_state
+from karpy.scheduling.state import IGNORE, INTER_POD_AFFINITY, POD_TOPOLOGY_SPREAD
 from karpy.scheduling.translate import EPHEMERAL_TAINT_KEYS
 from karpy.state.cluster import ClusterState
 from karpy.state.plans import Plans
-from karpy.state.views import NodeInfo
+from karpy.state.views import NodeInfo, PodInfo
 
 log = structlog.get_logger("karpy.binder")
 # Bindings of one node in flight at once (the client's KUBE_CLIENT_QPS/BURST limiter paces them): a node's pods
 # are bound together, as kube-scheduler's binding cycles run in parallel, not one round trip after another.
 BIND_CONCURRENCY = 32
+# The filters whose answer depends on where other pods are: a pod they refuse may pass once its planned peers on
+# the batch's other nodes are bound.
+PEER_FILTERS = (f"{POD_TOPOLOGY_SPREAD}:", f"{INTER_POD_AFFINITY}:")
 
 
 def binding_taints(node: NodeInfo) -> tuple[Taint, ...]:
@@ -49,6 +64,42 @@ def binding_taints(node: NodeInfo) -> tuple[Taint, ...]:
     remaining not-ready taint is NoSchedule, which kubelet does not enforce). Startup taints do count: the pod
     is left to kube-scheduler until whatever owns them removes them."""
     return tuple(t for t in node.taints if t.key not in EPHEMERAL_TAINT_KEYS)
+
+
+class MultiBindingCheck:
+    """:class:`~karpy.scheduling.predicate.BindingCheck` over several target nodes at once: binding pods onto
+    any of ``targets``, each checked against the cluster as it is after the earlier ones were bound onto theirs
+    (:meth:`assume`). ``targets`` hold exactly the pods bound (or being bound) to them; ``cluster`` every other
+    node (entries named like a target are ignored); ``pods`` every pod that may be checked."""
+
+    def __init__(
+        self,
+        targets: Sequence[ExistingNode],
+        cluster: Sequence[ExistingNode],
+        pods: Sequence[Pod],
+        namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
+        names = {t.name for t in targets}
+        nodes = [*targets, *(n for n in cluster if n.name not in names)]
+        self._state = new_state(pods, (), nodes, (), IGNORE, namespace_labels)
+
+    def refusal(self, pod: Pod, node: str) -> str | None:
+        """Why ``pod`` may not be bound to the target named ``node`` now (the refusing kube-scheduler filter's
+        name first: ``"PodTopologySpread: ..."``); None when every filter passes."""
+        return node_refusal(self._state, pod, node)
+
+    def assume(self, pod: Pod, node: str) -> None:
+        """``pod`` was bound to the target named ``node``: later checks count it."""
+        assume_bound(self._state, pod, node)
+
+
+def interleave(queues: Sequence[Sequence[tuple[Pod, str]]]) -> list[tuple[Pod, str]]:
+    """The queues' entries round-robin (the first of each, then the second of each...): each node of a batch
+    gets its share in turn, so a spread over their domains stays within its skew as the pods are admitted."""
+    out: list[tuple[Pod, str]] = []
+    for i in range(max((len(q) for q in queues), default=0)):
+        out.extend(q[i] for q in queues if i < len(q))
+    return out
 
 
 class Binder:
@@ -63,64 +114,182 @@ class Binder:
         plans: Plans,
         *,
         events: EventRecorder | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.client = client
         self.state = state
         self.plans = plans
         self.events = events
+        self.clock = clock
+        # Pods whose Binding this binder sent (in flight or answered) and that cluster state does not show bound
+        # yet: pod uid → (pod, node name). They are not bound again (a second Binding is a 409) and they count on
+        # their node for the checks, as kube-scheduler's cache assumes a pod until the informer confirms it.
+        self._sent: dict[str, tuple[PodInfo, str]] = {}
 
     async def reconcile(self, key: str) -> Result:
-        """Bind the NodeClaim's planned, still-unbound pods to its registered Node."""
+        """Bind the planned, still-unbound pods of the NodeClaim and of the registered NodeClaims of its batch."""
         claim = self.state.nodeclaim_view(key)
         if claim is None or claim.deleting:
             return Result()
-        node = self.state.node_for_nodeclaim(claim)
-        # The lifecycle labels the Node registered in the same patch that turns the unregistered taint into
-        # NoSchedule: from then on a Binding is safe (no NoExecute eviction) and kube-scheduler cannot race it.
-        if node is None or node.deleting or node.labels.get(wk.LABEL_REGISTERED) != "true":
+        node = self._bindable_node(key)
+        if node is None:
             return Result()
-        todo: list[Pod] = []
-        for info in self.plans.pods_of(key):
-            pod_key = info.key
-            if self.state.waits_for_volume_binding(pod_key):
-                # Left to kube-scheduler but kept planned: the provisioner must not launch for it again.
-                log.debug("leaving pod to kube-scheduler", pod=pod_key, node=node.name, reason="volume binding")
-                continue
-            pod, error = with_volume_terms(self.state, info, keep_hostname=True)
-            if error is not None:
-                self._leave(pod, node.name, error)
-                continue
-            todo.append(pod)
-        if not todo:
+        self._prune_sent()
+        # The batch's other registered nodes are bound in the same pass: the plan spread the batch's pods over
+        # their domains together, so a pod refused on one node only because its peers on another are not bound
+        # yet (a zone spread's skew) is bound once they are, in an order that keeps every check valid.
+        targets = [(key, node)]
+        for sibling in sorted(self.plans.batch_of(key) - {key}):
+            other = self._bindable_node(sibling)
+            if other is not None:
+                targets.append((sibling, other))
+        queues, infos = self._queues(targets)
+        if not queues:
             return Result()
-        check = self._check(node, todo)
-        admitted: list[Pod] = []
-        for pod in todo:
-            reason = check.refusal(pod)
-            if reason is not None:
-                self._leave(pod, node.name, reason)
-                continue
-            # Counted for the next pods' checks before its Binding is sent: the Bindings go out together. A
-            # Binding that then fails only made the later checks stricter (a pod left to kube-scheduler).
-            check.assume(pod)
-            admitted.append(pod)
+        admitted, refused = self._admit([n.name for _, n in targets], interleave(queues))
+        for pod, node_name in admitted:
+            self._sent[pod.uid] = (infos[pod.uid], node_name)
+        wait = self._wait_for_peers(key, refused)
         limit = asyncio.Semaphore(BIND_CONCURRENCY)
-        await asyncio.gather(*(self._bind_within(limit, pod, node.name) for pod in admitted))
-        return Result()
+        await asyncio.gather(*(self._bind_within(limit, pod, node_name) for pod, node_name in admitted))
+        return Result(requeue_after=wait) if wait is not None else Result()
+
+    def _queues(
+        self, targets: Sequence[tuple[str, NodeInfo]]
+    ) -> tuple[list[list[tuple[Pod, str]]], dict[str, PodInfo]]:
+        """Per target (NodeClaim name, Node): its planned pods to check, as (pod with volume terms, node name);
+        and pod uid → PodInfo. Pods whose Binding is sent are skipped; pods waiting for volume binding stay
+        planned but are not bound; a pod whose volumes cannot be resolved is left to kube-scheduler."""
+        queues: list[list[tuple[Pod, str]]] = []
+        infos: dict[str, PodInfo] = {}
+        for name, target in targets:
+            queue = []
+            for info in self.plans.pods_of(name):
+                if info.pod.uid in self._sent:
+                    continue  # its Binding is sent; the watch has not shown it bound yet
+                if self.state.waits_for_volume_binding(info.key):
+                    # Left to kube-scheduler but kept planned: the provisioner must not launch for it again.
+                    log.debug("leaving pod to kube-scheduler", pod=info.key, node=target.name, reason="volume binding")
+                    continue
+                pod, error = with_volume_terms(self.state, info, keep_hostname=True)
+                if error is not None:
+                    self._leave(pod, target.name, error)
+                    continue
+                infos[pod.uid] = info
+                queue.append((pod, target.name))
+            if queue:
+                queues.append(queue)
+        return queues, infos
+
+    def _bindable_node(self, nodeclaim: str) -> NodeInfo | None:
+        """The NodeClaim's Node once registration labelled it registered (in the same patch that turned the
+        unregistered taint into NoSchedule: from then on a Binding is safe, no NoExecute eviction)."""
+        claim = self.state.nodeclaim_view(nodeclaim)
+        if claim is None or claim.deleting:
+            return None
+        node = self.state.node_for_nodeclaim(claim)
+        if node is None or node.deleting or node.labels.get(wk.LABEL_REGISTERED) != "true":
+            return None
+        return node
+
+    def _prune_sent(self) -> None:
+        """Forget the sent Bindings cluster state now shows (or whose pod is gone)."""
+        for uid, (info, _) in list(self._sent.items()):
+            now = self.state.pods.get(info.key)
+            if now is None or now.pod.uid != uid or now.node_name or now.deleting or now.terminal:
+                del self._sent[uid]
+
+    def _admit(
+        self, nodes: Sequence[str], order: Sequence[tuple[Pod, str]]
+    ) -> tuple[list[tuple[Pod, str]], list[tuple[Pod, str, str]]]:
+        """Check the pods in ``order`` (pod, node), each admitted one counted for the next checks. A pod refused
+        by a filter that depends on other pods (spread, pod (anti-)affinity) is tried again after the others, as
+        long as a round admits something; any other refusal leaves it to kube-scheduler. Returns the admitted
+        (pod, node) and the pods still refused by a peer-dependent filter (pod, node, reason)."""
+        check = self._check(nodes, [pod for pod, _ in order])
+        admitted: list[tuple[Pod, str]] = []
+        pending = list(order)
+        reasons: dict[str, str] = {}
+        while pending:
+            again: list[tuple[Pod, str]] = []
+            for pod, node_name in pending:
+                reason = check.refusal(pod, node_name)
+                if reason is None:
+                    # Counted for the next pods' checks before its Binding is sent: the Bindings go out together.
+                    # A Binding that then fails only made the later checks stricter.
+                    check.assume(pod, node_name)
+                    admitted.append((pod, node_name))
+                elif reason.startswith(PEER_FILTERS):
+                    reasons[pod.uid] = reason
+                    again.append((pod, node_name))
+                else:
+                    self._leave(pod, node_name, reason)
+            if len(again) == len(pending):
+                break
+            pending = again
+        return admitted, [(pod, node_name, reasons[pod.uid]) for pod, node_name in pending]
+
+    def _wait_for_peers(self, key: str, refused: Sequence[tuple[Pod, str, str]]) -> float | None:
+        """Keep the plans of pods refused only for want of peers the plan puts on NodeClaims of the batch that
+        have not registered yet (their Bindings come when those register, through their reconcile, which binds
+        this node's pods too), while the Node's bind hold lasts; leave the others. Returns the seconds until the
+        first waiting pod's hold ends (its node is looked at again then), None when none waits."""
+        if not refused:
+            return None
+        peers = self._peers_in_flight(key)
+        wait: float | None = None
+        for pod, node_name, reason in refused:
+            node = self.state.nodes.get(node_name)
+            left = BIND_HOLD - (self.clock() - node.created) if node is not None else 0.0
+            if peers and left > 0:
+                log.debug("pod waits for its planned peers", pod=pod.key, node=node_name, reason=reason)
+                wait = left if wait is None else min(wait, left)
+                continue
+            self._leave(pod, node_name, reason)
+        return None if wait is None else wait + 0.1
+
+    def _peers_in_flight(self, key: str) -> bool:
+        """A NodeClaim of ``key``'s batch has not registered yet and still has pods planned onto it."""
+        for sibling in self.plans.batch_of(key):
+            claim = self.state.nodeclaim_view(sibling)
+            if claim is None or claim.deleting or self._bindable_node(sibling) is not None:
+                continue
+            if any(not self.state.waits_for_volume_binding(info.key) for info in self.plans.pods_of(sibling)):
+                return True
+        return False
 
     async def _bind_within(self, limit: asyncio.Semaphore, pod: Pod, node_name: str) -> bool:
-        async with limit:
-            return await self._bind(pod, node_name)
+        bound = False
+        try:
+            async with limit:
+                bound = await self._bind(pod, node_name)
+        finally:
+            if not bound:  # failed, or cancelled or raised before an answer: the pod may be bound again
+                self._sent.pop(pod.uid, None)
+        return bound
 
-    def _check(self, node: NodeInfo, pods: Sequence[Pod]) -> BindingCheck:
-        """The binding predicate over the Node as it is now. The rest of the cluster is only built when a pod to
-        bind has topology constraints or a bound pod has required anti-affinity (that could exclude this node)."""
-        target = node_capacity(node, list(self.state.pods_on(node.name)), binding_taints(node))
+    def _check(self, nodes: Sequence[str], pods: Sequence[Pod]) -> MultiBindingCheck:
+        """The binding predicate over the target ``nodes`` as they are now, with the pods whose Bindings were
+        sent counted where they were sent. The rest of the cluster is only built when a pod to bind has topology
+        constraints or a bound pod has required anti-affinity (that could exclude a target)."""
+        sent: dict[str, list[PodInfo]] = {}
+        for info, node_name in self._sent.values():
+            sent.setdefault(node_name, []).append(info)
+        targets = []
+        for name in nodes:
+            node = self.state.nodes[name]
+            on = [*self.state.pods_on(name), *sent.get(name, ())]
+            targets.append(node_capacity(node, on, binding_taints(node)))
         topology = any(has_topology(p) for p in pods) or any(
             info.pod.pod_anti_affinity and info.node_name for info in self.state.pods.values()
         )
-        cluster = bound_nodes(self.state) if topology else []
-        return BindingCheck(target, cluster, pods, self.state.namespace_labels())
+        cluster = []
+        if topology:
+            for node in self.state.nodes.values():
+                if node.name not in nodes:
+                    on = [*self.state.pods_on(node.name), *sent.get(node.name, ())]
+                    cluster.append(node_capacity(node, on, node.taints))
+        return MultiBindingCheck(targets, cluster, pods, self.state.namespace_labels())
 
     def _leave(self, pod: Pod, node_name: str, reason: str) -> None:
         """Leave the pod to kube-scheduler: drop the plan, say why in the log and on the pod."""

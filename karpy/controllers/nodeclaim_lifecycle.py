@@ -336,36 +336,25 @@ class NodeClaimLifecycle:
         """Labels, taints, finalizer and ownerReference onto the Node; the unregistered taint becomes
         NoSchedule while ``hold`` (planned pods are being bound) and is dropped otherwise. ``initialized``: the
         Node is initialized once this patch lands, so it carries ``karpenter.sh/initialized=true`` too (one Node
-        write, and one Node update event for kube-scheduler to re-queue its pods on, instead of two)."""
-        labels = {**claim.meta.labels, wk.LABEL_REGISTERED: "true"}
-        if initialized:
-            labels[wk.LABEL_INITIALIZED] = "true"
-        wanted = list(claim.taints) + list(claim.startup_taints)
-        kept = [t for t in node.taints if t.key != wk.TAINT_UNREGISTERED_KEY]
-        if hold:
-            kept.append(Taint(key=wk.TAINT_UNREGISTERED_KEY, effect="NoSchedule"))
-        merged = kept + [t for t in wanted if all((t.key, t.effect) != (k.key, k.effect) for k in kept)]
-        finalizers = list(node.finalizers)
-        if wk.FINALIZER_TERMINATION not in finalizers:
-            finalizers.append(wk.FINALIZER_TERMINATION)
-        patch = {
-            "metadata": {
-                "labels": labels,
-                "finalizers": finalizers,
-                "ownerReferences": [
-                    {
-                        "apiVersion": f"{wk.GROUP}/{wk.VERSION}",
-                        "kind": "NodeClaim",
-                        "name": claim.name,
-                        "uid": claim.meta.uid,
-                        "blockOwnerDeletion": True,
-                    }
-                ],
-                "resourceVersion": node.resource_version,
-            },
-            "spec": {"taints": taints_json(merged) or None},
-        }
-        updated = await self.client.merge_patch(NODES, node.name, patch)
+        write, and one Node update event for kube-scheduler to re-queue its pods on, instead of two).
+
+        One JSON patch (:func:`registration_ops`) without a resourceVersion precondition: the node's kubelet
+        (KWOK, the node agent) updates the Node's status all the time, and a precondition on the whole object
+        would make most of these writes 409s (Karpenter ``registration.go`` patches with an optimistic lock and
+        requeues on conflict). The lists it edits are guarded by ``test`` operations on exactly the entries it
+        changes, so a concurrent change of those fails the patch (422) instead of being overwritten; then the
+        Node is read again and written with the resourceVersion precondition."""
+        try:
+            updated = await self.client.json_patch(NODES, node.name, registration_ops(claim, node, hold, initialized))
+        except ApiError as err:
+            if err.status != 422:
+                raise
+            log.debug("registration patch test failed, writing with a precondition", node=node.name, error=str(err))
+            self.state.apply("Node", "MODIFIED", await self.client.get(NODES, node.name))
+            node = self.state.nodes.get(node.name) or node
+            updated = await self.client.merge_patch(
+                NODES, node.name, _locked_sync_patch(claim, node, hold, initialized)
+            )
         self.state.apply("Node", "MODIFIED", updated)
 
     # Initialization -----------------------------------------------------------------------------------
@@ -424,6 +413,103 @@ class NodeClaimLifecycle:
         # ``reason`` is Karpenter's: launch_timeout, registration_timeout, insufficient_capacity, nodeclass_not_ready.
         metrics.nodeclaim_disrupted(claim, reason)
         return Result()
+
+
+def _synced_labels(claim: NodeClaim, initialized: bool) -> dict[str, str]:
+    labels = {**claim.meta.labels, wk.LABEL_REGISTERED: "true"}
+    if initialized:
+        labels[wk.LABEL_INITIALIZED] = "true"
+    return labels
+
+
+def _owner_reference(claim: NodeClaim) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{wk.GROUP}/{wk.VERSION}",
+        "kind": "NodeClaim",
+        "name": claim.name,
+        "uid": claim.meta.uid,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _missing_taints(claim: NodeClaim, kept: list[Taint]) -> list[Taint]:
+    """The NodeClaim's taints and startup taints the Node does not carry (by key and effect)."""
+    wanted = list(claim.taints) + list(claim.startup_taints)
+    return [t for t in wanted if all((t.key, t.effect) != (k.key, k.effect) for k in kept)]
+
+
+def _pointer(token: str) -> str:
+    """A JSON pointer token (RFC 6901: ``~`` and ``/`` escaped)."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def registration_ops(claim: NodeClaim, node: NodeInfo, hold: bool, initialized: bool) -> list[dict[str, Any]]:
+    """The registration sync of ``node`` as JSON patch operations (RFC 6902) against the Node as cluster state
+    holds it: each label set on its own (other labels untouched), the ownerReferences set to the NodeClaim's, the
+    termination finalizer appended, and the taint list edited in place — the unregistered taint at its index
+    (``test`` on its key and effect first) turned NoSchedule while ``hold`` or removed, the NodeClaim's missing
+    taints appended. A list the Node does not have is added after a ``test`` that it is still absent (the
+    apiserver's JSON patch takes ``null`` as matching a missing member)."""
+    ops: list[dict[str, Any]] = []
+    labels = _synced_labels(claim, initialized)
+    if node.labels:
+        ops += [
+            {"op": "add", "path": f"/metadata/labels/{_pointer(k)}", "value": v}
+            for k, v in labels.items()
+            if node.labels.get(k) != v
+        ]
+    else:
+        ops += [{"op": "test", "path": "/metadata/labels", "value": None}]
+        ops += [{"op": "add", "path": "/metadata/labels", "value": labels}]
+    ops.append({"op": "add", "path": "/metadata/ownerReferences", "value": [_owner_reference(claim)]})
+    if not node.finalizers:
+        ops.append({"op": "test", "path": "/metadata/finalizers", "value": None})
+        ops.append({"op": "add", "path": "/metadata/finalizers", "value": [wk.FINALIZER_TERMINATION]})
+    elif wk.FINALIZER_TERMINATION not in node.finalizers:
+        ops.append({"op": "add", "path": "/metadata/finalizers/-", "value": wk.FINALIZER_TERMINATION})
+    index = next((i for i, t in enumerate(node.taints) if t.key == wk.TAINT_UNREGISTERED_KEY), None)
+    kept = [t for t in node.taints if t.key != wk.TAINT_UNREGISTERED_KEY]
+    if hold:
+        kept.append(Taint(key=wk.TAINT_UNREGISTERED_KEY, effect="NoSchedule"))
+    added = _missing_taints(claim, kept)
+    if index is not None:
+        current = node.taints[index]
+        ops.append({"op": "test", "path": f"/spec/taints/{index}/key", "value": current.key})
+        ops.append({"op": "test", "path": f"/spec/taints/{index}/effect", "value": current.effect})
+        if hold:
+            if current.effect != "NoSchedule":
+                ops.append({"op": "replace", "path": f"/spec/taints/{index}/effect", "value": "NoSchedule"})
+        else:
+            ops.append({"op": "remove", "path": f"/spec/taints/{index}"})
+    elif hold:
+        added.append(Taint(key=wk.TAINT_UNREGISTERED_KEY, effect="NoSchedule"))
+    if added and not node.taints:
+        ops.append({"op": "test", "path": "/spec/taints", "value": None})
+        ops.append({"op": "add", "path": "/spec/taints", "value": taints_json(added)})
+    else:
+        ops += [{"op": "add", "path": "/spec/taints/-", "value": t} for t in taints_json(added)]
+    return ops
+
+
+def _locked_sync_patch(claim: NodeClaim, node: NodeInfo, hold: bool, initialized: bool) -> dict[str, Any]:
+    """The registration sync as a JSON merge patch with the Node's resourceVersion as precondition (the lists
+    it replaces are replaced whole: labels merge, taints and finalizers are rewritten)."""
+    kept = [t for t in node.taints if t.key != wk.TAINT_UNREGISTERED_KEY]
+    if hold:
+        kept.append(Taint(key=wk.TAINT_UNREGISTERED_KEY, effect="NoSchedule"))
+    merged = kept + _missing_taints(claim, kept)
+    finalizers = list(node.finalizers)
+    if wk.FINALIZER_TERMINATION not in finalizers:
+        finalizers.append(wk.FINALIZER_TERMINATION)
+    return {
+        "metadata": {
+            "labels": _synced_labels(claim, initialized),
+            "finalizers": finalizers,
+            "ownerReferences": [_owner_reference(claim)],
+            "resourceVersion": node.resource_version,
+        },
+        "spec": {"taints": taints_json(merged) or None},
+    }
 
 
 def _initialized_conditions(conditions: list[dict[str, Any]], generation: int | None) -> list[dict[str, Any]]:

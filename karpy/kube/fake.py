@@ -152,7 +152,10 @@ def _json_patch(doc: JSON, ops: Iterable[Mapping[str, Any]]) -> JSON:
                 _add(out, path, copy.deepcopy(op["value"]))
             elif kind == "test":
                 parent, token = _pointer(out, path)
-                actual = parent[int(token)] if isinstance(parent, list) else parent[token]
+                if op["value"] is None and isinstance(parent, dict):
+                    actual = parent.get(token)  # the apiserver's JSON patch: null matches a missing member
+                else:
+                    actual = parent[int(token)] if isinstance(parent, list) else parent[token]
                 if actual != op["value"]:
                     raise ApiError(422, "Invalid", f"the test operation on {path} failed")
     except (KeyError, IndexError, ValueError, TypeError) as err:

@@ -50,9 +50,9 @@ async def test_a_ready_node_is_registered_and_initialized_in_one_status_write() 
     writes = patches(kube)
     # One Node write (registered and initialized labels, unregistered taint gone), one NodeClaim status write.
     assert [(kind, sub) for kind, sub, _ in writes] == [("Node", ""), ("NodeClaim", "status")]
-    labels = writes[0][2]["metadata"]["labels"]
-    assert labels[wk.LABEL_REGISTERED] == labels[wk.LABEL_INITIALIZED] == "true"
-    assert writes[0][2]["spec"]["taints"] is None
+    synced = state.nodes["n-self"]  # as the apiserver answered the Node write
+    assert synced.labels[wk.LABEL_REGISTERED] == synced.labels[wk.LABEL_INITIALIZED] == "true"
+    assert synced.taints == ()
     assert {wk.COND_REGISTERED, wk.COND_INITIALIZED, wk.COND_READY} <= {
         c["type"] for c in writes[1][2]["status"]["conditions"] if c["status"] == "True"
     }
@@ -63,6 +63,7 @@ async def test_a_node_not_ready_yet_is_only_registered() -> None:
     kube, state = await register(ready=False)
     writes = patches(kube)
     assert [(kind, sub) for kind, sub, _ in writes] == [("Node", ""), ("NodeClaim", "status")]
-    assert wk.LABEL_INITIALIZED not in writes[0][2]["metadata"]["labels"]
+    assert wk.LABEL_INITIALIZED not in state.nodes["n-self"].labels
+    assert state.nodes["n-self"].labels[wk.LABEL_REGISTERED] == "true"
     assert conditions(state)[wk.COND_REGISTERED] == "True"
     assert wk.COND_INITIALIZED not in conditions(state)

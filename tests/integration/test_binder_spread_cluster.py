@@ -1,0 +1,110 @@
+"""A zone-spread workload planned over three NodeClaims of one batch is bound by karpy as the nodes register,
+without leaving any pod to kube-scheduler (issue 12: no ``LeftToScheduler`` event per pod for the normal case).
+
+The nodes register one after another; a pod whose share of the spread is only valid once the other zones' pods
+are bound waits for them (the batch's registered nodes are bound in one interleaved pass) instead of being
+released with a Warning and left to kube-scheduler's retry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from typing import Any
+
+import pytest
+from operator_harness import running_operator
+from structlog.testing import capture_logs
+
+from e2e.helpers import apply, ec2nodeclass, wait_for
+from e2e.helpers import nodepool as shared_nodepool
+from karpy.apis import labels as wk
+from karpy.kube import resources as r
+from karpy.kube.client import KubeClient
+from karpy.kube.errors import ApiError
+
+pytestmark = [pytest.mark.integration]
+POOL = "spread"
+ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
+NAMES = [f"spread-{n}" for n in range(6)]
+
+
+def spread_pod(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": POOL}},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "nodeSelector": {wk.LABEL_NODEPOOL: POOL},
+            "topologySpreadConstraints": [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": wk.LABEL_ZONE,
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"app": POOL}},
+                }
+            ],
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "500m"}}}],
+        },
+    }
+
+
+async def _clean(kube: KubeClient) -> None:
+    for name in NAMES:
+        with contextlib.suppress(ApiError):
+            await kube.delete(r.PODS, name, "default")
+    with contextlib.suppress(ApiError):
+        await kube.delete(r.NODEPOOLS, POOL)
+    for claim in (await kube.list(r.NODECLAIMS))[0]:
+        if claim["metadata"]["labels"].get(wk.LABEL_NODEPOOL) == POOL:
+            with contextlib.suppress(ApiError):
+                await kube.delete(r.NODECLAIMS, claim["metadata"]["name"])
+
+    async def gone() -> bool:
+        claims = (await kube.list(r.NODECLAIMS))[0]
+        return not [c for c in claims if c["metadata"]["labels"].get(wk.LABEL_NODEPOOL) == POOL]
+
+    await wait_for(gone, timeout=60, what="spread NodeClaims released")
+
+
+async def test_zone_spread_over_a_batch_is_bound_by_karpy_without_leaving_pods(
+    local_cluster: Any, kube: KubeClient
+) -> None:
+    pool = shared_nodepool(
+        POOL,
+        nodeclass=POOL,
+        requirements=[
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+            {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m"]},
+            {"key": wk.LABEL_ZONE, "operator": "In", "values": ZONES},
+        ],
+        disruption={"consolidateAfter": "Never"},
+    )
+    await apply(kube, [ec2nodeclass(POOL, local_cluster.cluster_name), pool])
+    async with running_operator(local_cluster, kube) as op:
+        try:
+            with capture_logs() as logs:
+                for name in NAMES:
+                    await kube.create(r.PODS, spread_pod(name), "default")
+
+                async def all_bound() -> dict[str, str]:
+                    nodes = {
+                        n: str((await kube.get(r.PODS, n, "default"))["spec"].get("nodeName") or "") for n in NAMES
+                    }
+                    return nodes if all(nodes.values()) else {}
+
+                placed = await wait_for(all_bound, timeout=90, what="spread pods bound")
+            zones = Counter(op.state.nodes[node].labels[wk.LABEL_ZONE] for node in placed.values())
+            assert sorted(zones.values()) == [2, 2, 2], zones
+            assert len({entry.get("nodeclaim") for entry in logs if entry["event"] == "created nodeclaim"}) == 3
+            left = [e for e in logs if e["event"] == "leaving pod to kube-scheduler"]
+            assert left == []
+            bound_by_karpy = {e["pod"] for e in logs if e["event"] == "bound pod"}
+            assert bound_by_karpy == {f"default/{n}" for n in NAMES}
+            events = (await kube.list(r.EVENTS, "default"))[0]
+            assert not [
+                e for e in events if e.get("reason") == "LeftToScheduler" and e["involvedObject"]["name"] in NAMES
+            ]
+        finally:
+            await _clean(kube)
