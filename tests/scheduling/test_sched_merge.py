@@ -125,11 +125,28 @@ def test_hostname_anti_affinity_pods_never_share_a_merged_nodeclaim(monkeypatch:
     merged, plain = _solve_both(monkeypatch, pods, [_doubling_pool()])
     assert plan_checks(merged, pods) == ()
     assert len(merged.new_nodeclaims) == len(plain.new_nodeclaims) == 4
-    # Merging two would be cheaper: the check, not the price, keeps them apart.
+    # Merging two would be cheaper: the checks, not the price, keep them apart.
     with monkeypatch.context() as m:
+        m.setattr(mg, "_exclusive", lambda s, claims, kinds: False)
         m.setattr(mg, "_legal", lambda s, acc, seat: True)
         broken = scheduler.solve(pods, [_doubling_pool()], [], [])
     assert len(broken.new_nodeclaims) < 4
+
+
+def test_anti_affinity_pods_merge_only_with_nodeclaims_without_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each anti-affinity pod's NodeClaim may take a NodeClaim of zone-pinned pods, never another anti pod's.
+    anti, zoned = selector(app="anti"), selector(app="z")
+    pods = [pod(cpu="1", mem="1Gi", labels={"app": "anti"}, anti=[term(HOST, anti)]) for _ in range(6)]
+    pods += [pod(cpu="500m", mem="1Gi", labels={"app": "z"}, spread=[spread(ZONE, sel=zoned)]) for _ in range(60)]
+    merged, plain = _solve_both(monkeypatch, pods, [_doubling_pool()])
+    assert plan_checks(merged, pods) == ()
+    assert _cost(merged) <= _cost(plain) * (1 + 1e-9)
+    for claim in merged.new_nodeclaims:
+        assert sum(1 for p in claim.pods if p.labels.get("app") == "anti") <= 1
+    with monkeypatch.context() as m:
+        m.setattr(mg, "_legal", lambda s, acc, seat: True)
+        broken = scheduler.solve(pods, [_doubling_pool()], [], [])
+    assert plan_checks(broken, pods) != ()  # without the check the merge would break the anti-affinity
 
 
 def test_a_hostname_spread_keeps_max_skew_per_merged_nodeclaim(monkeypatch: pytest.MonkeyPatch) -> None:
