@@ -21,7 +21,8 @@ it, each function taking the one :class:`~karpy.scheduling.state.SolveState` as 
   ``topologygroup.go``; the counting groups themselves are :mod:`~karpy.scheduling.topology`);
 * :mod:`~karpy.scheduling.pricing`: the price-aware choices karpy adds on top of Karpenter's pod counts;
 * :mod:`~karpy.scheduling.explain`: unschedulable messages; :mod:`~karpy.scheduling.repack`: re-dealing
-  topology-neutral pods after placement.
+  topology-neutral pods after placement; :mod:`~karpy.scheduling.merge`: merging NodeClaims into fewer,
+  larger ones at no higher price.
 
 Speed comes from working on *equivalence groups* instead of pods: pods with equal requests, node
 requirements, tolerations, host ports, priority, topology constraints and topology membership are placed
@@ -50,7 +51,11 @@ when a new one is cheaper):
   two 4-GPU nodes, not one 8-GPU node), and a new claim takes the number of pods that is cheapest per pod;
 * after placement, claims holding only pods no topology constraint refers to, from one NodePool with equal
   requirements, are re-dealt over the fewest claims that hold them when that is cheaper
-  (:func:`karpy.scheduling.repack.repack`).
+  (:func:`karpy.scheduling.repack.repack`);
+* last, NodeClaims of one NodePool with equal requirements (or a NodeClaim of free pods into one whose
+  requirements are narrower) are merged into one larger NodeClaim when its cheapest type costs no more than
+  theirs together: fewer nodes to launch, register and bind at the same price
+  (:func:`karpy.scheduling.merge.merge`).
 
 Preferences (``preference_policy``): ``Respect`` (Karpenter default) first treats preferred pod affinity,
 preferred pod anti-affinity, the heaviest preferred node-affinity term and ``ScheduleAnyway`` spreads as
@@ -75,6 +80,7 @@ from karpy.scheduling.exchange import exchange
 from karpy.scheduling.existingnode import Slot, existing_order, place_existing, topo_existing
 from karpy.scheduling.explain import unschedulable_message
 from karpy.scheduling.instancetypes import PoolTable, resource_index
+from karpy.scheduling.merge import merge
 from karpy.scheduling.model import (
     DaemonSet,
     ExistingNode,
@@ -365,6 +371,7 @@ def build_result(s: SolveState) -> SchedulingResult:
     repack(s)
     move_groups(s)
     exchange(s)
+    merge(s)
     new: list[NewNodeClaim] = []
     for claim in s.claims:
         if not claim.pods:
