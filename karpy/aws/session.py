@@ -17,8 +17,10 @@ The process identity is appended to the AWS user agent (``karpy-id/<identity>``)
 CloudTrail's ``userAgent``) attributes every call to one process.
 
 The session's botocore model loader reads its JSON files with :class:`ModelFileLoader`: plain dicts instead of
-``OrderedDict`` and no ``documentation`` strings (help text, ~64% of EC2's model). The models are held for the
-life of the process (botocore's loader caches them); this keeps the six clients at ~22 MiB instead of ~35 MiB.
+``OrderedDict``, no ``documentation`` strings (help text, ~64% of EC2's model), and from ``endpoints.json`` (the
+legacy endpoint table of every AWS service in every partition, 4 MiB as dicts) only the services of
+:data:`ENDPOINT_SERVICES`. The data is held for the life of the process (botocore's loader caches it); this
+keeps the six clients at ~18 MiB instead of ~35 MiB.
 """
 
 from __future__ import annotations
@@ -67,6 +69,22 @@ def fence_hook(fence: Fence) -> Any:
 _MODEL_EXTENSIONS = (".json", ".json.gz")
 
 
+# The endpoint prefixes (``endpoints.json`` service keys) of karpy's clients (EC2, SSM, IAM, SQS, Pricing, EKS) and
+# of the clients botocore's credential providers create (STS for web identity / assume role, SSO, SSO-OIDC,
+# sign-in). Another service's endpoints resolve from its partition's defaults, as for a service the table does
+# not list; tests/aws/test_aws_model_loader.py checks that these resolve exactly as with the full table.
+ENDPOINT_SERVICES = frozenset({"ec2", "ssm", "iam", "sqs", "api.pricing", "eks", "sts", "portal.sso", "oidc", "signin"})
+
+
+def _only_endpoint_services(endpoints: Any) -> Any:
+    """``endpoints.json`` with each partition's ``services`` limited to :data:`ENDPOINT_SERVICES` (in place)."""
+    for partition in endpoints.get("partitions") or [] if isinstance(endpoints, dict) else []:
+        services = partition.get("services")
+        if isinstance(services, dict):
+            partition["services"] = {k: v for k, v in services.items() if k in ENDPOINT_SERVICES}
+    return endpoints
+
+
 def _drop_documentation(obj: dict[str, Any]) -> dict[str, Any]:
     """``json.loads`` object hook: the object without its ``documentation`` text. Only a string is dropped: a
     structure member that happens to be named ``documentation`` (a dict ``{"shape": ...}``) stays."""
@@ -77,7 +95,7 @@ def _drop_documentation(obj: dict[str, Any]) -> dict[str, Any]:
 
 class ModelFileLoader:
     """botocore's ``JSONFileLoader`` (``exists``/``load_file`` on a path without extension), decoding into plain
-    dicts without documentation strings.
+    dicts without documentation strings; ``endpoints`` keeps only :data:`ENDPOINT_SERVICES`.
 
     botocore decodes with ``object_pairs_hook=OrderedDict``; a dict keeps insertion order too, and botocore only
     iterates and indexes the models. Documentation is read only to build docstrings and help pages.
@@ -100,7 +118,8 @@ class ModelFileLoader:
                     data = f.read()
                 if ext == ".json.gz":
                     data = gzip.decompress(data)
-                return json.loads(data, object_hook=_drop_documentation)
+                loaded = json.loads(data, object_hook=_drop_documentation)
+                return _only_endpoint_services(loaded) if os.path.basename(file_path) == "endpoints" else loaded
         return None
 
 

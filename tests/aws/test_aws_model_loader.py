@@ -10,7 +10,7 @@ from typing import Any
 
 from botocore.loaders import JSONFileLoader, Loader
 
-from karpy.aws.session import AWSClients, ModelFileLoader, lean_session
+from karpy.aws.session import ENDPOINT_SERVICES, AWSClients, ModelFileLoader, lean_session
 
 
 def _strings_named_documentation(obj: Any) -> int:
@@ -75,3 +75,45 @@ async def test_clients_work_on_the_lean_models(moto_aws: Any) -> None:
         assert "describe_instances" in dir(clients.ec2)
         pages = [p async for p in clients.ec2.get_paginator("describe_instances").paginate()]
         assert pages and "Reservations" in pages[0]
+
+
+# (client name, an operation) of every client whose endpoints ENDPOINT_SERVICES keeps.
+SERVICES = [
+    ("ec2", "DescribeInstances"),
+    ("ssm", "GetParameter"),
+    ("iam", "GetInstanceProfile"),
+    ("sqs", "ReceiveMessage"),
+    ("pricing", "GetProducts"),
+    ("eks", "DescribeCluster"),
+    ("sts", "AssumeRoleWithWebIdentity"),
+    ("sso", "GetRoleCredentials"),
+    ("sso-oidc", "CreateToken"),
+]
+REGIONS = ["us-east-1", "eu-west-1", "ap-south-1", "cn-north-1", "us-gov-west-1", "us-iso-east-1"]
+
+
+def _endpoint(session: Any, service: str, operation: str, region: str) -> tuple[str, str, str, str]:
+    client = session.create_client(service, region_name=region, aws_access_key_id="x", aws_secret_access_key="y")
+    signer = client._request_signer
+    ruled = client._ruleset_resolver.construct_endpoint(client.meta.service_model.operation_model(operation), {}, {})
+    return (client.meta.endpoint_url, signer._region_name, signer._signing_name, ruled.url)
+
+
+def test_kept_services_resolve_as_with_the_full_endpoint_table() -> None:
+    import botocore.session
+
+    full = botocore.session.get_session()
+    lean = botocore.session.get_session()
+    lean.get_component("data_loader").file_loader = ModelFileLoader()
+    partitions = lean.get_component("data_loader").load_data("endpoints")["partitions"]
+    assert all(set(p["services"]) <= ENDPOINT_SERVICES for p in partitions)
+    assert {"ec2", "iam", "api.pricing"} <= set(partitions[0]["services"])
+    for service, operation in SERVICES:
+        for region in REGIONS:
+            if region not in full.get_available_regions(service, partition_name=_partition(region)):
+                continue
+            assert _endpoint(lean, service, operation, region) == _endpoint(full, service, operation, region)
+
+
+def _partition(region: str) -> str:
+    return {"cn": "aws-cn", "us-gov": "aws-us-gov", "us-iso": "aws-iso"}.get(region.rsplit("-", 2)[0], "aws")
