@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,3 +108,83 @@ async def test_from_environment_loads_a_kubeconfig_through_the_transport(tmp_pat
         assert client._api.configuration.api_key["BearerToken"].endswith("secret-token")
     finally:
         await client.close()
+
+
+async def test_from_environment_gives_requests_a_bounded_pool_and_watches_their_own(tmp_path: Path) -> None:
+    from karpy.kube.client import REQUEST_CONNECTIONS, KubeClient
+
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:6443'}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+        "current-context: x\n"
+    )
+    client = await KubeClient.from_environment(str(kubeconfig), user_agent="karpy/test")
+    try:
+        requests, watches = client._api, client._watch_api
+        assert requests.rest_client.pool_manager.connector.limit == REQUEST_CONNECTIONS
+        assert watches.rest_client.pool_manager.connector.limit == 0  # aiohttp: no limit
+        assert requests.configuration is watches.configuration  # a refreshed token serves both
+        assert requests.user_agent == watches.user_agent == "karpy/test"
+    finally:
+        await client.close()
+    assert requests.rest_client.pool_manager.closed and watches.rest_client.pool_manager.closed
+
+
+async def test_open_watches_do_not_hold_the_request_pool() -> None:
+    """Three open watch streams and a request pool of one connection: the request is answered at once."""
+    import asyncio
+
+    from aiohttp import web
+    from kubernetes_asyncio import client as k8s_client
+
+    from karpy.kube.client import KubeClient
+    from karpy.kube.resources import PODS
+
+    streaming = asyncio.Event()
+    release = asyncio.Event()
+    opened = 0
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        nonlocal opened
+        if request.query.get("watch") == "true":
+            response = web.StreamResponse()
+            await response.prepare(request)
+            await response.write(b'{"type": "BOOKMARK", "object": {}}\n')
+            opened += 1
+            if opened == 3:
+                streaming.set()
+            await release.wait()
+            return response
+        return web.json_response({"items": [], "metadata": {"resourceVersion": "7"}})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    def api(limit: int) -> Any:
+        configuration = k8s_client.Configuration()
+        configuration.host = f"http://127.0.0.1:{port}"
+        configuration.connection_pool_maxsize = limit
+        return k8s_client.ApiClient(configuration=configuration)
+
+    client = KubeClient(api(1), watch_api=api(0))
+
+    async def watch() -> None:
+        async for _ in client.stream_lines(PODS.path(), {"watch": "true"}, read_timeout=30):
+            pass
+
+    streams = [asyncio.ensure_future(watch()) for _ in range(3)]
+    try:
+        await asyncio.wait_for(streaming.wait(), 10)
+        items, version = await asyncio.wait_for(client.list(PODS), 10)
+        assert (items, version) == ([], "7")
+    finally:
+        release.set()
+        await asyncio.gather(*streams, return_exceptions=True)
+        await client.close()
+        await runner.cleanup()
