@@ -66,6 +66,7 @@ from karpy.metrics_state import StateMetrics
 from karpy.runtime.controller import Controller
 from karpy.runtime.fence import Fence
 from karpy.runtime.leader import MASTER_STATUS, LeaderElectionLost, LeaderElector, LeaseConfig, new_identity
+from karpy.runtime.memory import HeapTrimmer
 from karpy.runtime.singleton import SingletonController
 from karpy.runtime.supervisor import supervise
 from karpy.scheduling.nodeoverlay import OverlayStore
@@ -302,6 +303,7 @@ class Operator:
         # Karpenter's pod/node/NodePool metric controllers and operatorpkg's status controllers (conditions metrics
         # and transition events); DISABLE_CLUSTER_STATE_OBSERVABILITY leaves them out, as in Karpenter.
         self.observability = not settings.disable_cluster_state_observability
+        self.heap_trimmer = HeapTrimmer.for_this_process()  # freed heap back to the OS (karpy.runtime.memory)
         self._elected: asyncio.Event | None = None  # leader election's "elected" (None: always leading)
         self.status_conditions = StatusConditions(self.events, leading=self.leading)
         self.state_metrics = StateMetrics(
@@ -461,6 +463,8 @@ class Operator:
             (f"informer/{i.resource.kind}", i.run) for i in self.informers
         ]
         tasks.append(("observability", self._observe))
+        if self.heap_trimmer is not None:
+            tasks.append(("memory.trim", self.heap_trimmer.run))
         if self.observability:
             tasks.append(("metrics.state", self.state_metrics.run))  # refreshes the instance-type gauges (reads)
         return tasks

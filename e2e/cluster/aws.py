@@ -203,6 +203,7 @@ def start_moto(port: int = 0, request_log: Path | None = None) -> MotoAWS:
     """Start moto's server on 127.0.0.1:``port`` (0 = any free port) in a daemon thread; with ``request_log``,
     its mutating requests are appended to that JSONL file (:class:`RequestLog`)."""
     from e2e.cluster.motofast import patch_moto_fleet_instance_tags, patch_moto_query_parser, patch_moto_tags
+    from e2e.cluster.motopages import patch_moto_instance_type_pages
     from e2e.cluster.placementgroups import patch_moto_fleets
 
     _spot_fleets_honour_security_group_ids()
@@ -210,6 +211,7 @@ def start_moto(port: int = 0, request_log: Path | None = None) -> MotoAWS:
     patch_moto_tags()
     patch_moto_query_parser()
     patch_moto_fleet_instance_tags()  # after patch_moto_fleets: extends its Fleet
+    patch_moto_instance_type_pages()
 
     for name in ("werkzeug", "moto"):
         # werkzeug logs a traceback per request moto has no backend for (e.g. the Pricing API karpy tries once).
