@@ -150,6 +150,13 @@ def resource_kind(path: str) -> tuple[str, str, str]:
     return (group, version, rest[0])
 
 
+def _client_go_values(qps: float, burst: int) -> tuple[float, int] | None:
+    """client-go's reading of ``QPS``/``Burst``: 0 → its defaults 5/10; QPS < 0 → None (no limiter)."""
+    qps = DEFAULT_QPS if qps == 0 else qps
+    burst = DEFAULT_BURST if burst == 0 else burst
+    return None if qps < 0 else (qps, burst)
+
+
 def client_rate_limiter(
     qps: float,
     burst: int,
@@ -158,11 +165,8 @@ def client_rate_limiter(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> TokenBucket | None:
     """The limiter client-go builds for ``QPS``/``Burst`` (0 → its defaults 5/10; QPS < 0 → None, unlimited)."""
-    qps = DEFAULT_QPS if qps == 0 else qps
-    burst = DEFAULT_BURST if burst == 0 else burst
-    if qps < 0:
-        return None
-    return TokenBucket(qps, burst, now=now, sleep=sleep)
+    values = _client_go_values(qps, burst)
+    return None if values is None else TokenBucket(*values, now=now, sleep=sleep)
 
 
 def per_kind_rate_limiter(
@@ -174,8 +178,5 @@ def per_kind_rate_limiter(
 ) -> PerKindRateLimiter | None:
     """:class:`PerKindRateLimiter` for ``KUBE_CLIENT_QPS``/``KUBE_CLIENT_BURST`` with :func:`client_rate_limiter`'s
     defaults (0 → 5/10; QPS < 0 → None, unlimited)."""
-    qps = DEFAULT_QPS if qps == 0 else qps
-    burst = DEFAULT_BURST if burst == 0 else burst
-    if qps < 0:
-        return None
-    return PerKindRateLimiter(qps, burst, now=now, sleep=sleep)
+    values = _client_go_values(qps, burst)
+    return None if values is None else PerKindRateLimiter(*values, now=now, sleep=sleep)

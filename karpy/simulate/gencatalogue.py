@@ -7,8 +7,8 @@ Usage (from the repository root, with the test dependencies installed)::
 Source: the real AWS data moto ships (``moto/ec2/resources/instance_types.json.gz``: DescribeInstanceTypes
 entries; ``instance_type_offerings/availability-zone/<region>.json.gz``: DescribeInstanceTypeOfferings by
 zone; ``availability_zones_and_regions.py``: zone name → zone id). moto is only a test dependency, so the
-result is committed. Only the fields :mod:`karpy.aws.instancetypes` reads are kept (see :data:`KEEP`), in
-DescribeInstanceTypes shape, so the simulation builds instance types with the controller's own code. Only
+result is committed. Only the fields karpy reads are kept (:data:`karpy.aws.instancetypes.CATALOGUE_FIELDS`, the
+controller's own whitelist), in DescribeInstanceTypes shape, so the simulation builds instance types with the controller's own code. Only
 types the catalogue filter accepts (:func:`karpy.aws.instancetypes.supported`) are kept.
 
 Output (gzip JSON, keys sorted so regeneration is reproducible)::
@@ -33,46 +33,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from karpy.aws.instancetypes import supported
+from karpy.aws.instancetypes import CATALOGUE_FIELDS, keep_fields, supported
 from karpy.aws.pricing import static_on_demand_prices
 
 FORMAT_VERSION = 1
 DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "data" / "ec2-catalogue.json.gz"
-
-# The DescribeInstanceTypes fields karpy.aws.instancetypes reads: a nested whitelist where ``True`` keeps a
-# value as is and a dict keeps those sub-fields (of each element, for lists).
-KEEP: Mapping[str, Any] = {
-    "InstanceType": True,
-    "SupportedVirtualizationTypes": True,
-    "SupportedUsageClasses": True,
-    "Hypervisor": True,
-    "VCpuInfo": {"DefaultVCpus": True},
-    "MemoryInfo": {"SizeInMiB": True},
-    "ProcessorInfo": {"SupportedArchitectures": True, "Manufacturer": True, "SustainedClockSpeedInGhz": True},
-    "NetworkInfo": {
-        "EncryptionInTransitSupported": True,
-        "DefaultNetworkCardIndex": True,
-        "MaximumNetworkInterfaces": True,
-        "Ipv4AddressesPerInterface": True,
-        "NetworkCards": {"NetworkCardIndex": True, "MaximumNetworkInterfaces": True, "BaselineBandwidthInGbps": True},
-    },
-    "EbsInfo": {"EbsOptimizedInfo": {"MaximumBandwidthInMbps": True}},
-    "InstanceStorageInfo": {"NvmeSupport": True, "TotalSizeInGB": True},
-    "GpuInfo": {"Gpus": {"Name": True, "Manufacturer": True, "Count": True, "MemoryInfo": {"SizeInMiB": True}}},
-    "NeuronInfo": {"NeuronDevices": {"Name": True, "Manufacturer": True, "Count": True, "CoreInfo": {"Count": True}}},
-    "InferenceAcceleratorInfo": {"Accelerators": {"Name": True, "Manufacturer": True, "Count": True}},
-}
-
-
-def prune(value: Any, keep: Mapping[str, Any] | bool) -> Any:
-    """``value`` reduced to the ``keep`` whitelist (applied to every element of a list)."""
-    if keep is True or not isinstance(keep, Mapping):
-        return value
-    if isinstance(value, list):
-        return [prune(v, keep) for v in value]
-    if not isinstance(value, Mapping):
-        return value
-    return {k: prune(value[k], sub) for k, sub in keep.items() if k in value}
 
 
 def moto_resources() -> Path:
@@ -107,7 +72,9 @@ def build(moto_root: Path, regions: Sequence[str]) -> dict[str, Any]:
     """The catalogue document (see the module docstring)."""
     with gzip.open(moto_root / "instance_types.json.gz", "rt") as f:
         infos: dict[str, Any] = json.load(f)
-    kept = sorted((prune(i, KEEP) for i in infos.values() if supported(i)), key=lambda i: str(i["InstanceType"]))
+    kept = sorted(
+        (keep_fields(i, CATALOGUE_FIELDS) for i in infos.values() if supported(i)), key=lambda i: str(i["InstanceType"])
+    )
     names = {str(i["InstanceType"]) for i in kept}
     out_regions: dict[str, Any] = {}
     for region in regions:

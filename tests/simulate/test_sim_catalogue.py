@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sim_helpers import run, run_json
 
-from karpy.aws.instancetypes import build_instance_type, supported
+from karpy.aws.instancetypes import build_instance_type, keep_fields, supported
 from karpy.aws.pricing import static_on_demand_prices
 from karpy.simulate import gencatalogue
 from karpy.simulate.catalogue import (
@@ -51,7 +51,7 @@ def test_pruned_entries_build_the_same_instance_types_as_the_full_describe_data(
     for info in full.values():
         if not supported(info):
             continue
-        pruned = gencatalogue.prune(info, gencatalogue.KEEP)
+        pruned = keep_fields(info)
         args = (kubelet, 20 * 2**30, ["us-east-1a"], {"us-east-1a": "use1-az6"}, prices, {})
         options = {"vm_memory_overhead_percent": 0.075, "reserved_enis": 0}
         assert build_instance_type(pruned, *args, **options) == build_instance_type(info, *args, **options)
