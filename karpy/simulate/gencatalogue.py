@@ -8,8 +8,8 @@ Source: the real AWS data moto ships (``moto/ec2/resources/instance_types.json.g
 entries; ``instance_type_offerings/availability-zone/<region>.json.gz``: DescribeInstanceTypeOfferings by
 zone; ``availability_zones_and_regions.py``: zone name → zone id). moto is only a test dependency, so the
 result is committed. Only the fields karpy reads are kept (:data:`karpy.aws.instancetypes.CATALOGUE_FIELDS`, the
-controller's own whitelist), in DescribeInstanceTypes shape, so the simulation builds instance types with the controller's own code. Only
-types the catalogue filter accepts (:func:`karpy.aws.instancetypes.supported`) are kept.
+controller's own whitelist), in DescribeInstanceTypes shape, so the simulation builds instance types with the
+controller's own code. Only types the catalogue filter accepts (:func:`karpy.aws.instancetypes.supported`) are kept.
 
 Output (gzip JSON, keys sorted so regeneration is reproducible)::
 
