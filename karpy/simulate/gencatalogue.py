@@ -29,7 +29,7 @@ import importlib.util
 import json
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
