@@ -23,7 +23,7 @@ import aiohttp
 import karpy.metrics_runtime as runtime_metrics
 from karpy.apis.meta import JSON
 from karpy.kube.errors import ApiError
-from karpy.kube.ratelimit import PerKindRateLimiter, TokenBucket, per_kind_rate_limiter
+from karpy.kube.ratelimit import PerKindRateLimiter, TokenBucket, client_rate_limiter
 from karpy.kube.resources import Resource
 from karpy.kube.transport import load as load_transport
 from karpy.runtime.fence import Fence
@@ -181,7 +181,8 @@ class KubeClient:
             _TRANSPORT.load_incluster_config(client_configuration=configuration)
         else:
             await _TRANSPORT.load_kube_config(config_file=path, client_configuration=configuration)
-        limiter = None if qps is None else per_kind_rate_limiter(qps, burst)
+        bucket = None if qps is None else client_rate_limiter(qps, burst)
+        limiter = None if bucket is None else PerKindRateLimiter(bucket)
         # One configuration for both pools, so a refreshed credential (exec plugin, service account token) serves
         # both; the pool size is read when each ApiClient is built. 0: no limit (aiohttp).
         configuration.connection_pool_maxsize = 0

@@ -55,6 +55,10 @@ class TokenBucket:
         self._last: float | None = None
         self._last_event = float("-inf")  # the time the latest reservation may act (x/time/rate lastEvent)
 
+    def fresh(self) -> TokenBucket:
+        """A new, full bucket with this one's qps, burst and clock."""
+        return TokenBucket(self.qps, self.burst, now=self._now, sleep=self._sleep)
+
     def _advance(self, now: float) -> None:
         """Refill for the time since the last update, up to ``burst``."""
         if self._last is not None:
@@ -100,7 +104,8 @@ class TokenBucket:
 
 
 class PerKindRateLimiter:
-    """A :class:`TokenBucket` of ``qps``/``burst`` per resource kind, made on first use (see the module docstring).
+    """A :class:`TokenBucket` per resource kind, each a fresh copy of ``template`` (its qps, burst and clock) made on
+    first use (see the module docstring).
 
     The kind of a request is its API group, version and resource read from the path (``/api/v1/namespaces/default/
     pods/p/binding`` → ``("", "v1", "pods")``; ``/apis/karpenter.sh/v1/nodeclaims/c/status`` → ``("karpenter.sh",
@@ -108,17 +113,9 @@ class PerKindRateLimiter:
     client uses the object's REST client. Paths outside ``/api`` and ``/apis`` (``/version``) share one bucket.
     """
 
-    def __init__(
-        self,
-        qps: float,
-        burst: int,
-        *,
-        now: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    ) -> None:
-        TokenBucket(qps, burst)  # the same ValueError for a bad qps/burst, at construction
-        self.qps, self.burst = qps, burst
-        self._now, self._sleep = now, sleep
+    def __init__(self, template: TokenBucket) -> None:
+        self.qps, self.burst = template.qps, template.burst
+        self._template = template
         self._buckets: dict[tuple[str, str, str], TokenBucket] = {}
 
     def bucket(self, path: str) -> TokenBucket:
@@ -126,7 +123,7 @@ class PerKindRateLimiter:
         key = resource_kind(path)
         bucket = self._buckets.get(key)
         if bucket is None:
-            bucket = self._buckets[key] = TokenBucket(self.qps, self.burst, now=self._now, sleep=self._sleep)
+            bucket = self._buckets[key] = self._template.fresh()
         return bucket
 
     async def wait(self, path: str) -> None:
@@ -150,13 +147,6 @@ def resource_kind(path: str) -> tuple[str, str, str]:
     return (group, version, rest[0])
 
 
-def _client_go_values(qps: float, burst: int) -> tuple[float, int] | None:
-    """client-go's reading of ``QPS``/``Burst``: 0 → its defaults 5/10; QPS < 0 → None (no limiter)."""
-    qps = DEFAULT_QPS if qps == 0 else qps
-    burst = DEFAULT_BURST if burst == 0 else burst
-    return None if qps < 0 else (qps, burst)
-
-
 def client_rate_limiter(
     qps: float,
     burst: int,
@@ -164,19 +154,10 @@ def client_rate_limiter(
     now: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> TokenBucket | None:
-    """The limiter client-go builds for ``QPS``/``Burst`` (0 → its defaults 5/10; QPS < 0 → None, unlimited)."""
-    values = _client_go_values(qps, burst)
-    return None if values is None else TokenBucket(*values, now=now, sleep=sleep)
-
-
-def per_kind_rate_limiter(
-    qps: float,
-    burst: int,
-    *,
-    now: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-) -> PerKindRateLimiter | None:
-    """:class:`PerKindRateLimiter` for ``KUBE_CLIENT_QPS``/``KUBE_CLIENT_BURST`` with :func:`client_rate_limiter`'s
-    defaults (0 → 5/10; QPS < 0 → None, unlimited)."""
-    values = _client_go_values(qps, burst)
-    return None if values is None else PerKindRateLimiter(*values, now=now, sleep=sleep)
+    """The limiter client-go builds for ``QPS``/``Burst`` (0 → its defaults 5/10; QPS < 0 → None, unlimited); wrap
+    it in :class:`PerKindRateLimiter` for one such bucket per resource kind."""
+    qps = DEFAULT_QPS if qps == 0 else qps
+    burst = DEFAULT_BURST if burst == 0 else burst
+    if qps < 0:
+        return None
+    return TokenBucket(qps, burst, now=now, sleep=sleep)

@@ -9,13 +9,7 @@ import json
 import pytest
 
 from karpy.kube.fake import FakeKube
-from karpy.kube.ratelimit import (
-    PerKindRateLimiter,
-    TokenBucket,
-    client_rate_limiter,
-    per_kind_rate_limiter,
-    resource_kind,
-)
+from karpy.kube.ratelimit import PerKindRateLimiter, TokenBucket, client_rate_limiter, resource_kind
 from karpy.runtime.clock import FakeClock, settle
 
 
@@ -117,7 +111,7 @@ async def test_per_kind_buckets_do_not_queue_bindings_behind_other_kinds() -> No
     clock = FakeClock()
     kube = FakeKube(
         [{"kind": "Node", "metadata": {"name": "n"}}],
-        rate_limiter=PerKindRateLimiter(1.0, 1, now=clock.now, sleep=clock.sleep),
+        rate_limiter=PerKindRateLimiter(TokenBucket(1.0, 1, now=clock.now, sleep=clock.sleep)),
     )
     first = asyncio.create_task(kube.request("GET", "/apis/karpenter.sh/v1/nodeclaims"))
     second = asyncio.create_task(kube.request("GET", "/apis/karpenter.sh/v1/nodeclaims/c/status"))
@@ -128,9 +122,13 @@ async def test_per_kind_buckets_do_not_queue_bindings_behind_other_kinds() -> No
     assert second.done()
 
 
-def test_per_kind_limiter_defaults_as_client_go() -> None:
-    limiter = per_kind_rate_limiter(0, 0)
-    assert limiter is not None and (limiter.qps, limiter.burst) == (5.0, 10)
-    assert per_kind_rate_limiter(-1, 0) is None
-    with pytest.raises(ValueError):
-        PerKindRateLimiter(0, 1)
+def test_per_kind_buckets_copy_the_template() -> None:
+    """Each kind's bucket has the template's qps and burst and starts full, whatever the template has spent."""
+    clock = FakeClock()
+    template = TokenBucket(2.0, 3, now=clock.now, sleep=clock.sleep)
+    template.reserve()
+    limiter = PerKindRateLimiter(template)
+    pods, nodes = limiter.bucket("/api/v1/pods"), limiter.bucket("/api/v1/nodes")
+    assert pods is not nodes and pods is limiter.bucket("/api/v1/namespaces/a/pods/p/binding")
+    assert (limiter.qps, limiter.burst) == (pods.qps, pods.burst) == (2.0, 3)
+    assert [pods.reserve() for _ in range(4)] == [0.0, 0.0, 0.0, 0.5]
