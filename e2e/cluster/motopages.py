@@ -16,6 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 _PATCHED = "_karpy_instance_type_pages"
+# moto's own InstanceResponse methods, kept when the patch first replaces them (a test compares against them).
+_ORIGINALS: dict[str, Any] = {}
 INSTANCE_TYPES_PAGE = 100
 OFFERINGS_PAGE = 1000
 
@@ -36,6 +38,8 @@ def patch_moto_instance_type_pages() -> None:
 
     if getattr(InstanceResponse, _PATCHED, False):
         return
+    for name in ("describe_instance_types", "describe_instance_type_offerings"):
+        _ORIGINALS.setdefault(name, getattr(InstanceResponse, name))
 
     def describe_instance_types(self: Any) -> Any:
         found = self.ec2_backend.describe_instance_types(
@@ -60,3 +64,10 @@ def patch_moto_instance_type_pages() -> None:
     InstanceResponse.describe_instance_types = describe_instance_types
     InstanceResponse.describe_instance_type_offerings = describe_instance_type_offerings
     setattr(InstanceResponse, _PATCHED, True)
+
+
+def moto_own(name: str) -> Any:
+    """moto's own ``InstanceResponse.<name>`` (unpaged), whether or not the patch is applied in this process."""
+    from moto.ec2.responses.instances import InstanceResponse
+
+    return _ORIGINALS.get(name, getattr(InstanceResponse, name))

@@ -17,10 +17,11 @@ from e2e.cluster import motopages
 @pytest.fixture
 def paged(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[list[Any], list[Any]]]:
     """The patch for this test only (monkeypatch restores moto's answers afterwards), in-process moto (not the
-    session cluster's server); yields moto's unpaged (instance types, availability-zone offerings)."""
+    session cluster's server); yields moto's unpaged (instance types, availability-zone offerings). Starts from
+    moto's own methods: tests/aws's in-process moto server (``start_moto``) may have patched this process already."""
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     for name in ("describe_instance_types", "describe_instance_type_offerings"):
-        monkeypatch.setattr(InstanceResponse, name, getattr(InstanceResponse, name))
+        monkeypatch.setattr(InstanceResponse, name, motopages.moto_own(name))
     monkeypatch.setattr(InstanceResponse, motopages._PATCHED, False, raising=False)
     with mock_aws():
         unpaged = boto3.client("ec2", region_name="us-east-1")
@@ -29,6 +30,20 @@ def paged(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[list[Any], list[Any
         motopages.patch_moto_instance_type_pages()
         motopages.patch_moto_instance_type_pages()  # idempotent
         yield types, offers
+
+
+def test_the_baseline_is_unpaged_even_when_the_process_was_patched_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in the full suite, where tests/aws's session moto server patched moto first: the fixture's baseline must
+    still be moto's own one-page answer, or the page tests compare pages with pages."""
+    for name in ("describe_instance_types", "describe_instance_type_offerings"):
+        monkeypatch.setattr(InstanceResponse, name, getattr(InstanceResponse, name))
+    monkeypatch.setattr(InstanceResponse, motopages._PATCHED, False, raising=False)
+    motopages.patch_moto_instance_type_pages()
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        monkeypatch.setattr(InstanceResponse, "describe_instance_types", motopages.moto_own("describe_instance_types"))
+        answer = boto3.client("ec2", region_name="us-east-1").describe_instance_types()
+        assert len(answer["InstanceTypes"]) > 100 and "NextToken" not in answer
 
 
 def test_page() -> None:
