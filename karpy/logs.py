@@ -8,9 +8,12 @@ than its buffer.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
+import traceback
 from collections.abc import MutableMapping, Sequence
+from datetime import UTC, datetime
 from typing import IO, Any
 
 import structlog
@@ -68,14 +71,31 @@ def _open(path: str) -> IO[bytes]:
 
 
 class _StdlibHandler(logging.Handler):
-    """Library warnings (stdlib ``logging``) to the same sinks, one line each."""
+    """Library warnings and errors (stdlib ``logging``: asyncio, aiohttp, botocore…) to the same sinks, as JSON
+    lines like karpy's own (level, timestamp, message, the logger's name, the traceback if any): a multi-line
+    message such as asyncio's "Fatal error on SSL protocol" report stays one line a log pipeline can parse."""
 
     def __init__(self, sinks: Sinks) -> None:
         super().__init__()
         self.sinks = sinks
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.sinks.write((self.format(record) + "\n").encode())
+        self.sinks.write((json.dumps(record_json(record)) + "\n").encode())
+
+
+def record_json(record: logging.LogRecord) -> dict[str, Any]:
+    """A stdlib log record as karpy's JSON log object: ``level`` (lower case), ``timestamp`` (ISO 8601 UTC, as
+    structlog's ``TimeStamper(fmt="iso", utc=True)`` writes it), ``message``, ``logger``, and ``exception`` (the
+    formatted traceback) when the record carries one."""
+    entry: dict[str, Any] = {
+        "level": record.levelname.lower(),
+        "timestamp": datetime.fromtimestamp(record.created, UTC).isoformat().replace("+00:00", "Z"),
+        "message": record.getMessage(),
+        "logger": record.name,
+    }
+    if record.exc_info:
+        entry["exception"] = "".join(traceback.format_exception(*record.exc_info))
+    return entry
 
 
 def configure(
@@ -91,7 +111,6 @@ def configure(
     numeric = _LEVELS.get(level, logging.INFO)
     sinks = Sinks.open(output_paths, error_output_paths)
     handler = _StdlibHandler(sinks)
-    handler.setFormatter(logging.Formatter("%(message)s"))
     logging.basicConfig(handlers=[handler], level=max(numeric, logging.WARNING))
     structlog.configure(
         processors=[

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -51,3 +52,30 @@ def test_each_line_is_one_write_with_its_newline(monkeypatch: pytest.MonkeyPatch
     assert first.endswith(b"\n") and first.count(b"\n") == 1
     assert json.loads(first)["pods"] == "p" * size
     assert json.loads(stdout.writes[1])["message"] == "second"
+
+
+def test_library_logs_are_json_lines_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stdlib record (asyncio's multi-line "Fatal error on SSL protocol", with a traceback) is one JSON line
+    with level, timestamp and message, as karpy's own lines (e2e test_06_logs_are_json reads every line)."""
+    stdout = RecordingBuffer()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.BufferedWriter(stdout), encoding="utf-8"))
+    handler = logs._StdlibHandler(logs.Sinks.open(["stdout"], ["stderr"]))
+    try:
+        raise OSError("closed")
+    except OSError:
+        record = logging.getLogger("asyncio").makeRecord(
+            "asyncio",
+            logging.ERROR,
+            __file__,
+            1,
+            "Fatal error on SSL protocol\nprotocol: %s",
+            ("<p>",),
+            sys.exc_info(),
+        )
+    handler.handle(record)
+    (line,) = stdout.writes
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    entry = json.loads(line)
+    assert entry["level"] == "error" and entry["logger"] == "asyncio"
+    assert entry["message"] == "Fatal error on SSL protocol\nprotocol: <p>"
+    assert entry["timestamp"].endswith("Z") and "OSError: closed" in entry["exception"]
