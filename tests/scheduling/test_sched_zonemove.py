@@ -102,10 +102,9 @@ def test_a_group_whose_zone_is_pinned_by_a_node_selector_stays(monkeypatch: pyte
     assert _cost(result) == pytest.approx(_cost(stay))
 
 
-def test_a_group_another_pod_has_affinity_to_stays(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A pod outside the group (not selected by it) with required zone affinity to it would lose its
-    matching pods if the group moved: the group stays."""
-    follower = Pod(
+def _follower() -> Pod:
+    """A pod outside the group with required zone affinity to it."""
+    return Pod(
         "f",
         "default",
         "follower",
@@ -113,6 +112,12 @@ def test_a_group_another_pod_has_affinity_to_stays(monkeypatch: pytest.MonkeyPat
         requests={"cpu": 100, "memory": GIB // 4, "pods": 1},
         pod_affinity=(PodAffinityTerm(ZONE, TEAM),),
     )
+
+
+def test_a_group_another_pod_has_affinity_to_stays(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pod outside the group (not selected by it) with required zone affinity to it would lose its
+    matching pods if the group moved: the group stays."""
+    follower = _follower()
     pods = [*_pods(pinned_group=False), follower]
     result = _solve(pods, monkeypatch, move=True)
     assert _zones_of_group(result) == {"z1"}
@@ -121,14 +126,7 @@ def test_a_group_another_pod_has_affinity_to_stays(monkeypatch: pytest.MonkeyPat
 def test_a_group_a_pod_on_an_existing_node_has_affinity_to_stays(monkeypatch: pytest.MonkeyPatch) -> None:
     """The follower with required zone affinity to the group lands on an existing node of the group's
     zone: moving the group would strand it, so the group stays."""
-    follower = Pod(
-        "f",
-        "default",
-        "follower",
-        labels={"role": "f"},
-        requests={"cpu": 100, "memory": GIB // 4, "pods": 1},
-        pod_affinity=(PodAffinityTerm(ZONE, TEAM),),
-    )
+    follower = _follower()
     old = existing("old-z1", cpu=1, mem_gib=1, used_cpu="700m", labels={ZONE: "z1"})
     pods = [*_pods(pinned_group=False), follower]
     result = scheduler.solve(pods, [_pool()], [old], [])
