@@ -81,18 +81,17 @@ def bound(kube: FakeKube) -> list[tuple[str, str]]:
     return sorted((name, node_name) for _, name, node_name in kube.bindings)
 
 
+# Pods a1, a2 planned onto claim-a and b1, b2 onto claim-b, all bound where planned.
+BOTH_NODES_BOUND = [("a1", "node-claim-a"), ("a2", "node-claim-a"), ("b1", "node-claim-b"), ("b2", "node-claim-b")]
+
+
 async def test_batch_nodes_registered_together_are_bound_in_one_interleaved_pass() -> None:
     ca, cb = batch_claim("a", ["a1", "a2"]), batch_claim("b", ["b1", "b2"])
     objs = [nodepool(), ca, node(ca), cb, node(cb), *(spread_pod(p) for p in ("a1", "a2", "b1", "b2"))]
     _, kube, binder, events = setup(objs)
     await binder.reconcile("claim-a")
     await events.flush()
-    assert bound(kube) == [
-        ("a1", "node-claim-a"),
-        ("a2", "node-claim-a"),
-        ("b1", "node-claim-b"),
-        ("b2", "node-claim-b"),
-    ]
+    assert bound(kube) == BOTH_NODES_BOUND
     assert kube.events("LeftToScheduler") == []
 
 
@@ -111,12 +110,7 @@ async def test_pod_refused_for_want_of_in_flight_peers_waits_and_is_bound_with_t
     registered(state, node_b)
     await binder.reconcile("claim-b")
     await events.flush()
-    assert bound(kube) == [
-        ("a1", "node-claim-a"),
-        ("a2", "node-claim-a"),
-        ("b1", "node-claim-b"),
-        ("b2", "node-claim-b"),
-    ]
+    assert bound(kube) == BOTH_NODES_BOUND
     assert kube.events("LeftToScheduler") == []
 
 
