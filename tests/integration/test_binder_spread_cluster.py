@@ -16,7 +16,7 @@ import pytest
 from operator_harness import running_operator
 from structlog.testing import capture_logs
 
-from e2e.helpers import apply, ec2nodeclass, wait_for
+from e2e.helpers import apply, delete_nodeclaims, ec2nodeclass, nodeclaims_of, wait_for
 from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
 from karpy.kube import resources as r
@@ -56,16 +56,7 @@ async def _clean(kube: KubeClient) -> None:
             await kube.delete(r.PODS, name, "default")
     with contextlib.suppress(ApiError):
         await kube.delete(r.NODEPOOLS, POOL)
-    for claim in (await kube.list(r.NODECLAIMS))[0]:
-        if claim["metadata"]["labels"].get(wk.LABEL_NODEPOOL) == POOL:
-            with contextlib.suppress(ApiError):
-                await kube.delete(r.NODECLAIMS, claim["metadata"]["name"])
-
-    async def gone() -> bool:
-        claims = (await kube.list(r.NODECLAIMS))[0]
-        return not [c for c in claims if c["metadata"]["labels"].get(wk.LABEL_NODEPOOL) == POOL]
-
-    await wait_for(gone, timeout=60, what="spread NodeClaims released")
+    await delete_nodeclaims(kube, lambda: nodeclaims_of(kube, POOL), timeout=60, what="spread NodeClaims released")
 
 
 async def test_zone_spread_over_a_batch_is_bound_by_karpy_without_leaving_pods(
