@@ -32,6 +32,9 @@ from typing import Any
 
 LEASE_GROUP = "coordination.k8s.io"
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+# The static-token user of the local cluster's admin kubeconfig, which kube-controller-manager, kube-scheduler and
+# KWOK use (``e2e.cluster.controlplane``).
+ADMIN_USER = "admin"
 # Stages an audit event of a finished request is written at (RequestReceived is omitted by the policy).
 FINAL_STAGES = frozenset({"ResponseComplete", "Panic"})
 _AWS_ID = re.compile(r"karpy-id/(\S+)")
@@ -118,7 +121,8 @@ def _is_lease(event: Mapping[str, Any], namespace: str, name: str) -> bool:
     )
 
 
-def _code(event: Mapping[str, Any]) -> int:
+def response_code(event: Mapping[str, Any]) -> int:
+    """An audit event's response status code (0 when it has none)."""
     return int((event.get("responseStatus") or {}).get("code") or 0)
 
 
@@ -132,7 +136,9 @@ def holder_history(
     out = [
         (parse_time(e["requestReceivedTimestamp"]), identity_of(str(e.get("userAgent") or ""), known))
         for e in events
-        if e.get("verb") in ("create", "update", "patch") and 200 <= _code(e) < 300 and _is_lease(e, namespace, name)
+        if e.get("verb") in ("create", "update", "patch")
+        and 200 <= response_code(e) < 300
+        and _is_lease(e, namespace, name)
     ]
     return sorted(out, key=lambda entry: entry[0])
 
@@ -184,7 +190,9 @@ def writes_by_identity(
             continue
         who = identity_of(str(e.get("userAgent") or ""), known)
         end = parse_time(e["stageTimestamp"]) if e.get("stageTimestamp") else None
-        out.setdefault(who, []).append(Write(t, who, "apiserver", _what(e), _code(e), _is_lease(e, *lease), end))
+        out.setdefault(who, []).append(
+            Write(t, who, "apiserver", _what(e), response_code(e), _is_lease(e, *lease), end)
+        )
     for req in aws_requests:
         t = float(req["t"])
         if t < since:

@@ -55,12 +55,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.live import report
+from benchmarks.live.mix import KWOK_GROUP
 
 HERE = Path(__file__).resolve().parent
 BUILD_SCRIPT = HERE / "build_karpenter.sh"
 KARPENTER_VERSION = "v1.15.0"
 MODULE = "sigs.k8s.io/karpenter"
-KWOK_GROUP = "karpenter.kwok.sh"
 KWOK_PROVIDER_PREFIX = "kwok://"
 # The KWOK chart's FEATURE_GATES value with its default values.yaml (v1.15.0).
 CHART_FEATURE_GATES = (

@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from benchmarks.live.karpenter import KWOK_GROUP
-
 ZONES: Final = ("us-east-1a", "us-east-1b", "us-east-1c")
+# The API group of Karpenter KWOK's NodeClass (``kwok/apis``).
+KWOK_GROUP: Final = "karpenter.kwok.sh"
 SIZES: Final = ("large", "xlarge", "2xlarge", "4xlarge", "8xlarge", "12xlarge", "16xlarge")
 GENERAL_FAMILIES: Final = ("c6a", "c6i", "m6a", "m6i")
 MEMORY_FAMILIES: Final = ("r6a", "r6i")

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from e2e.audit import WRITE_VERBS, parse_time
-from e2e.cluster.controlplane import ADMIN_USER
+from e2e.audit import ADMIN_USER, WRITE_VERBS, parse_time, response_code
 
 # How kube-scheduler's requests are told from the other components' that share the admin user.
 SCHEDULER_AGENT: Final = "kube-scheduler/"
@@ -100,8 +99,30 @@ def timeline(
 # -- apiserver requests ------------------------------------------------------------------------------------------------
 
 
-def _code(event: Mapping[str, Any]) -> int:
-    return int((event.get("responseStatus") or {}).get("code") or 0)
+def _by_user(user: str) -> Callable[[Mapping[str, Any]], bool]:
+    return lambda event: (event.get("user") or {}).get("username") == user
+
+
+def _is_scheduler(event: Mapping[str, Any]) -> bool:
+    """kube-scheduler's requests: the admin user (shared by the control-plane components) with its User-Agent."""
+    return _by_user(ADMIN_USER)(event) and str(event.get("userAgent", "")).startswith(SCHEDULER_AGENT)
+
+
+def _writes(
+    events: Iterable[Mapping[str, Any]], who: Callable[[Mapping[str, Any]], bool], since: float, until: float
+) -> Iterator[tuple[Mapping[str, Any], str, str, str]]:
+    """The writes ``who`` accepts received in ``[since, until)``: (event, verb, resource, subresource or "")."""
+    for event in events:
+        if not who(event) or event.get("verb") not in WRITE_VERBS:
+            continue
+        if not since <= parse_time(str(event["requestReceivedTimestamp"])) < until:
+            continue
+        ref = event.get("objectRef") or {}
+        yield event, str(event.get("verb")), str(ref.get("resource")), str(ref.get("subresource") or "")
+
+
+def _ok(event: Mapping[str, Any]) -> bool:
+    return 200 <= response_code(event) < 300
 
 
 def count_writes(
@@ -111,16 +132,9 @@ def count_writes(
     ``writes`` (all, any response code), ``nodeclaim_creates`` (2xx), ``evictions`` (create of ``pods/eviction``,
     any code: an eviction refused by a PDB is still one attempted), ``pod_deletes`` and ``node_deletes``."""
     out = {"writes": 0, "nodeclaim_creates": 0, "evictions": 0, "pod_deletes": 0, "node_deletes": 0}
-    for event in events:
-        if (event.get("user") or {}).get("username") != user or event.get("verb") not in WRITE_VERBS:
-            continue
-        t = parse_time(str(event["requestReceivedTimestamp"]))
-        if not since <= t < until:
-            continue
+    for event, verb, resource, sub in _writes(events, _by_user(user), since, until):
         out["writes"] += 1
-        ref = event.get("objectRef") or {}
-        resource, sub, verb = ref.get("resource"), ref.get("subresource"), event.get("verb")
-        if resource == "nodeclaims" and not sub and verb == "create" and 200 <= _code(event) < 300:
+        if resource == "nodeclaims" and not sub and verb == "create" and _ok(event):
             out["nodeclaim_creates"] += 1
         elif resource == "pods" and sub == "eviction" and verb == "create":
             out["evictions"] += 1
@@ -137,23 +151,10 @@ def write_breakdown(
     """The writes of ``user`` received in ``[since, until)`` counted per ``"<verb> <resource>[/<subresource>]"``,
     most frequent first (where a controller's writes per pod go)."""
     counts: dict[str, int] = {}
-    for event in events:
-        if (event.get("user") or {}).get("username") != user or event.get("verb") not in WRITE_VERBS:
-            continue
-        if not since <= parse_time(str(event["requestReceivedTimestamp"])) < until:
-            continue
-        ref = event.get("objectRef") or {}
-        what = f"{event.get('verb')} {ref.get('resource')}" + (
-            f"/{ref['subresource']}" if ref.get("subresource") else ""
-        )
+    for _, verb, resource, sub in _writes(events, _by_user(user), since, until):
+        what = f"{verb} {resource}" + (f"/{sub}" if sub else "")
         counts[what] = counts.get(what, 0) + 1
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-
-
-def _is_scheduler(event: Mapping[str, Any]) -> bool:
-    return (event.get("user") or {}).get("username") == ADMIN_USER and str(event.get("userAgent", "")).startswith(
-        SCHEDULER_AGENT
-    )
 
 
 def scheduler_writes(events: Iterable[Mapping[str, Any]], since: float, until: float = float("inf")) -> dict[str, int]:
@@ -162,36 +163,30 @@ def scheduler_writes(events: Iterable[Mapping[str, Any]], since: float, until: f
     ``bindings`` (2xx creates of ``pods/binding``), ``status`` (pod status writes: PodScheduled=False
     ``Unschedulable``) and ``events`` (FailedScheduling, Scheduled)."""
     out = {"writes": 0, "bindings": 0, "status": 0, "events": 0}
-    for event in events:
-        if not _is_scheduler(event) or event.get("verb") not in WRITE_VERBS:
-            continue
-        if not since <= parse_time(str(event["requestReceivedTimestamp"])) < until:
-            continue
+    for event, _, resource, sub in _writes(events, _is_scheduler, since, until):
         out["writes"] += 1
-        ref = event.get("objectRef") or {}
-        if ref.get("resource") == "pods" and ref.get("subresource") == "binding":
-            out["bindings"] += 200 <= _code(event) < 300
-        elif ref.get("resource") == "pods" and ref.get("subresource") == "status":
+        if resource == "pods" and sub == "binding":
+            out["bindings"] += _ok(event)
+        elif resource == "pods" and sub == "status":
             out["status"] += 1
-        elif ref.get("resource") == "events":
+        elif resource == "events":
             out["events"] += 1
     return out
 
 
-def marked_times(events: Iterable[Mapping[str, Any]]) -> list[float]:
-    """Per pod, when kube-scheduler first wrote its status (epoch seconds, sorted): the moment it marked the pod
-    PodScheduled=False ``Unschedulable``, which is when either controller may first consider the pod (Karpenter's
-    ``IsProvisionable``). Pods kube-scheduler bound at its first attempt have none."""
-    first: dict[tuple[str, str], float] = {}
-    for event in events:
-        ref = event.get("objectRef") or {}
-        if not _is_scheduler(event) or ref.get("resource") != "pods" or ref.get("subresource") != "status":
-            continue
-        if not 200 <= _code(event) < 300:
-            continue
-        key = (str(ref.get("namespace")), str(ref.get("name")))
-        t = parse_time(str(event["requestReceivedTimestamp"]))
-        first[key] = min(t, first.get(key, t))
+def marked_times(
+    events: Iterable[Mapping[str, Any]], since: float = float("-inf"), until: float = float("inf")
+) -> list[float]:
+    """Per pod, when kube-scheduler first wrote its status in ``[since, until)`` (epoch seconds, sorted): the moment
+    it marked the pod PodScheduled=False ``Unschedulable``, which is when either controller may first consider the
+    pod (Karpenter's ``IsProvisionable``). Pods kube-scheduler bound at its first attempt have none."""
+    first: dict[str, float] = {}
+    for event, _, resource, sub in _writes(events, _is_scheduler, since, until):
+        if resource == "pods" and sub == "status" and _ok(event):
+            ref = event.get("objectRef") or {}
+            key = f"{ref.get('namespace')}/{ref.get('name')}"
+            t = parse_time(str(event["requestReceivedTimestamp"]))
+            first[key] = min(t, first.get(key, t))
     return sorted(first.values())
 
 

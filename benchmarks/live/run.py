@@ -37,7 +37,7 @@ from typing import Any
 from benchmarks.live import mix, report
 from benchmarks.live.karpenter import KWOK_PROVIDER_PREFIX, exit_on_signal
 from benchmarks.live.karpyside import AWS_PROVIDER_PREFIX
-from e2e.audit import json_lines, parse_time
+from e2e.audit import json_lines
 from e2e.cluster.controlplane import (
     AUDIT_READS_ENV,
     AUDIT_SCHEDULER_ENV,
@@ -200,7 +200,7 @@ async def measure(
         name = node["metadata"].get("labels", {}).get("node.kubernetes.io/instance-type", "?")
         types[name] = types.get(name, 0) + 1
     events = report.unique_events(json_lines(audit_log))
-    marked = report.marked_times(e for e in events if parse_time(str(e["requestReceivedTimestamp"])) >= t0)
+    marked = report.marked_times(events, t0)
     rows = report.timeline(t0, claims, nodes, items, marked=marked)
     print(report.timeline_text(rows), file=log, flush=True)
     up_writes = report.count_writes(events, user, t0, observed)

@@ -30,6 +30,7 @@ from typing import Final
 
 import yaml
 
+from e2e.audit import ADMIN_USER
 from e2e.helpers import ROOT, free_port
 
 BUILD_SCRIPT = ROOT / "e2e" / "cluster" / "build.sh"
@@ -55,8 +56,6 @@ AUDIT_SCHEDULER_ENV = "KARPY_AUDIT_SCHEDULER"
 # Binding kube-scheduler makes waits in that one token bucket, which bounds how fast ANY node provisioner can get
 # pods Running here; the live benchmark can lift it (``--scheduler-qps``) to measure the controllers themselves.
 SCHEDULER_QPS_ENV = "KARPY_KUBE_SCHEDULER_QPS"
-# The static-token user of the cluster's admin kubeconfig, which kube-controller-manager, kube-scheduler and KWOK use.
-ADMIN_USER = "admin"
 
 
 def audit_policy(

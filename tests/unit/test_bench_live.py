@@ -271,7 +271,8 @@ def test_audit_policy_logs_reads_only_when_asked() -> None:
 
 
 def test_audit_policy_logs_kube_schedulers_pod_writes_only_when_asked() -> None:
-    from e2e.cluster.controlplane import ADMIN_USER, audit_policy
+    from e2e.audit import ADMIN_USER
+    from e2e.cluster.controlplane import audit_policy
 
     assert all(ADMIN_USER not in rule.get("users", []) for rule in audit_policy(reads=True)["rules"])  # type: ignore[attr-defined]
     rules = audit_policy(scheduler=True)["rules"]
