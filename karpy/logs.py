@@ -8,12 +8,9 @@ than its buffer.
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
-import traceback
 from collections.abc import MutableMapping, Sequence
-from datetime import UTC, datetime
 from typing import IO, Any
 
 import structlog
@@ -70,32 +67,34 @@ def _open(path: str) -> IO[bytes]:
     return open(path.removeprefix("file://"), "ab")  # kept open for the process's lifetime
 
 
+# Rendering shared by karpy's own lines and library records: level, ISO timestamp (UTC), traceback, "message".
+_TIMESTAMP = structlog.processors.TimeStamper(fmt="iso", utc=True)
+_RENDER: tuple[Any, ...] = (
+    structlog.processors.StackInfoRenderer(),
+    structlog.processors.format_exc_info,
+    structlog.processors.EventRenamer("message"),
+    structlog.processors.JSONRenderer(),
+)
+
+
 class _StdlibHandler(logging.Handler):
     """Library warnings and errors (stdlib ``logging``: asyncio, aiohttp, botocore…) to the same sinks, as JSON
-    lines like karpy's own (level, timestamp, message, the logger's name, the traceback if any): a multi-line
-    message such as asyncio's "Fatal error on SSL protocol" report stays one line a log pipeline can parse."""
+    lines like karpy's own, rendered by structlog's ``ProcessorFormatter`` with the same processors (plus the
+    logger's name): a multi-line message such as asyncio's "Fatal error on SSL protocol" report stays one line a
+    log pipeline can parse."""
 
     def __init__(self, sinks: Sinks) -> None:
         super().__init__()
         self.sinks = sinks
+        self.setFormatter(
+            structlog.stdlib.ProcessorFormatter(
+                foreign_pre_chain=[structlog.stdlib.add_log_level, structlog.stdlib.add_logger_name, _TIMESTAMP],
+                processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *_RENDER],
+            )
+        )
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.sinks.write((json.dumps(record_json(record)) + "\n").encode())
-
-
-def record_json(record: logging.LogRecord) -> dict[str, Any]:
-    """A stdlib log record as karpy's JSON log object: ``level`` (lower case), ``timestamp`` (ISO 8601 UTC, as
-    structlog's ``TimeStamper(fmt="iso", utc=True)`` writes it), ``message``, ``logger``, and ``exception`` (the
-    formatted traceback) when the record carries one."""
-    entry: dict[str, Any] = {
-        "level": record.levelname.lower(),
-        "timestamp": datetime.fromtimestamp(record.created, UTC).isoformat().replace("+00:00", "Z"),
-        "message": record.getMessage(),
-        "logger": record.name,
-    }
-    if record.exc_info:
-        entry["exception"] = "".join(traceback.format_exception(*record.exc_info))
-    return entry
+        self.sinks.write((self.format(record) + "\n").encode())
 
 
 def configure(
@@ -116,11 +115,8 @@ def configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.StackInfoRenderer(),
-            structlog.processors.format_exc_info,
-            structlog.processors.EventRenamer("message"),
-            structlog.processors.JSONRenderer(),
+            _TIMESTAMP,
+            *_RENDER,
             _encode,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
