@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import platform
 import sys
 
 import pytest
@@ -26,7 +27,7 @@ async def test_trims_every_interval_until_cancelled() -> None:
     assert trimmer.trims == 3
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc")
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc only (musl, macOS have no malloc_trim)")
 def test_glibc_malloc_trim_is_found_and_callable() -> None:
     trim = malloc_trim()
     assert trim is not None
