@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 import structlog
 
@@ -40,11 +40,9 @@ from karpy.kube.events import WARNING, EventRecorder
 from karpy.kube.resources import PODS
 from karpy.metrics import PODS_BOUND
 from karpy.runtime.controller import Result
-from karpy.scheduling.existingnode import assume_bound, node_refusal
-from karpy.scheduling.model import ExistingNode, Pod
-from karpy.scheduling.predicate import has_topology
-from karpy.scheduling.scheduler import new_state
-from karpy.scheduling.state import IGNORE, INTER_POD_AFFINITY, POD_TOPOLOGY_SPREAD
+from karpy.scheduling.model import Pod
+from karpy.scheduling.predicate import BindingCheck, has_topology
+from karpy.scheduling.state import INTER_POD_AFFINITY, POD_TOPOLOGY_SPREAD
 from karpy.scheduling.translate import EPHEMERAL_TAINT_KEYS
 from karpy.state.cluster import ClusterState
 from karpy.state.plans import Plans
@@ -64,33 +62,6 @@ def binding_taints(node: NodeInfo) -> tuple[Taint, ...]:
     remaining not-ready taint is NoSchedule, which kubelet does not enforce). Startup taints do count: the pod
     is left to kube-scheduler until whatever owns them removes them."""
     return tuple(t for t in node.taints if t.key not in EPHEMERAL_TAINT_KEYS)
-
-
-class MultiBindingCheck:
-    """:class:`~karpy.scheduling.predicate.BindingCheck` over several target nodes at once: binding pods onto
-    any of ``targets``, each checked against the cluster as it is after the earlier ones were bound onto theirs
-    (:meth:`assume`). ``targets`` hold exactly the pods bound (or being bound) to them; ``cluster`` every other
-    node (entries named like a target are ignored); ``pods`` every pod that may be checked."""
-
-    def __init__(
-        self,
-        targets: Sequence[ExistingNode],
-        cluster: Sequence[ExistingNode],
-        pods: Sequence[Pod],
-        namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
-    ) -> None:
-        names = {t.name for t in targets}
-        nodes = [*targets, *(n for n in cluster if n.name not in names)]
-        self._state = new_state(pods, (), nodes, (), IGNORE, namespace_labels)
-
-    def refusal(self, pod: Pod, node: str) -> str | None:
-        """Why ``pod`` may not be bound to the target named ``node`` now (the refusing kube-scheduler filter's
-        name first: ``"PodTopologySpread: ..."``); None when every filter passes."""
-        return node_refusal(self._state, pod, node)
-
-    def assume(self, pod: Pod, node: str) -> None:
-        """``pod`` was bound to the target named ``node``: later checks count it."""
-        assume_bound(self._state, pod, node)
 
 
 def interleave(queues: Sequence[Sequence[tuple[Pod, str]]]) -> list[tuple[Pod, str]]:
@@ -268,7 +239,7 @@ class Binder:
                 self._sent.pop(pod.uid, None)
         return bound
 
-    def _check(self, nodes: Sequence[str], pods: Sequence[Pod]) -> MultiBindingCheck:
+    def _check(self, nodes: Sequence[str], pods: Sequence[Pod]) -> BindingCheck:
         """The binding predicate over the target ``nodes`` as they are now, with the pods whose Bindings were
         sent counted where they were sent. The rest of the cluster is only built when a pod to bind has topology
         constraints or a bound pod has required anti-affinity (that could exclude a target)."""
@@ -289,7 +260,7 @@ class Binder:
                 if node.name not in nodes:
                     on = [*self.state.pods_on(node.name), *sent.get(node.name, ())]
                     cluster.append(node_capacity(node, on, node.taints))
-        return MultiBindingCheck(targets, cluster, pods, self.state.namespace_labels())
+        return BindingCheck(targets, cluster, pods, self.state.namespace_labels())
 
     def _leave(self, pod: Pod, node_name: str, reason: str) -> None:
         """Leave the pod to kube-scheduler: drop the plan, say why in the log and on the pod."""

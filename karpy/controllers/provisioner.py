@@ -638,12 +638,6 @@ def node_capacity(
     )
 
 
-def bound_nodes(state: ClusterState) -> list[model.ExistingNode]:
-    """Every Node with only the pods bound to it now: the cluster as kube-scheduler's cache holds it. Nodes being
-    deleted are included (their pods still count for pod (anti-)affinity and spread until they are gone)."""
-    return [node_capacity(n, list(state.pods_on(n.name)), n.taints) for n in state.nodes.values()]
-
-
 def nodeclaim_from_plan(
     plan: model.NewNodeClaim,
     nodepool: Mapping[str, Any],
@@ -736,7 +730,6 @@ def nodeclaim_from_plan(
 
 __all__ = [
     "Provisioner",
-    "bound_nodes",
     "node_capacity",
     "nodeclaim_from_plan",
     "provider_id",

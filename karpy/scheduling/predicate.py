@@ -28,14 +28,16 @@ from karpy.scheduling.state import IGNORE
 
 
 class BindingCheck:
-    """Binding ``pods`` one after another onto ``target``: each is checked against the cluster as it is after
-    the earlier ones were bound (:meth:`assume`), as kube-scheduler's cache assumes a pod once it is bound.
+    """Binding ``pods`` one after another onto any of ``targets``: each is checked against the cluster as it is
+    after the earlier ones were bound onto theirs (:meth:`assume`), as kube-scheduler's cache assumes a pod once
+    it is bound. Several targets let the binder admit a batch's pods over its nodes in one pass (a spread over
+    their domains is only valid once every domain has its share).
 
     Args:
-        target: the node, with exactly the pods bound to it now (their requests, host ports and labels), its
-            scheduling taints and allocatable.
+        targets: the nodes, each with exactly the pods bound (or being bound) to it now (their requests, host
+            ports and labels), its scheduling taints and allocatable.
         cluster: every other node with the pods bound to it (labels and taints for topology domains and spread
-            node filters, the pods for (anti-)affinity and spread counts). An entry named like ``target`` is
+            node filters, the pods for (anti-)affinity and spread counts). Entries named like a target are
             ignored. Only needed when a pod to bind, or a pod already bound, has topology constraints.
         pods: the pods that may be checked, with ``volume_terms`` filled from their volumes.
         namespace_labels: namespace name → labels, for affinity terms' ``namespaceSelector``.
@@ -43,23 +45,23 @@ class BindingCheck:
 
     def __init__(
         self,
-        target: ExistingNode,
+        targets: Sequence[ExistingNode],
         cluster: Sequence[ExistingNode],
         pods: Sequence[Pod],
         namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
-        nodes = [target, *(n for n in cluster if n.name != target.name)]
+        names = {t.name for t in targets}
+        nodes = [*targets, *(n for n in cluster if n.name not in names)]
         self._state = new_state(pods, (), nodes, (), IGNORE, namespace_labels)
-        self._target = target.name
 
-    def refusal(self, pod: Pod) -> str | None:
-        """Why ``pod`` (one of ``pods``) may not be bound to the target now, named after the kube-scheduler
-        filter that would refuse it (``"VolumeBinding: ..."``); None when every filter passes."""
-        return node_refusal(self._state, pod, self._target)
+    def refusal(self, pod: Pod, node: str) -> str | None:
+        """Why ``pod`` (one of ``pods``) may not be bound to the target named ``node`` now, named after the
+        kube-scheduler filter that would refuse it (``"VolumeBinding: ..."``); None when every filter passes."""
+        return node_refusal(self._state, pod, node)
 
-    def assume(self, pod: Pod) -> None:
-        """``pod`` was bound to the target: later checks count it."""
-        assume_bound(self._state, pod, self._target)
+    def assume(self, pod: Pod, node: str) -> None:
+        """``pod`` was bound to the target named ``node``: later checks count it."""
+        assume_bound(self._state, pod, node)
 
 
 def binding_refusal(
@@ -68,8 +70,9 @@ def binding_refusal(
     cluster: Sequence[ExistingNode] = (),
     namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> str | None:
-    """One pod: why it may not be bound to ``target`` now (see :class:`BindingCheck`), None when it may."""
-    return BindingCheck(target, cluster, [pod], namespace_labels).refusal(pod)
+    """One pod, one target: why it may not be bound to ``target`` now (see :class:`BindingCheck`), None when it
+    may."""
+    return BindingCheck([target], cluster, [pod], namespace_labels).refusal(pod, target.name)
 
 
 def has_topology(pod: Pod) -> bool:

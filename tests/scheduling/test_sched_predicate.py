@@ -153,11 +153,11 @@ def test_pod_affinity_first_pod_rule_and_missing_key() -> None:
 
 def test_binding_check_counts_the_pods_it_bound() -> None:
     a, b = (pod(n, labels={"app": "x"}, anti=[term(HOST, selector(app="x"))]) for n in ("x-0", "x-1"))
-    check = BindingCheck(node("n"), [], [a, b])
-    assert check.refusal(a) is None
-    assert check.refusal(b) is None
-    check.assume(a)
-    why = check.refusal(b)
+    check = BindingCheck([node("n")], [], [a, b])
+    assert check.refusal(a, "n") is None
+    assert check.refusal(b, "n") is None
+    check.assume(a, "n")
+    why = check.refusal(b, "n")
     assert why is not None and why.startswith("InterPodAffinity:"), why
 
 
