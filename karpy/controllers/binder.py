@@ -99,13 +99,10 @@ class Binder:
 
     async def reconcile(self, key: str) -> Result:
         """Bind the planned, still-unbound pods of the NodeClaim and of the registered NodeClaims of its batch."""
-        claim = self.state.nodeclaim_view(key)
-        if claim is None or claim.deleting:
-            return Result()
+        self._prune_sent()
         node = self._bindable_node(key)
         if node is None:
             return Result()
-        self._prune_sent()
         # The batch's other registered nodes are bound in the same pass: the plan spread the batch's pods over
         # their domains together, so a pod refused on one node only because its peers on another are not bound
         # yet (a zone spread's skew) is bound once they are, in an order that keeps every check valid.
