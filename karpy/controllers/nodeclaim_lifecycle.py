@@ -343,18 +343,19 @@ class NodeClaimLifecycle:
         would make most of these writes 409s (Karpenter ``registration.go`` patches with an optimistic lock and
         requeues on conflict). The lists it edits are guarded by ``test`` operations on exactly the entries it
         changes, so a concurrent change of those fails the patch (422) instead of being overwritten; then the
-        Node is read again and written with the resourceVersion precondition."""
+        Node is read again into cluster state and the error raised: the reconcile is retried, and decides the hold
+        and initialization again from the Node as it now is (as Karpenter requeues on a conflict).
+
+        Raises:
+            ApiError: the patch failed (a 422 after cluster state was refreshed).
+        """
         try:
             updated = await self.client.json_patch(NODES, node.name, registration_ops(claim, node, hold, initialized))
         except ApiError as err:
-            if err.status != 422:
-                raise
-            log.debug("registration patch test failed, writing with a precondition", node=node.name, error=str(err))
-            self.state.apply("Node", "MODIFIED", await self.client.get(NODES, node.name))
-            node = self.state.nodes.get(node.name) or node
-            updated = await self.client.merge_patch(
-                NODES, node.name, _locked_sync_patch(claim, node, hold, initialized)
-            )
+            if err.status == 422:
+                log.debug("registration patch test failed, reading the node again", node=node.name, error=str(err))
+                self.state.apply("Node", "MODIFIED", await self.client.get(NODES, node.name))
+            raise
         self.state.apply("Node", "MODIFIED", updated)
 
     # Initialization -----------------------------------------------------------------------------------
@@ -489,27 +490,6 @@ def registration_ops(claim: NodeClaim, node: NodeInfo, hold: bool, initialized: 
     else:
         ops += [{"op": "add", "path": "/spec/taints/-", "value": t} for t in taints_json(added)]
     return ops
-
-
-def _locked_sync_patch(claim: NodeClaim, node: NodeInfo, hold: bool, initialized: bool) -> dict[str, Any]:
-    """The registration sync as a JSON merge patch with the Node's resourceVersion as precondition (the lists
-    it replaces are replaced whole: labels merge, taints and finalizers are rewritten)."""
-    kept = [t for t in node.taints if t.key != wk.TAINT_UNREGISTERED_KEY]
-    if hold:
-        kept.append(Taint(key=wk.TAINT_UNREGISTERED_KEY, effect="NoSchedule"))
-    merged = kept + _missing_taints(claim, kept)
-    finalizers = list(node.finalizers)
-    if wk.FINALIZER_TERMINATION not in finalizers:
-        finalizers.append(wk.FINALIZER_TERMINATION)
-    return {
-        "metadata": {
-            "labels": _synced_labels(claim, initialized),
-            "finalizers": finalizers,
-            "ownerReferences": [_owner_reference(claim)],
-            "resourceVersion": node.resource_version,
-        },
-        "spec": {"taints": taints_json(merged) or None},
-    }
 
 
 def _initialized_conditions(conditions: list[dict[str, Any]], generation: int | None) -> list[dict[str, Any]]:

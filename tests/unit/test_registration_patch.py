@@ -11,8 +11,11 @@ import copy
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from karpy.apis import labels as wk
 from karpy.controllers.nodeclaim_lifecycle import registration_ops
+from karpy.kube.errors import ApiError
 from karpy.kube.fake import FakeKube
 from karpy.kube.resources import NODECLAIMS, NODES
 from karpy.state.cluster import ClusterState
@@ -81,9 +84,15 @@ async def test_a_concurrent_change_of_the_taint_list_is_not_overwritten() -> Non
     await kube.replace(NODES, "n-self", changed)
     view = state.nodeclaim_view("self")
     assert view is not None
-    await lifecycle(state, kube=kube)._sync_node(view, state.nodes["n-self"], hold=False)
-    # The guarded patch failed its test (the taint moved); the Node was read and written with a precondition.
-    assert [r.method for r in kube.requests if r.path.startswith(NODES.path())][-3:] == ["PATCH", "GET", "PATCH"]
+    controller = lifecycle(state, kube=kube)
+    # The guarded patch fails its test (the taint moved): nothing is written, the Node is read into cluster state
+    # and the error raised, so the reconcile is retried on the Node as it now is.
+    with pytest.raises(ApiError) as failed:
+        await controller._sync_node(view, state.nodes["n-self"], hold=False)
+    assert failed.value.status == 422
+    assert [r.method for r in kube.requests if r.path.startswith(NODES.path())][-2:] == ["PATCH", "GET"]
+    assert state.nodes["n-self"].taints == node_info(changed).taints
+    await controller._sync_node(view, state.nodes["n-self"], hold=False)
     stored = await kube.get(NODES, "n-self")
     assert stored["spec"]["taints"] == [added]
     assert stored["metadata"]["labels"][wk.LABEL_REGISTERED] == "true"
