@@ -42,7 +42,9 @@ type has, so the pass stays linear in NodeClaims: 2–7 % of a solve on the sche
 Like :mod:`~karpy.scheduling.exchange`, the pass updates pods, batches and requests only, leaving the hostname
 groups' ``counts``, ``front``, ``headroom`` and ``price_pos`` stale (finalizing reads none of them): it must run
 after every placement in :func:`~karpy.scheduling.scheduler.build_result`. A merged-away NodeClaim is left
-without pods, which finalizing skips.
+without pods, which finalizing skips. It reads ``Claim.members``/``owner_members``, which exchange and zonemove
+leave stale: safe because both only move pods onto NodeClaims of a single domain, so a stale entry can only make
+this pass refuse a merge, never allow a wrong one — keep it so if those passes change.
 """
 
 from __future__ import annotations
@@ -123,10 +125,7 @@ def merge_pool(s: SolveState, claims: list[Claim], kinds: dict[int, _Kind], tops
     nxt = list(range(n + 1))
 
     def alive(k: int) -> int:
-        while nxt[k] != k:
-            nxt[k] = nxt[nxt[k]]
-            k = nxt[k]
-        return k
+        return _alive(nxt, k)
 
     seats: dict[int, _Seat] = {}
     k = alive(0)
@@ -173,15 +172,20 @@ def _grow(
             if merged_price <= total * (1 + TOLERANCE):
                 accepted = len(taken)
         j = alive(j + 1)
-    if taken[accepted:]:
-        # Rolled back: the counts of ``acc`` are rebuilt from the NodeClaims kept.
-        del seats[x.index]
+    # ``acc`` (x's cached seat) may now count NodeClaims beyond the accepted run; x is never looked at again
+    # (the run only moves forward), so it is not rebuilt.
     joined = taken[:accepted]
     for j in joined:
         _absorb(x, priced[j][1])
-    if joined:
-        seats.pop(x.index, None)
     return joined
+
+
+def _alive(nxt: list[int], k: int) -> int:
+    """The first position >= ``k`` not merged away (``nxt[i] == i``), halving the paths it walks."""
+    while nxt[k] != k:
+        nxt[k] = nxt[nxt[k]]
+        k = nxt[k]
+    return k
 
 
 def merge_free(s: SolveState, claims: list[Claim], kinds: dict[int, _Kind], tops: Tops) -> None:
@@ -198,17 +202,14 @@ def merge_free(s: SolveState, claims: list[Claim], kinds: dict[int, _Kind], tops
     nxt = list(range(n + 1))  # as in merge_pool: the next position not merged away, path-halved
 
     def alive(k: int) -> int:
-        while nxt[k] != k:
-            nxt[k] = nxt[nxt[k]]
-            k = nxt[k]
-        return k
+        return _alive(nxt, k)
 
     within: dict[tuple[rq.Signature, rq.Signature], bool] = {}
     for y in sorted(free, key=lambda c: (-prices[c.index], c.index)):
         if not y.pods:
             continue
         k, looked = alive(0), 0
-        while k < n and looked <= TRIES:
+        while k < n and looked < TRIES:
             x = order[k]
             k = alive(k + 1)
             if x is y:
@@ -306,8 +307,8 @@ def _owner_ok(s: SolveState, a: _Seat, b: _Seat, t: int, owners: int) -> bool:
 
 def _absorb(x: Claim, y: Claim) -> None:
     """Move every pod of ``y`` onto ``x`` (pods, batches, requests); ``y`` is left empty."""
-    x.pods = x.pods + y.pods
-    x.batches = x.batches + y.batches
+    x.pods.extend(y.pods)
+    x.batches.extend(y.batches)
     x.used = [u + v for u, v in zip(x.used, y.used, strict=True)]
     x.neutral = x.neutral and y.neutral
     y.pods, y.batches = [], []

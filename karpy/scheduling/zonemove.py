@@ -244,15 +244,12 @@ class _Mover:
         return added_total, moves
 
 
-def move_groups(s: SolveState) -> bool:
-    """Move whole zone-affinity groups to the zone where the plan is cheapest (see module); True when
-    one moved."""
+def move_groups(s: SolveState) -> None:
+    """Move whole zone-affinity groups to the zone where the plan is cheapest (see module)."""
     if not s.topo.groups:
-        return False
+        return
     mover = _Mover(s)
-    moved = False
     for tid, pairs in sorted(mover.groups().items()):
         if mover.budget <= 0:
             break
-        moved = mover.try_group(tid, pairs) or moved
-    return moved
+        mover.try_group(tid, pairs)

@@ -56,7 +56,7 @@ def test_moving_and_swapping_pods_makes_the_plan_cheaper_and_keeps_every_constra
         pods = _diverse(seed)
         better = scheduler.solve(pods, [_pool()], [], [])
         assert plan_checks(better, pods) == (), seed
-        monkeypatch.setattr(scheduler, "move_groups", lambda s: False)
+        monkeypatch.setattr(scheduler, "move_groups", lambda s: None)
         monkeypatch.setattr(scheduler, "exchange", lambda s: None)
         before = scheduler.solve(pods, [_pool()], [], [])
         monkeypatch.undo()
@@ -68,7 +68,7 @@ def test_moving_and_swapping_pods_makes_the_plan_cheaper_and_keeps_every_constra
 
 def _state_after_placement(monkeypatch: pytest.MonkeyPatch, pods: list[Pod]) -> SolveState:
     seen: list[SolveState] = []
-    monkeypatch.setattr(scheduler, "move_groups", lambda s: False)
+    monkeypatch.setattr(scheduler, "move_groups", lambda s: None)
     monkeypatch.setattr(scheduler, "exchange", seen.append)
     scheduler.solve(pods, [_pool()], [], [])
     return seen[0]

@@ -50,9 +50,10 @@ def test_re_pairing_the_anti_affinity_pods_makes_the_plan_cheaper_and_keeps_it_v
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     pods = _pods()
-    # rebalance alone (exchange.py and zonemove.py have their tests)
-    monkeypatch.setattr(scheduler, "move_groups", lambda s: False)
+    # rebalance alone (exchange.py, zonemove.py and merge.py have their tests)
+    monkeypatch.setattr(scheduler, "move_groups", lambda s: None)
     monkeypatch.setattr(scheduler, "exchange", lambda s: None)
+    monkeypatch.setattr(scheduler, "merge", lambda s: None)
     better = scheduler.solve(pods, [_pool()], [], [])
     assert plan_checks(better, pods) == ()
     assert len(better.new_nodeclaims) == 20  # one node per anti-affinity pod, as before

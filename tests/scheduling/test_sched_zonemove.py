@@ -75,7 +75,7 @@ def _zones_of_group(result: scheduler.SchedulingResult) -> set[str]:
 
 def _solve(pods: list[Pod], monkeypatch: pytest.MonkeyPatch, move: bool) -> scheduler.SchedulingResult:
     if not move:
-        monkeypatch.setattr(scheduler, "move_groups", lambda s: False)
+        monkeypatch.setattr(scheduler, "move_groups", lambda s: None)
     result = scheduler.solve(pods, [_pool()], [], [])
     monkeypatch.undo()
     assert not result.errors
