@@ -33,37 +33,33 @@ def page(items: list[Any], max_results: Any, next_token: Any, default: int) -> t
 
 def patch_moto_instance_type_pages() -> None:
     """Page moto's DescribeInstanceTypes and DescribeInstanceTypeOfferings (see the module docstring)."""
-    from moto.core.responses import ActionResult
     from moto.ec2.responses.instances import InstanceResponse
 
     if getattr(InstanceResponse, _PATCHED, False):
         return
-    for name in ("describe_instance_types", "describe_instance_type_offerings"):
-        _ORIGINALS.setdefault(name, getattr(InstanceResponse, name))
-
-    def describe_instance_types(self: Any) -> Any:
-        found = self.ec2_backend.describe_instance_types(
-            self._get_param("InstanceTypes", []), self._filters_from_querystring()
-        )
-        items, token = page(found, self._get_param("MaxResults"), self._get_param("NextToken"), INSTANCE_TYPES_PAGE)
-        result: dict[str, Any] = {"InstanceTypes": items}
-        if token is not None:
-            result["NextToken"] = token
-        return ActionResult(result)
-
-    def describe_instance_type_offerings(self: Any) -> Any:
-        found = self.ec2_backend.describe_instance_type_offerings(
-            self._get_param("LocationType"), self._filters_from_querystring()
-        )
-        items, token = page(found, self._get_param("MaxResults"), self._get_param("NextToken"), OFFERINGS_PAGE)
-        result: dict[str, Any] = {"InstanceTypeOfferings": items}
-        if token is not None:
-            result["NextToken"] = token
-        return ActionResult(result)
-
-    InstanceResponse.describe_instance_types = describe_instance_types
-    InstanceResponse.describe_instance_type_offerings = describe_instance_type_offerings
+    for name, key, default in (
+        ("describe_instance_types", "InstanceTypes", INSTANCE_TYPES_PAGE),
+        ("describe_instance_type_offerings", "InstanceTypeOfferings", OFFERINGS_PAGE),
+    ):
+        original = _ORIGINALS.setdefault(name, getattr(InstanceResponse, name))
+        setattr(InstanceResponse, name, _paged(original, key, default))
     setattr(InstanceResponse, _PATCHED, True)
+
+
+def _paged(original: Any, key: str, default: int) -> Any:
+    """moto's response method ``original`` (its parameters and filters as moto handles them) with its ``key``
+    list answered one page at a time (``MaxResults``, ``NextToken``; ``default`` items per page)."""
+    from moto.core.responses import ActionResult
+
+    def paged(self: Any) -> Any:
+        result = dict(original(self).result)
+        items, token = page(result[key], self._get_param("MaxResults"), self._get_param("NextToken"), default)
+        result[key] = items
+        if token is not None:
+            result["NextToken"] = token
+        return ActionResult(result)
+
+    return paged
 
 
 def moto_own(name: str) -> Any:
