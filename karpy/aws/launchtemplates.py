@@ -314,7 +314,7 @@ class LaunchTemplateProvider:
             return name
         task = self._inflight.get(name)
         if task is None:
-            task = asyncio.ensure_future(self._describe_or_create(name, data, tags))
+            task = asyncio.create_task(self._describe_or_create(name, data, tags))
             self._inflight[name] = task
             task.add_done_callback(lambda done: self._settle(name, done))
         # shield: a caller cancelled while waiting does not cancel the operation the others wait on.

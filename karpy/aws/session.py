@@ -70,15 +70,18 @@ _MODEL_EXTENSIONS = (".json", ".json.gz")
 
 
 # The endpoint prefixes (``endpoints.json`` service keys) of karpy's clients (EC2, SSM, IAM, SQS, Pricing, EKS) and
-# of the clients botocore's credential providers create (STS for web identity / assume role, SSO, SSO-OIDC,
-# sign-in). Another service's endpoints resolve from its partition's defaults, as for a service the table does
-# not list; tests/aws/test_aws_model_loader.py checks that these resolve exactly as with the full table.
+# of the clients botocore's credential providers create (STS for web identity / assume role, SSO, SSO-OIDC, and
+# ``signin``, which newer botocore releases add for login credentials; a key the table lacks costs nothing).
+# Another service's endpoints resolve from its partition's defaults, as for a service the table does not list;
+# tests/aws/test_aws_model_loader.py checks that these resolve exactly as with the full table.
 ENDPOINT_SERVICES = frozenset({"ec2", "ssm", "iam", "sqs", "api.pricing", "eks", "sts", "portal.sso", "oidc", "signin"})
 
 
 def _only_endpoint_services(endpoints: Any) -> Any:
     """``endpoints.json`` with each partition's ``services`` limited to :data:`ENDPOINT_SERVICES` (in place)."""
-    for partition in endpoints.get("partitions") or [] if isinstance(endpoints, dict) else []:
+    if not isinstance(endpoints, dict):
+        return endpoints
+    for partition in endpoints.get("partitions") or []:
         services = partition.get("services")
         if isinstance(services, dict):
             partition["services"] = {k: v for k, v in services.items() if k in ENDPOINT_SERVICES}

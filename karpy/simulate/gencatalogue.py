@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from karpy.aws.instancetypes import CATALOGUE_FIELDS, keep_fields, supported
+from karpy.aws.instancetypes import keep_fields, supported
 from karpy.aws.pricing import static_on_demand_prices
 
 FORMAT_VERSION = 1
@@ -72,9 +72,7 @@ def build(moto_root: Path, regions: Sequence[str]) -> dict[str, Any]:
     """The catalogue document (see the module docstring)."""
     with gzip.open(moto_root / "instance_types.json.gz", "rt") as f:
         infos: dict[str, Any] = json.load(f)
-    kept = sorted(
-        (keep_fields(i, CATALOGUE_FIELDS) for i in infos.values() if supported(i)), key=lambda i: str(i["InstanceType"])
-    )
+    kept = sorted((keep_fields(i) for i in infos.values() if supported(i)), key=lambda i: str(i["InstanceType"]))
     names = {str(i["InstanceType"]) for i in kept}
     out_regions: dict[str, Any] = {}
     for region in regions:
