@@ -32,7 +32,7 @@ import structlog
 
 from karpy.apis import labels as wk
 from karpy.apis.taints import Taint
-from karpy.controllers.nodeclaim_lifecycle import BIND_HOLD
+from karpy.controllers.nodeclaim_lifecycle import bind_hold_left
 from karpy.controllers.provisioner import node_capacity, with_volume_terms
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
@@ -208,7 +208,7 @@ class Binder:
         wait: float | None = None
         for pod, node_name, reason in refused:
             node = self.state.nodes.get(node_name)
-            left = BIND_HOLD - (self.clock() - node.created) if node is not None else 0.0
+            left = bind_hold_left(node, self.clock()) if node is not None else 0.0
             if peers and left > 0:
                 log.debug("pod waits for its planned peers", pod=pod.key, node=node_name, reason=reason)
                 wait = left if wait is None else min(wait, left)

@@ -84,6 +84,11 @@ MAX_WORKERS = 5000
 BIND_HOLD = 15.0
 
 
+def bind_hold_left(node: NodeInfo, now: float) -> float:
+    """Seconds of ``node``'s bind hold left at ``now`` (epoch seconds; 0 once over)."""
+    return max(BIND_HOLD - (now - node.created), 0.0)
+
+
 class NodeClaimLifecycle:
     """Keyed by NodeClaim name."""
 
@@ -273,7 +278,7 @@ class NodeClaimLifecycle:
         if hold:
             # Re-enqueued by the plan owner when a pod of the batch is bound or a sibling registers; at the latest
             # when the hold expires.
-            return Result(requeue_after=max(BIND_HOLD - (self.clock() - node.created), 0.0) + 0.1)
+            return Result(requeue_after=bind_hold_left(node, self.clock()) + 0.1)
         generation = claim.meta.generation
         conditions = set_condition(conditions_json(claim.raw), wk.COND_REGISTERED, "True", "Registered", "", generation)
         # A Node already initialized when it registers (Ready, no startup/ephemeral taint left: the hold for the
