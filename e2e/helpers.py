@@ -585,10 +585,15 @@ class KarpyProcess:
     another process with the same settings, its own ``name``, log file and metrics/health ports.
     """
 
-    def __init__(self, env: Mapping[str, str], log_path: Path, name: str | None = None) -> None:
+    def __init__(
+        self, env: Mapping[str, str], log_path: Path, name: str | None = None, python: str | None = None
+    ) -> None:
         self.env = {**os.environ, **env}
         self.log_path = log_path
         self.name = name or log_path.stem
+        # The interpreter running ``-m karpy run``: this one unless told (the live benchmark runs karpy from a
+        # virtualenv holding only karpy's own dependencies, as the image does).
+        self.python = python or sys.executable
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.paused = False
@@ -598,7 +603,7 @@ class KarpyProcess:
         log is ``<name>.log`` next to this one's, its metrics and health probe ports are fresh free ports (so
         none collide), and ``settings`` add or override environment variables."""
         env = {**self.env, "METRICS_PORT": str(free_port()), "HEALTH_PROBE_PORT": str(free_port()), **settings}
-        return KarpyProcess(env, self.log_path.with_name(f"{name}.log"), name)
+        return KarpyProcess(env, self.log_path.with_name(f"{name}.log"), name, self.python)
 
     def start(self) -> None:
         """Start (appending to the same log)."""
@@ -606,7 +611,7 @@ class KarpyProcess:
         self.paused = False
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "karpy", "run"],
+            [self.python, "-m", "karpy", "run"],
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -27,12 +27,14 @@ async def measure(
     """karpy on the running local cluster described by ``cluster_env`` (its ``env`` file): install, start, wait
     for the NodePool to be Ready, provision ``pods`` pods; the figures as a dict (the keys of
     :class:`benchmarks.live.karpenter.Provisioned` plus ready/usage keys)."""
+    from benchmarks.live.runtime import runtime_python
     from e2e import helpers
     from karpy.kube.client import KubeClient
 
     client = await KubeClient.from_environment(cluster_env["KUBECONFIG"])
     aws_env = {k: v for k, v in cluster_env.items() if k.startswith("AWS_")}
     karpy = await helpers.karpy_process(client, cluster_env["CLUSTER_ENDPOINT"], cluster_name, workdir, aws_env)
+    karpy.python = str(runtime_python())  # as the image runs it (benchmarks/live/runtime.py)
     try:
         await helpers.apply(
             client,

@@ -37,6 +37,7 @@ from typing import Any
 from benchmarks.live import mix, report
 from benchmarks.live.karpenter import KWOK_PROVIDER_PREFIX, exit_on_signal
 from benchmarks.live.karpyside import AWS_PROVIDER_PREFIX
+from benchmarks.live.runtime import runtime_python
 from e2e.audit import json_lines
 from e2e.cluster.controlplane import (
     AUDIT_READS_ENV,
@@ -120,8 +121,11 @@ async def start_karpenter(
     return ctl
 
 
-async def start_karpy(client: Any, env: Mapping[str, str], cluster_name: str, workdir: Path) -> Controller:
-    """karpy's CRDs and RBAC, an EC2NodeClass, the NodePools; karpy started and ready."""
+async def start_karpy(
+    client: Any, env: Mapping[str, str], cluster_name: str, workdir: Path, python: Path | None = None
+) -> Controller:
+    """karpy's CRDs and RBAC, an EC2NodeClass, the NodePools; karpy started (by ``python``, this interpreter
+    when None) and ready."""
     from e2e import helpers
 
     aws_env = {k: v for k, v in env.items() if k.startswith("AWS_")}
@@ -129,6 +133,8 @@ async def start_karpy(client: Any, env: Mapping[str, str], cluster_name: str, wo
     karpy = await helpers.karpy_process(
         client, env["CLUSTER_ENDPOINT"], cluster_name, workdir, aws_env, DISABLE_LEADER_ELECTION="true"
     )
+    if python is not None:
+        karpy.python = str(python)
     await helpers.apply(client, [helpers.ec2nodeclass("default", cluster_name), *mix.nodepools("karpy")])
     karpy.start()
 
@@ -276,6 +282,7 @@ async def _run(
     timeout: float,
     down_timeout: float,
     log: Any,
+    python: Path | None = None,
 ) -> dict[str, Any]:
     from karpy.kube.client import KubeClient
 
@@ -286,7 +293,7 @@ async def _run(
             assert binary is not None
             ctl = await start_karpenter(client, env, workdir, binary, types_file)
         else:
-            ctl = await start_karpy(client, env, cluster_name, workdir)
+            ctl = await start_karpy(client, env, cluster_name, workdir, python)
         try:
             return await measure(
                 client,
@@ -314,9 +321,10 @@ def run_one(
     down_timeout: float,
     lock: Path | None,
     log: Any = sys.stderr,
+    python: Path | None = None,
 ) -> dict[str, Any]:
     """``controller`` (``karpy`` or ``karpenter``) measured on a fresh local cluster under ``workdir`` (the lock
-    held for the whole cluster run)."""
+    held for the whole cluster run); karpy runs under ``python`` (this interpreter when None)."""
     from e2e.cluster import launcher
 
     with cluster_lock(lock):
@@ -335,6 +343,7 @@ def run_one(
                     timeout=timeout,
                     down_timeout=down_timeout,
                     log=log,
+                    python=python,
                 )
             )
         finally:
@@ -386,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.live.karpenter import ensure_binary
 
         binary = ensure_binary()
+    # karpy as the image runs it: its own dependencies only (benchmarks/live/runtime.py says why).
+    python = runtime_python() if "karpy" in controllers else None
     lock = Path(args.lock) if args.lock else None
     results: dict[int, dict[str, list[dict[str, Any]]]] = {}
     for size in sizes:
@@ -402,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
                     timeout=args.timeout,
                     down_timeout=args.down_timeout,
                     lock=lock,
+                    python=python,
                 )
                 results.setdefault(size, {}).setdefault(controller, []).append({**result, "run": run + 1})
                 brief = {k: v for k, v in result.items() if k not in ("timeline", "writes_detail")}

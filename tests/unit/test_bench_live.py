@@ -4,10 +4,14 @@ counting of writes and requests, medians and the table. Nothing here starts a cl
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
-from benchmarks.live import mix, report
+from benchmarks.live import mix, report, runtime
 from benchmarks.live.catalogue import karpy_prices
+from e2e.helpers import KarpyProcess
 
 KARPY = "system:serviceaccount:karpy:karpy"
 
@@ -324,3 +328,49 @@ def test_scheduler_qps_is_kube_schedulers_default_unless_the_benchmark_lifts_it(
     monkeypatch.setenv(SCHEDULER_QPS_ENV, "500")
     plane._start_scheduler(1234)
     assert {"--kube-api-qps=500", "--kube-api-burst=1000"} <= set(spawned[-1])
+
+
+# -- karpy's runtime virtualenv (benchmarks/live/runtime.py) --------------------------------------------------
+
+
+def _fake_venv(venv: Path, pyproject: Path) -> None:
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    (venv / runtime.STAMP).write_text(runtime.stamp_of(pyproject))
+
+
+def test_runtime_venv_is_current_only_for_the_pyproject_it_was_made_from(tmp_path: Path) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "karpy"\ndependencies = ["attrs"]\n')
+    venv = tmp_path / "venv"
+    assert not runtime.is_current(venv, pyproject)
+    _fake_venv(venv, pyproject)
+    assert runtime.is_current(venv, pyproject)
+    pyproject.write_text('[project]\nname = "karpy"\ndependencies = ["attrs", "structlog"]\n')
+    assert not runtime.is_current(venv, pyproject), "a changed dependency list makes it again"
+    _fake_venv(tmp_path / "other", pyproject)
+    (tmp_path / "other" / "bin" / "python").unlink()
+    assert not runtime.is_current(tmp_path / "other", pyproject), "no interpreter, not current"
+
+
+def test_runtime_python_keeps_a_current_venv(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "karpy"\n')
+    venv = tmp_path / "venv"
+    _fake_venv(venv, tmp_path / "pyproject.toml")
+    # A current venv is used as it is: no venv or pip run (neither could work on the fake interpreter).
+    assert runtime.runtime_python(tmp_path, venv) == venv / "bin" / "python"
+
+
+def test_karpy_process_runs_the_interpreter_it_was_given(tmp_path: Path) -> None:
+    argv_file = tmp_path / "argv"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/bin/sh\necho "$@" > {argv_file}\n')
+    fake.chmod(0o755)
+    karpy = KarpyProcess({}, tmp_path / "karpy.log", python=str(fake))
+    sibling = karpy.sibling("standby")
+    assert sibling.python == str(fake)
+    assert KarpyProcess({}, tmp_path / "x.log").python == sys.executable
+    karpy.start()
+    assert karpy.proc is not None
+    assert karpy.proc.wait(10) == 0
+    assert argv_file.read_text().split() == ["-m", "karpy", "run"]
