@@ -20,6 +20,10 @@ that depends on other pods (PodTopologySpread, InterPodAffinity) while NodeClaim
 have not registered yet keeps its plan (no event): the reconcile that follows their registration binds it with
 them; it is left to kube-scheduler once its Node's bind hold (``BIND_HOLD``) is over. A pod whose Binding was
 sent is neither bound again nor left before the watch shows it bound; it counts on its node meanwhile.
+
+A Node's first Binding waits until the binder has seen the Node bindable for ``BIND_SETTLE`` seconds: the taint
+lifted just before (``karpenter.sh/unregistered`` NoExecute → NoSchedule) must reach kube-controller-manager's
+taint-eviction controller before the pod does, or it deletes the pod (see ``BIND_SETTLE``).
 """
 
 from __future__ import annotations
@@ -55,6 +59,15 @@ BIND_CONCURRENCY = 32
 # The filters whose answer depends on where other pods are: a pod they refuse may pass once its planned peers on
 # the batch's other nodes are bound.
 PEER_FILTERS = (f"{POD_TOPOLOGY_SPREAD}:", f"{INTER_POD_AFFINITY}:")
+# Seconds a Node must have been bindable in this binder's view (registration turned its karpenter.sh/unregistered
+# taint from NoExecute into NoSchedule) before its first Binding. kube-controller-manager's taint-eviction
+# controller reads Nodes and pods through two informers: when a pod's binding reaches it before the Node update
+# that lifted the NoExecute taint, it finds the pod on a Node whose taint it does not tolerate and deletes it at
+# once — a bare pod is lost (kubernetes/kubernetes#119862 and #139992: the same race follows kube-scheduler's
+# binding after a NoExecute startup taint is removed). Binding within milliseconds of the lift hit it on a loaded
+# 2-core machine (the Binding ~50 ms after the Node was created); this margin is 20 times that. It delays only a
+# Node's first pods: later reconciles find it settled.
+BIND_SETTLE = 1.0
 
 
 def binding_taints(node: NodeInfo) -> tuple[Taint, ...]:
@@ -86,12 +99,16 @@ class Binder:
         *,
         events: EventRecorder | None = None,
         clock: Callable[[], float] = time.time,
+        settle: float = BIND_SETTLE,
     ) -> None:
         self.client = client
         self.state = state
         self.plans = plans
         self.events = events
         self.clock = clock
+        self.settle = settle
+        # Node uid → when (``clock``) this binder first found it bindable; its Bindings start ``settle`` later.
+        self._bindable_since: dict[str, float] = {}
         # Pods whose Binding this binder sent (in flight or answered) and that cluster state does not show bound
         # yet: pod uid → (pod, node name). They are not bound again (a second Binding is a 409) and they count on
         # their node for the checks, as kube-scheduler's cache assumes a pod until the informer confirms it.
@@ -100,9 +117,12 @@ class Binder:
     async def reconcile(self, key: str) -> Result:
         """Bind the planned, still-unbound pods of the NodeClaim and of the registered NodeClaims of its batch."""
         self._prune_sent()
-        node = self._bindable_node(key)
+        node = self._registered_node(key)
         if node is None:
             return Result()
+        settling = self._settle_left(node)
+        if settling > 0:
+            return Result(requeue_after=settling)
         # The batch's other registered nodes are bound in the same pass: the plan spread the batch's pods over
         # their domains together, so a pod refused on one node only because its peers on another are not bound
         # yet (a zone spread's skew) is bound once they are, in an order that keeps every check valid.
@@ -117,7 +137,7 @@ class Binder:
         admitted, refused = self._admit([n.name for _, n in targets], interleave(queues))
         for pod, node_name in admitted:
             self._sent[pod.uid] = (infos[pod.uid], node_name)
-        wait = self._wait_for_peers(key, refused)
+        wait = self._wait_for_peers(key, refused, {name for name, _ in targets})
         limit = asyncio.Semaphore(BIND_CONCURRENCY)
         await asyncio.gather(*(self._bind_within(limit, pod, node_name) for pod, node_name in admitted))
         return Result(requeue_after=wait) if wait is not None else Result()
@@ -150,8 +170,13 @@ class Binder:
         return queues, infos
 
     def _bindable_node(self, nodeclaim: str) -> NodeInfo | None:
+        """The NodeClaim's Node once it is registered and settled (:meth:`_settle_left`), else None."""
+        node = self._registered_node(nodeclaim)
+        return node if node is not None and self._settle_left(node) == 0 else None
+
+    def _registered_node(self, nodeclaim: str) -> NodeInfo | None:
         """The NodeClaim's Node once registration labelled it registered (in the same patch that turned the
-        unregistered taint into NoSchedule: from then on a Binding is safe, no NoExecute eviction)."""
+        unregistered taint into NoSchedule, which a Binding ignores)."""
         claim = self.state.nodeclaim_view(nodeclaim)
         if claim is None or claim.deleting:
             return None
@@ -160,12 +185,24 @@ class Binder:
             return None
         return node
 
+    def _settle_left(self, node: NodeInfo) -> float:
+        """Seconds until ``node`` may get Bindings: ``settle`` after this binder first found it registered
+        (``BIND_SETTLE``: kube-controller-manager must have seen the NoExecute taint lifted first). Found by
+        Node uid, so a new Node reusing a name (EC2 reuses private IPs) settles afresh."""
+        now = self.clock()
+        since = self._bindable_since.setdefault(node.uid or node.name, now)
+        return max(self.settle - (now - since), 0.0)
+
     def _prune_sent(self) -> None:
-        """Forget the sent Bindings cluster state now shows (or whose pod is gone)."""
+        """Forget the sent Bindings cluster state now shows (or whose pod is gone), and, once they outnumber the
+        Nodes, the settle times of Nodes that are gone."""
         for uid, (info, _) in list(self._sent.items()):
             now = self.state.pods.get(info.key)
             if now is None or now.pod.uid != uid or now.node_name or now.deleting or now.terminal:
                 del self._sent[uid]
+        if len(self._bindable_since) > 2 * len(self.state.nodes) + 64:
+            live = {n.uid or n.name for n in self.state.nodes.values()}
+            self._bindable_since = {k: t for k, t in self._bindable_since.items() if k in live}
 
     def _admit(
         self, nodes: Sequence[str], order: Sequence[tuple[Pod, str]]
@@ -197,14 +234,15 @@ class Binder:
             pending = again
         return admitted, [(pod, node_name, reasons[pod.uid]) for pod, node_name in pending]
 
-    def _wait_for_peers(self, key: str, refused: Sequence[tuple[Pod, str, str]]) -> float | None:
+    def _wait_for_peers(self, key: str, refused: Sequence[tuple[Pod, str, str]], targets: set[str]) -> float | None:
         """Keep the plans of pods refused only for want of peers the plan puts on NodeClaims of the batch that
-        have not registered yet (their Bindings come when those register, through their reconcile, which binds
-        this node's pods too), while the Node's bind hold lasts; leave the others. Returns the seconds until the
-        first waiting pod's hold ends (its node is looked at again then), None when none waits."""
+        are not among this pass's ``targets`` (not registered or not settled yet: their Bindings come through
+        their own reconcile, which binds this node's pods too), while the Node's bind hold lasts; leave the others.
+        Returns the seconds until the first waiting pod's hold ends (its node is looked at again then), None when
+        none waits."""
         if not refused:
             return None
-        peers = self._peers_in_flight(key)
+        peers = self._peers_in_flight(key, targets)
         wait: float | None = None
         for pod, node_name, reason in refused:
             node = self.state.nodes.get(node_name)
@@ -216,11 +254,15 @@ class Binder:
             self._leave(pod, node_name, reason)
         return None if wait is None else wait + 0.1
 
-    def _peers_in_flight(self, key: str) -> bool:
-        """A NodeClaim of ``key``'s batch has not registered yet and still has pods planned onto it."""
+    def _peers_in_flight(self, key: str, targets: set[str]) -> bool:
+        """A NodeClaim of ``key``'s batch outside this pass's ``targets`` (not registered or not settled when the
+        pass chose them; one that settled since still gets its Bindings from its own reconcile) still has pods
+        planned onto it."""
         for sibling in self.plans.batch_of(key):
+            if sibling in targets:
+                continue
             claim = self.state.nodeclaim_view(sibling)
-            if claim is None or claim.deleting or self._bindable_node(sibling) is not None:
+            if claim is None or claim.deleting:
                 continue
             if any(not self.state.waits_for_volume_binding(info.key) for info in self.plans.pods_of(sibling)):
                 return True

@@ -17,7 +17,8 @@ Karpenter core ``pkg/controllers/nodeclaim/lifecycle/`` (``launch.go``, ``regist
   ``status.nodeName`` and ``Registered=True`` are set. karpy adds one step Karpenter does not need, because
   karpy binds its pods itself: the first patch turns ``karpenter.sh/unregistered`` from NoExecute into
   NoSchedule, so the binder can bind the pods planned onto this NodeClaim (a Binding ignores NoSchedule, and
-  NoExecute would have the taint manager evict them) while kube-scheduler cannot race it onto the new node;
+  NoExecute would have the taint manager evict them; the binder waits ``BIND_SETTLE`` after the change, so the
+  taint manager has seen it too) while kube-scheduler cannot race it onto the new node;
   the taint is removed once every pod planned onto this NodeClaim or a still-unregistered one of its batch (the
   same provisioning decision) is bound, or ``BIND_HOLD`` seconds after the Node appeared. The plan owner
   (:class:`~karpy.state.plans.Plans`) re-enqueues the hold when one of those pods is bound or a sibling

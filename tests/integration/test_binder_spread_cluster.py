@@ -4,11 +4,17 @@ without leaving any pod to kube-scheduler (issue 12: no ``LeftToScheduler`` even
 The nodes register one after another; a pod whose share of the spread is only valid once the other zones' pods
 are bound waits for them (the batch's registered nodes are bound in one interleaved pass) instead of being
 released with a Warning and left to kube-scheduler's retry.
+
+A bare pod is bound only ``BIND_SETTLE`` seconds after its Node's ``karpenter.sh/unregistered`` taint stopped being
+NoExecute, so kube-controller-manager's taint-eviction controller never finds it on a Node whose lifted NoExecute
+taint it has not seen lifted yet (it deleted such a pod within 50 ms of its Binding on a loaded machine).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from collections import Counter
 from typing import Any
 
@@ -19,6 +25,7 @@ from structlog.testing import capture_logs
 from e2e.helpers import apply, delete_nodeclaims, ec2nodeclass, nodeclaims_of, wait_for
 from e2e.helpers import nodepool as shared_nodepool
 from karpy.apis import labels as wk
+from karpy.controllers.binder import BIND_SETTLE
 from karpy.kube import resources as r
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import ApiError
@@ -27,6 +34,7 @@ pytestmark = [pytest.mark.integration]
 POOL = "spread"
 ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
 NAMES = [f"spread-{n}" for n in range(6)]
+BARE = "spread-bare"
 
 
 def spread_pod(name: str) -> dict[str, Any]:
@@ -51,7 +59,7 @@ def spread_pod(name: str) -> dict[str, Any]:
 
 
 async def _clean(kube: KubeClient) -> None:
-    for name in NAMES:
+    for name in [*NAMES, BARE]:
         with contextlib.suppress(ApiError):
             await kube.delete(r.PODS, name, "default")
     with contextlib.suppress(ApiError):
@@ -59,10 +67,8 @@ async def _clean(kube: KubeClient) -> None:
     await delete_nodeclaims(kube, lambda: nodeclaims_of(kube, POOL), timeout=60, what="spread NodeClaims released")
 
 
-async def test_zone_spread_over_a_batch_is_bound_by_karpy_without_leaving_pods(
-    local_cluster: Any, kube: KubeClient
-) -> None:
-    pool = shared_nodepool(
+def spread_pool() -> dict[str, Any]:
+    return shared_nodepool(
         POOL,
         nodeclass=POOL,
         requirements=[
@@ -72,7 +78,12 @@ async def test_zone_spread_over_a_batch_is_bound_by_karpy_without_leaving_pods(
         ],
         disruption={"consolidateAfter": "Never"},
     )
-    await apply(kube, [ec2nodeclass(POOL, local_cluster.cluster_name), pool])
+
+
+async def test_zone_spread_over_a_batch_is_bound_by_karpy_without_leaving_pods(
+    local_cluster: Any, kube: KubeClient
+) -> None:
+    await apply(kube, [ec2nodeclass(POOL, local_cluster.cluster_name), spread_pool()])
     async with running_operator(local_cluster, kube) as op:
         try:
             with capture_logs() as logs:
@@ -97,5 +108,36 @@ async def test_zone_spread_over_a_batch_is_bound_by_karpy_without_leaving_pods(
             assert not [
                 e for e in events if e.get("reason") == "LeftToScheduler" and e["involvedObject"]["name"] in NAMES
             ]
+        finally:
+            await _clean(kube)
+
+
+async def test_bare_pod_is_bound_only_once_its_node_has_settled(local_cluster: Any, kube: KubeClient) -> None:
+    """Polled every 20 ms: when the pod's Node is first seen with the unregistered taint NoSchedule, and when the
+    pod is first seen bound. The Binding comes at least ``BIND_SETTLE`` after karpy saw the taint lifted (half of it
+    is asserted, for the two reads' own latency); without the settle it came within milliseconds."""
+    pod = spread_pod(BARE)
+    del pod["spec"]["topologySpreadConstraints"]
+    pod["metadata"]["labels"] = {"app": "bare"}
+    await apply(kube, [ec2nodeclass(POOL, local_cluster.cluster_name), spread_pool()])
+    async with running_operator(local_cluster, kube):
+        try:
+            await kube.create(r.PODS, pod, "default")
+            lifted_at: dict[str, float] = {}  # node name -> when first seen with the unregistered taint NoSchedule
+            bound_to, bound_at = "", 0.0
+            deadline = time.monotonic() + 90
+            while not bound_to:
+                assert time.monotonic() < deadline, "the bare pod was not bound in 90 s"
+                for node in (await kube.list(r.NODES, query={"labelSelector": f"{wk.LABEL_NODEPOOL}={POOL}"}))[0]:
+                    taints = node["spec"].get("taints") or []
+                    if {"key": wk.TAINT_UNREGISTERED_KEY, "effect": "NoSchedule"} in taints:
+                        lifted_at.setdefault(node["metadata"]["name"], time.monotonic())
+                bound_to = str((await kube.get(r.PODS, BARE, "default"))["spec"].get("nodeName") or "")
+                bound_at = time.monotonic()
+                await asyncio.sleep(0.02)
+            assert bound_to in lifted_at, f"{bound_to} was never seen with the unregistered taint NoSchedule"
+            assert bound_at - lifted_at[bound_to] >= BIND_SETTLE / 2, bound_at - lifted_at[bound_to]
+            await asyncio.sleep(2)
+            assert (await kube.get(r.PODS, BARE, "default"))["spec"]["nodeName"] == bound_to
         finally:
             await _clean(kube)

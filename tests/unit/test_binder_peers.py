@@ -73,7 +73,7 @@ def setup(objs: list[JSON], now: float = T0) -> tuple[ClusterState, FakeKube, Bi
     state = loaded_state(objs)
     kube = FakeKube(objs)
     events = EventRecorder(kube)
-    binder = Binder(kube, state, following_plans(state), events=events, clock=lambda: now)
+    binder = Binder(kube, state, following_plans(state), events=events, clock=lambda: now, settle=0.0)
     return state, kube, binder, events
 
 
@@ -164,7 +164,7 @@ async def test_a_binding_that_raised_is_sent_again() -> None:
     objs = [nodepool(), ca, node(ca), pod("a1", cpu="100m")]
     state = loaded_state(objs)
     kube = FlakyKube(objs)
-    binder = Binder(kube, state, following_plans(state), clock=lambda: T0)
+    binder = Binder(kube, state, following_plans(state), clock=lambda: T0, settle=0.0)
     with pytest.raises(ConnectionResetError):
         await binder.reconcile("claim-a")
     assert binder._sent == {}

@@ -76,7 +76,7 @@ async def run(objs: list[JSON], claim: str) -> tuple[FakeKube, Binder]:
     state = loaded_state(objs)
     kube = FakeKube(objs)
     events = EventRecorder(kube)
-    binder = Binder(kube, state, following_plans(state), events=events)
+    binder = Binder(kube, state, following_plans(state), events=events, settle=0.0)
     await binder.reconcile(claim)
     await events.flush()  # every Event the reconcile published is posted
     return kube, binder
@@ -191,6 +191,6 @@ async def test_a_nodes_pods_are_bound_concurrently() -> None:
     objs = [pool, repl, node(repl, cpu=16), *(pod(n, cpu="100m", owner="web") for n in names)]
     state = loaded_state(objs)
     kube = GatedKube(objs)
-    await Binder(kube, state, following_plans(state), events=EventRecorder(kube)).reconcile("repl-a")
+    await Binder(kube, state, following_plans(state), events=EventRecorder(kube), settle=0.0).reconcile("repl-a")
     assert GatedKube.peak == len(names)
     assert sorted(bindings(kube)) == [(n, "node-repl-a") for n in sorted(names)]
