@@ -17,13 +17,15 @@ the pods after it before its Binding is sent.
 The registered nodes of one batch (one provisioning decision) are bound in one pass, their pods interleaved, so
 a spread the plan made over their domains stays within its skew as they are admitted. A pod refused by a filter
 that depends on other pods (PodTopologySpread, InterPodAffinity) while NodeClaims of its batch with planned pods
-have not registered yet keeps its plan (no event): the reconcile that follows their registration binds it with
-them; it is left to kube-scheduler once its Node's bind hold (``BIND_HOLD``) is over. A pod whose Binding was
-sent is neither bound again nor left before the watch shows it bound; it counts on its node meanwhile.
+have not registered and settled yet keeps its plan (no event): the reconcile that follows their settle binds it
+with them; it is left to kube-scheduler once its Node's bind hold (``BIND_HOLD``) is over and no peer is settling.
+A pod whose Binding was sent is neither bound again nor left before the watch shows it bound; it counts on its
+node meanwhile.
 
-A Node's first Binding waits until the binder has seen the Node bindable for ``BIND_SETTLE`` seconds: the taint
-lifted just before (``karpenter.sh/unregistered`` NoExecute → NoSchedule) must reach kube-controller-manager's
-taint-eviction controller before the pod does, or it deletes the pod (see ``BIND_SETTLE``).
+No Binding goes to a Node before the binder has seen it registered for ``BIND_SETTLE`` seconds (again after a
+restart): the taint lifted just before (``karpenter.sh/unregistered`` NoExecute → NoSchedule) must reach
+kube-controller-manager's taint-eviction controller before the pod does, or it deletes the pod (see
+``BIND_SETTLE``).
 """
 
 from __future__ import annotations
@@ -59,14 +61,15 @@ BIND_CONCURRENCY = 32
 # The filters whose answer depends on where other pods are: a pod they refuse may pass once its planned peers on
 # the batch's other nodes are bound.
 PEER_FILTERS = (f"{POD_TOPOLOGY_SPREAD}:", f"{INTER_POD_AFFINITY}:")
-# Seconds a Node must have been bindable in this binder's view (registration turned its karpenter.sh/unregistered
-# taint from NoExecute into NoSchedule) before its first Binding. kube-controller-manager's taint-eviction
+# Seconds a Node must have been registered in this binder's view (registration turned its karpenter.sh/unregistered
+# taint from NoExecute into NoSchedule) before any Binding to it. kube-controller-manager's taint-eviction
 # controller reads Nodes and pods through two informers: when a pod's binding reaches it before the Node update
 # that lifted the NoExecute taint, it finds the pod on a Node whose taint it does not tolerate and deletes it at
 # once — a bare pod is lost (kubernetes/kubernetes#119862 and #139992: the same race follows kube-scheduler's
 # binding after a NoExecute startup taint is removed). Binding within milliseconds of the lift hit it on a loaded
-# 2-core machine (the Binding ~50 ms after the Node was created); this margin is 20 times that. It delays only a
-# Node's first pods: later reconciles find it settled.
+# 2-core machine (the Binding ~50 ms after the Node was created); this margin is 20 times that, which makes the
+# race unlikely, not impossible (upstream's live re-check before eviction, kubernetes#140198, is not merged). It
+# delays only the pods bound in a Node's first second in this process.
 BIND_SETTLE = 1.0
 
 
@@ -107,8 +110,8 @@ class Binder:
         self.events = events
         self.clock = clock
         self.settle = settle
-        # Node uid → when (``clock``) this binder first found it bindable; its Bindings start ``settle`` later.
-        self._bindable_since: dict[str, float] = {}
+        # Node uid → when (``clock``) this binder first found it registered; its Bindings start ``settle`` later.
+        self._registered_since: dict[str, float] = {}
         # Pods whose Binding this binder sent (in flight or answered) and that cluster state does not show bound
         # yet: pod uid → (pod, node name). They are not bound again (a second Binding is a 409) and they count on
         # their node for the checks, as kube-scheduler's cache assumes a pod until the informer confirms it.
@@ -116,9 +119,9 @@ class Binder:
 
     async def reconcile(self, key: str) -> Result:
         """Bind the planned, still-unbound pods of the NodeClaim and of the registered NodeClaims of its batch."""
-        self._prune_sent()
+        self._prune()
         node = self._registered_node(key)
-        if node is None:
+        if node is None or not any(self.plans.pods_of(name) for name in self.plans.batch_of(key)):
             return Result()
         settling = self._settle_left(node)
         if settling > 0:
@@ -190,19 +193,22 @@ class Binder:
         (``BIND_SETTLE``: kube-controller-manager must have seen the NoExecute taint lifted first). Found by
         Node uid, so a new Node reusing a name (EC2 reuses private IPs) settles afresh."""
         now = self.clock()
-        since = self._bindable_since.setdefault(node.uid or node.name, now)
+        key = node.uid or node.name
+        since = self._registered_since.setdefault(key, now)
+        if since > now:  # the wall clock stepped back: start again rather than wait out the step
+            self._registered_since[key] = since = now
         return max(self.settle - (now - since), 0.0)
 
-    def _prune_sent(self) -> None:
+    def _prune(self) -> None:
         """Forget the sent Bindings cluster state now shows (or whose pod is gone), and, once they outnumber the
         Nodes, the settle times of Nodes that are gone."""
         for uid, (info, _) in list(self._sent.items()):
             now = self.state.pods.get(info.key)
             if now is None or now.pod.uid != uid or now.node_name or now.deleting or now.terminal:
                 del self._sent[uid]
-        if len(self._bindable_since) > 2 * len(self.state.nodes) + 64:
+        if len(self._registered_since) > 2 * len(self.state.nodes) + 64:
             live = {n.uid or n.name for n in self.state.nodes.values()}
-            self._bindable_since = {k: t for k, t in self._bindable_since.items() if k in live}
+            self._registered_since = {k: t for k, t in self._registered_since.items() if k in live}
 
     def _admit(
         self, nodes: Sequence[str], order: Sequence[tuple[Pod, str]]
@@ -242,11 +248,12 @@ class Binder:
         none waits."""
         if not refused:
             return None
-        peers = self._peers_in_flight(key, targets)
+        peers, settling = self._peers_in_flight(key, targets)
         wait: float | None = None
         for pod, node_name, reason in refused:
             node = self.state.nodes.get(node_name)
-            left = bind_hold_left(node, self.clock()) if node is not None else 0.0
+            # A registered peer still settling has its Bindings coming even if the hold ends first.
+            left = max(bind_hold_left(node, self.clock()) if node is not None else 0.0, settling)
             if peers and left > 0:
                 log.debug("pod waits for its planned peers", pod=pod.key, node=node_name, reason=reason)
                 wait = left if wait is None else min(wait, left)
@@ -254,10 +261,11 @@ class Binder:
             self._leave(pod, node_name, reason)
         return None if wait is None else wait + 0.1
 
-    def _peers_in_flight(self, key: str, targets: set[str]) -> bool:
-        """A NodeClaim of ``key``'s batch outside this pass's ``targets`` (not registered or not settled when the
-        pass chose them; one that settled since still gets its Bindings from its own reconcile) still has pods
-        planned onto it."""
+    def _peers_in_flight(self, key: str, targets: set[str]) -> tuple[bool, float]:
+        """Whether a NodeClaim of ``key``'s batch outside this pass's ``targets`` (not registered or not settled
+        when the pass chose them; one that settled since still gets its Bindings from its own reconcile) still has
+        pods planned onto it; and the longest settle left among those that are registered (seconds)."""
+        in_flight, settling = False, 0.0
         for sibling in self.plans.batch_of(key):
             if sibling in targets:
                 continue
@@ -265,8 +273,11 @@ class Binder:
             if claim is None or claim.deleting:
                 continue
             if any(not self.state.waits_for_volume_binding(info.key) for info in self.plans.pods_of(sibling)):
-                return True
-        return False
+                in_flight = True
+                node = self._registered_node(sibling)
+                if node is not None:
+                    settling = max(settling, self._settle_left(node))
+        return in_flight, settling
 
     async def _bind_within(self, limit: asyncio.Semaphore, pod: Pod, node_name: str) -> bool:
         bound = False

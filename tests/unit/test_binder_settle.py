@@ -6,6 +6,7 @@ before it sees the pod on the Node (otherwise it deletes the pod: kubernetes/kub
 from __future__ import annotations
 
 from karpy.controllers.binder import BIND_SETTLE, Binder
+from karpy.controllers.nodeclaim_lifecycle import BIND_HOLD
 from karpy.kube.events import EventRecorder
 from karpy.kube.fake import FakeKube
 from karpy.state.views import node_info
@@ -76,3 +77,52 @@ async def test_a_new_node_reusing_a_name_settles_afresh() -> None:
     clock.now = T0 + BIND_SETTLE
     assert binder._settle_left(node_info(old)) == 0
     assert binder._settle_left(node_info(new)) == BIND_SETTLE
+
+
+async def test_a_settling_peer_keeps_refused_pods_waiting_past_the_bind_hold() -> None:
+    """claim-b's Node registers in the last moment of claim-a's bind hold: a2 waits for b's settle instead of being
+    left to kube-scheduler when the hold ends, and is bound with b1 and b2."""
+    ca, cb = batch_claim("a", ["a1", "a2"]), batch_claim("b", ["b1", "b2"])
+    objs = [nodepool(), ca, node(ca), cb, node(cb), *(spread_pod(p) for p in ("a1", "a2", "b1", "b2"))]
+    state = loaded_state(objs)
+    kube = FakeKube(objs)
+    events = EventRecorder(kube)
+    hold_over = T0 - 2 + BIND_HOLD  # the Nodes were created with their NodeClaims, at T0 - 2
+    clock = Clock(hold_over - BIND_SETTLE)
+    binder = Binder(kube, state, following_plans(state), events=events, clock=clock)
+    await binder.reconcile("claim-a")  # claim-a's Node first found registered
+    clock.now = hold_over  # claim-a's settled, its hold over; claim-b's is found now
+    result = await binder.reconcile("claim-a")
+    await events.flush()
+    assert bound(kube) == [("a1", "node-claim-a")]
+    assert kube.events("LeftToScheduler") == []
+    assert result.requeue_after is not None and result.requeue_after >= BIND_SETTLE
+    for _, name, node_name in kube.bindings:
+        state.apply("Pod", "MODIFIED", spread_pod(name, node_name))
+    clock.now = hold_over + BIND_SETTLE
+    await binder.reconcile("claim-b")
+    await events.flush()
+    assert bound(kube) == BOTH_NODES_BOUND
+    assert kube.events("LeftToScheduler") == []
+
+
+async def test_a_clock_stepped_back_restarts_the_settle_instead_of_waiting_out_the_step() -> None:
+    ca = batch_claim("a", [])
+    state = loaded_state([nodepool(), ca])
+    clock = Clock(T0)
+    binder = Binder(FakeKube([]), state, following_plans(state), clock=clock)
+    info = node_info(node(ca))
+    assert binder._settle_left(info) == BIND_SETTLE
+    clock.now = T0 - 3600
+    assert binder._settle_left(info) == BIND_SETTLE
+    clock.now = T0 - 3600 + BIND_SETTLE
+    assert binder._settle_left(info) == 0
+
+
+async def test_a_node_with_nothing_planned_is_not_tracked() -> None:
+    ca = batch_claim("a", [])
+    objs = [nodepool(), ca, node(ca)]
+    state = loaded_state(objs)
+    binder = Binder(FakeKube(objs), state, following_plans(state), clock=Clock(T0))
+    assert (await binder.reconcile("claim-a")).requeue_after is None
+    assert binder._registered_since == {}
