@@ -22,6 +22,20 @@ class Clock:
         return self.now
 
 
+async def all_bound_once_b_settles(
+    binder: Binder, kube: FakeKube, events: EventRecorder, clock: Clock, at: float
+) -> None:
+    """The watch shows the Bindings so far; at ``at`` (claim-b's Node settled) claim-b's reconcile binds the rest
+    of the batch, and no pod was left to kube-scheduler."""
+    for _, name, node_name in kube.bindings:
+        binder.state.apply("Pod", "MODIFIED", spread_pod(name, node_name))
+    clock.now = at
+    await binder.reconcile("claim-b")
+    await events.flush()
+    assert bound(kube) == BOTH_NODES_BOUND
+    assert kube.events("LeftToScheduler") == []
+
+
 async def test_first_binding_waits_until_the_node_has_settled() -> None:
     ca = batch_claim("a", ["a1"])
     objs = [nodepool(), ca, node(ca), pod("a1", cpu="100m")]
@@ -55,14 +69,8 @@ async def test_an_unsettled_sibling_is_a_peer_in_flight_and_its_pods_wait_for_it
     assert bound(kube) == [("a1", "node-claim-a")]
     assert kube.events("LeftToScheduler") == []
     assert result.requeue_after is not None
-    for _, name, node_name in kube.bindings:
-        state.apply("Pod", "MODIFIED", spread_pod(name, node_name))
     assert (await binder.reconcile("claim-b")).requeue_after == BIND_SETTLE
-    clock.now = T0 + 2 * BIND_SETTLE
-    await binder.reconcile("claim-b")
-    await events.flush()
-    assert bound(kube) == BOTH_NODES_BOUND
-    assert kube.events("LeftToScheduler") == []
+    await all_bound_once_b_settles(binder, kube, events, clock, T0 + 2 * BIND_SETTLE)
 
 
 async def test_a_new_node_reusing_a_name_settles_afresh() -> None:
@@ -97,13 +105,7 @@ async def test_a_settling_peer_keeps_refused_pods_waiting_past_the_bind_hold() -
     assert bound(kube) == [("a1", "node-claim-a")]
     assert kube.events("LeftToScheduler") == []
     assert result.requeue_after is not None and result.requeue_after >= BIND_SETTLE
-    for _, name, node_name in kube.bindings:
-        state.apply("Pod", "MODIFIED", spread_pod(name, node_name))
-    clock.now = hold_over + BIND_SETTLE
-    await binder.reconcile("claim-b")
-    await events.flush()
-    assert bound(kube) == BOTH_NODES_BOUND
-    assert kube.events("LeftToScheduler") == []
+    await all_bound_once_b_settles(binder, kube, events, clock, hold_over + BIND_SETTLE)
 
 
 async def test_a_clock_stepped_back_restarts_the_settle_instead_of_waiting_out_the_step() -> None:
